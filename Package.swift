@@ -1,0 +1,68 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+// Data flows one way: ALSA device -> RecorderCore -> RecdServer -> socket -> recctl.
+// Each C library has exactly one Swift module that imports it.
+let package = Package(
+    name: "recd",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "recd", targets: ["recd"]),
+        .executable(name: "recctl", targets: ["recctl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
+    ],
+    targets: [
+        // C libraries, found through pkg-config.
+        .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(name: "CSndfile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
+        .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+
+        // The only Swift module per C library.
+        .target(name: "ALSA", dependencies: ["CALSA"]),
+        .target(name: "Systemd", dependencies: ["CSystemd"]),
+        .target(name: "Sndfile", dependencies: ["CSndfile"]),
+        .target(name: "Soxr", dependencies: ["CSoxr"]),
+
+        // The values the recorder publishes (state, recording, levels, errors, settings): plain
+        // Codable structs shared by the daemon, the protocol and the client.
+        .target(name: "RecorderModel"),
+        // Observed<T>, Recorder, the capture pipeline.
+        .target(name: "RecorderCore", dependencies: [
+            "RecorderModel", "ALSA", "Sndfile", "Soxr",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // Codable wire types, shared by the daemon and the client. No NIO.
+        .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
+        // The Unix-socket JSON-RPC server.
+        .target(name: "RecdServer", dependencies: [
+            "RecorderCore", "RecdProtocol",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
+        .executableTarget(name: "recd", dependencies: [
+            "RecdServer", "RecorderCore", "RecdProtocol", "Systemd",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "TOMLKit", package: "TOMLKit"),
+        ]),
+        // The client needs no event loop: one line out, one line in.
+        .executableTarget(name: "recctl", dependencies: [
+            "RecdProtocol",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        .testTarget(name: "RecorderCoreTests", dependencies: ["RecorderCore", "ALSA", "Sndfile"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["RecdProtocol", "Sndfile"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

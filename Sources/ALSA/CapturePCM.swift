@@ -1,0 +1,214 @@
+import CALSA
+import Glibc
+
+/// The sample formats recd captures in: interleaved, native endian.
+/// 24-bit audio arrives as `int32` (left-justified, as ALSA's S32 carries it).
+public enum SampleFormat: String, Sendable, CaseIterable, Codable {
+    case int16
+    case int32
+    case float32
+
+    public var bytesPerSample: Int {
+        switch self {
+        case .int16: 2
+        case .int32, .float32: 4
+        }
+    }
+
+    var alsaFormat: snd_pcm_format_t {
+        switch self {
+        case .int16: SND_PCM_FORMAT_S16_LE
+        case .int32: SND_PCM_FORMAT_S32_LE
+        case .float32: SND_PCM_FORMAT_FLOAT_LE
+        }
+    }
+
+    /// The formats to try, best first, when `self` is what we would like.
+    var negotiationOrder: [SampleFormat] {
+        switch self {
+        case .int16: [.int16, .int32, .float32]
+        case .int32: [.int32, .float32, .int16]
+        case .float32: [.float32, .int32, .int16]
+        }
+    }
+}
+
+/// What a PCM was opened with after negotiation.
+public struct PCMConfiguration: Sendable, Equatable {
+    public var sampleFormat: SampleFormat
+    public var sampleRate: Int
+    public var channels: Int
+    /// Frames per period: how much the device hands over per wakeup.
+    public var periodFrames: Int
+    /// Frames the device buffers before an overrun.
+    public var bufferFrames: Int
+
+    public var bytesPerFrame: Int { sampleFormat.bytesPerSample * channels }
+}
+
+/// An open ALSA capture PCM. Closed when released.
+///
+/// Not thread-safe: one thread (the capture thread) uses it at a time.
+public final class CapturePCM {
+    public let name: String
+    private let handle: OpaquePointer
+
+    /// Opens `name` (`default`, `hw:1,0`, `plughw:…`, `pulse`, `dsnoop:…`) for capture.
+    public init(name: String) throws(ALSAError) {
+        var pcm: OpaquePointer?
+        let result = snd_pcm_open(&pcm, name, SND_PCM_STREAM_CAPTURE, 0)
+        try check(result, "snd_pcm_open", name)
+        guard let pcm else { throw ALSAError(code: -ENODEV, function: "snd_pcm_open", device: name) }
+        self.name = name
+        self.handle = pcm
+    }
+
+    deinit { snd_pcm_close(handle) }
+
+    /// Negotiates hardware parameters as close to the request as the device allows.
+    ///
+    /// ALSA's own resampler is switched off: a rate the device does not offer is converted by
+    /// soxr in the pipeline, at the quality the recording asks for.
+    public func configure(
+        sampleFormat: SampleFormat,
+        sampleRate: Int?,
+        channels: Int?,
+        periodMicroseconds: Int,
+        bufferMicroseconds: Int
+    ) throws(ALSAError) -> PCMConfiguration {
+        var params: OpaquePointer?
+        try check(snd_pcm_hw_params_malloc(&params), "snd_pcm_hw_params_malloc", name)
+        defer { snd_pcm_hw_params_free(params) }
+        try check(snd_pcm_hw_params_any(handle, params), "snd_pcm_hw_params_any", name)
+        try check(snd_pcm_hw_params_set_rate_resample(handle, params, 0), "snd_pcm_hw_params_set_rate_resample", name)
+        try check(snd_pcm_hw_params_set_access(handle, params, SND_PCM_ACCESS_RW_INTERLEAVED),
+                  "snd_pcm_hw_params_set_access", name)
+
+        guard let format = sampleFormat.negotiationOrder.first(where: {
+            snd_pcm_hw_params_test_format(handle, params, $0.alsaFormat) == 0
+        }) else {
+            throw ALSAError(code: -EINVAL, function: "snd_pcm_hw_params_set_format (S16_LE, S32_LE, FLOAT_LE)", device: name)
+        }
+        try check(snd_pcm_hw_params_set_format(handle, params, format.alsaFormat), "snd_pcm_hw_params_set_format", name)
+
+        var channelCount = UInt32(channels ?? 2)
+        try check(snd_pcm_hw_params_set_channels_near(handle, params, &channelCount), "snd_pcm_hw_params_set_channels_near", name)
+
+        var rate = UInt32(sampleRate ?? 48000)
+        var dir: Int32 = 0
+        try check(snd_pcm_hw_params_set_rate_near(handle, params, &rate, &dir), "snd_pcm_hw_params_set_rate_near", name)
+
+        var bufferTime = UInt32(bufferMicroseconds)
+        dir = 0
+        try check(snd_pcm_hw_params_set_buffer_time_near(handle, params, &bufferTime, &dir),
+                  "snd_pcm_hw_params_set_buffer_time_near", name)
+        var periodTime = UInt32(periodMicroseconds)
+        dir = 0
+        try check(snd_pcm_hw_params_set_period_time_near(handle, params, &periodTime, &dir),
+                  "snd_pcm_hw_params_set_period_time_near", name)
+
+        try check(snd_pcm_hw_params(handle, params), "snd_pcm_hw_params", name)
+
+        var period: snd_pcm_uframes_t = 0
+        var buffer: snd_pcm_uframes_t = 0
+        dir = 0
+        try check(snd_pcm_hw_params_get_period_size(params, &period, &dir), "snd_pcm_hw_params_get_period_size", name)
+        try check(snd_pcm_hw_params_get_buffer_size(params, &buffer), "snd_pcm_hw_params_get_buffer_size", name)
+        return PCMConfiguration(
+            sampleFormat: format, sampleRate: Int(rate), channels: Int(channelCount),
+            periodFrames: Int(period), bufferFrames: Int(buffer))
+    }
+
+    /// Starts capturing (a prepared capture PCM starts on the first read too; this starts the clock now).
+    public func start() throws(ALSAError) {
+        try check(snd_pcm_start(handle), "snd_pcm_start", name)
+    }
+
+    /// Waits until at least a period can be read. `false` on timeout.
+    public func wait(timeoutMilliseconds: Int32) throws(ALSAError) -> Bool {
+        let result = snd_pcm_wait(handle, timeoutMilliseconds)
+        try check(result, "snd_pcm_wait", name)
+        return result > 0
+    }
+
+    /// Frames ready to be read now.
+    public func available() throws(ALSAError) -> Int {
+        let result = snd_pcm_avail_update(handle)
+        if result < 0 { throw ALSAError(code: Int32(result), function: "snd_pcm_avail_update", device: name) }
+        return Int(result)
+    }
+
+    /// Reads up to `frames` interleaved frames into `buffer`; returns how many arrived.
+    public func read(into buffer: UnsafeMutableRawPointer, frames: Int) throws(ALSAError) -> Int {
+        let result = snd_pcm_readi(handle, buffer, snd_pcm_uframes_t(frames))
+        if result < 0 { throw ALSAError(code: Int32(result), function: "snd_pcm_readi", device: name) }
+        return Int(result)
+    }
+
+    /// Recovers from an overrun (-EPIPE) or a suspend (-ESTRPIPE) and restarts capture.
+    /// Throws the original error for anything else: the device is gone or broken.
+    public func recover(from error: ALSAError) throws(ALSAError) {
+        guard error.code == -EPIPE || error.code == -ESTRPIPE || error.code == -EINTR else { throw error }
+        try check(snd_pcm_recover(handle, error.code, 1), "snd_pcm_recover", name)
+        if error.code != -EINTR { try start() }
+    }
+
+    /// After an overrun, how long capture has been stopped (seconds), measured from the
+    /// moment the overrun happened as arecord does; nil if the PCM is not in an overrun.
+    public func overrunDuration() -> Double? {
+        var status: OpaquePointer?
+        guard snd_pcm_status_malloc(&status) == 0, let status else { return nil }
+        defer { snd_pcm_status_free(status) }
+        guard snd_pcm_status(handle, status) == 0, snd_pcm_status_get_state(status) == SND_PCM_STATE_XRUN else { return nil }
+        var now = snd_timestamp_t()
+        var trigger = snd_timestamp_t()
+        snd_pcm_status_get_tstamp(status, &now)
+        snd_pcm_status_get_trigger_tstamp(status, &trigger)
+        let seconds = Double(now.tv_sec - trigger.tv_sec) + Double(now.tv_usec - trigger.tv_usec) / 1_000_000
+        return seconds > 0 ? seconds : nil
+    }
+
+    /// Stops capture and discards what the device buffered (used for pause).
+    public func drop() {
+        _ = snd_pcm_drop(handle)
+    }
+
+    /// Makes a dropped PCM ready to start again (used for resume).
+    public func prepare() throws(ALSAError) {
+        try check(snd_pcm_prepare(handle), "snd_pcm_prepare", name)
+    }
+}
+
+/// A PCM that ALSA's configuration knows, as `aplay -L` / `arecord -L` list them.
+public struct DeviceHint: Sendable, Equatable, Codable {
+    /// The name to open, e.g. `default`, `hw:CARD=PCH,DEV=0`, `pulse`.
+    public var name: String
+    /// ALSA's description, possibly several lines.
+    public var description: String?
+    /// `Input`, `Output`, or nil when the PCM does both.
+    public var direction: String?
+}
+
+extension CapturePCM {
+    /// The PCMs usable for capture that ALSA's configuration lists (its name hints).
+    public static func captureDevices() -> [DeviceHint] {
+        var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+        guard snd_device_name_hint(-1, "pcm", &hints) == 0, let hints else { return [] }
+        defer { snd_device_name_free_hint(hints) }
+        func hint(_ entry: UnsafeMutableRawPointer, _ id: String) -> String? {
+            guard let value = snd_device_name_get_hint(entry, id) else { return nil }
+            defer { free(value) }
+            return String(cString: value)
+        }
+        var devices: [DeviceHint] = []
+        var cursor = hints
+        while let entry = cursor.pointee {
+            defer { cursor += 1 }
+            guard let name = hint(entry, "NAME") else { continue }
+            let direction = hint(entry, "IOID")
+            guard direction == nil || direction == "Input" else { continue }
+            devices.append(DeviceHint(name: name, description: hint(entry, "DESC"), direction: direction))
+        }
+        return devices
+    }
+}

@@ -1,0 +1,4 @@
+#ifndef RECD_CALSA_SHIM_H
+#define RECD_CALSA_SHIM_H
+#include <alsa/asoundlib.h>
+#endif

@@ -1,0 +1,317 @@
+import ALSA
+import Dispatch
+import Foundation
+import RecorderModel
+import Sndfile
+import Synchronization
+
+/// How a capture thread ended.
+enum CaptureOutcome: Sendable, Equatable {
+    /// `stop()` or `cancel()` asked it to.
+    case stopped
+    /// `record(forDuration:)`'s frame count was reached.
+    case limitReached
+    /// The device or the file failed; everything before the failure is in the file.
+    case failed(RecorderError)
+}
+
+/// One recording's capture thread: reads the device, converts, meters, writes the file.
+///
+/// The thread does nothing else. Publishing happens on the recorder's timer, which reads the
+/// counters here (atomics) and the level meter (a mutex taken once per chunk). Control
+/// (pause, resume, stop) is a request the thread picks up between reads, acknowledged through
+/// a semaphore, so that `pause()` returns only once no more frames will be written.
+final class CaptureSession: @unchecked Sendable {
+    // @unchecked: `pcm`, `writer`, `converter` and the buffers are used by the capture thread
+    // only, after `start()` and until `finished` is signalled; the control thread touches the
+    // writer again only after that (in `finalize`). Everything shared is atomic or in a Mutex.
+
+    private enum Request: Sendable { case none, pause, resume, stop }
+
+    let pcm: CapturePCM
+    let writer: SoundFileWriter
+    let configuration: PCMConfiguration
+    let fileRate: Int
+    let fileChannels: Int
+    /// For `record(forDuration:)`; set before `start()`.
+    var frameLimit: Int64?
+    let meter: LevelMeter?
+    private let converter: FormatConverter?
+    private let syncIntervalFrames: Int64
+    private let syncQueue = DispatchQueue(label: "recd.capture.sync")
+    private let chunkFrames: Int
+    private let buffer: UnsafeMutableRawPointer
+
+    // Shared with the timer and the control thread.
+    let framesWritten = Atomic<Int64>(0)
+    let xruns = Atomic<Int>(0)
+    let framesLost = Atomic<Int64>(0)
+    /// Uptime (ns) of the last successful read: the watchdog's proof of progress.
+    let lastProgress = Atomic<UInt64>(0)
+    private let request = Mutex<Request>(.none)
+    private let acknowledged = DispatchSemaphore(value: 0)
+    private let wake = DispatchSemaphore(value: 0)
+    private let resumeError = Mutex<RecorderError?>(nil)
+    private let outcome = Mutex<CaptureOutcome?>(nil)
+    private let finished = DispatchSemaphore(value: 0)
+    let isPaused = Atomic<Bool>(false)
+    private let startedFlag = Atomic<Bool>(false)
+
+    /// Whether the capture thread has been started.
+    var started: Bool { startedFlag.load(ordering: .acquiring) }
+    /// Whether the capture thread has ended.
+    var hasEnded: Bool { isEnded }
+
+    init(pcm: CapturePCM, configuration: PCMConfiguration, writer: SoundFileWriter,
+         fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
+         frameLimit: Int64?, metering: Bool, syncInterval: Double) throws(RecorderError) {
+        self.pcm = pcm
+        self.configuration = configuration
+        self.writer = writer
+        self.fileRate = fileRate
+        self.fileChannels = fileChannels
+        self.frameLimit = frameLimit
+        self.meter = metering ? LevelMeter(channels: fileChannels) : nil
+        self.syncIntervalFrames = Swift.max(1, Int64(syncInterval * Double(fileRate)))
+        // Read whole periods when the device paces us; larger chunks when it has more ready
+        // (an unpaced device, or catching up), up to the device buffer.
+        self.chunkFrames = Swift.max(configuration.periodFrames, Swift.min(configuration.bufferFrames, 8192))
+        self.buffer = .allocate(byteCount: chunkFrames * configuration.bytesPerFrame, alignment: 16)
+        if configuration.sampleRate != fileRate || configuration.channels != fileChannels {
+            do {
+                converter = try FormatConverter(
+                    inputChannels: configuration.channels, outputChannels: fileChannels,
+                    inputRate: configuration.sampleRate, outputRate: fileRate,
+                    quality: converterQuality.converterQuality, maxInputFrames: chunkFrames)
+            } catch {
+                buffer.deallocate()
+                throw RecorderError(.invalidSettings, "cannot convert \(configuration.sampleRate) Hz to \(fileRate) Hz: \(error)")
+            }
+        } else {
+            converter = nil
+        }
+    }
+
+    deinit { buffer.deallocate() }
+
+    // MARK: Control (called from the recorder's control queue)
+
+    /// Starts the capture thread. `onEnd` runs (on that thread) when it ends by itself.
+    func start(onEnd: @escaping @Sendable (CaptureOutcome) -> Void) {
+        lastProgress.store(Self.uptime(), ordering: .relaxed)
+        startedFlag.store(true, ordering: .releasing)
+        let thread = Thread { [self] in
+            let result = run()
+            outcome.withLock { $0 = result }
+            finished.signal()
+            onEnd(result)
+        }
+        thread.name = "recd.capture"
+        thread.qualityOfService = .userInteractive
+        thread.start()
+    }
+
+    /// Asks the thread to pause; returns once it has stopped the device. Frames written up to
+    /// then are all the file holds until `resume()`.
+    func pause() {
+        guard !isEnded else { return }
+        request.withLock { $0 = .pause }
+        awaitAcknowledgement()
+    }
+
+    /// Restarts the device after `pause()`; throws `failedToResume` if it will not start.
+    func resume() throws(RecorderError) {
+        guard !isEnded else { return }
+        request.withLock { $0 = .resume }
+        wake.signal()
+        awaitAcknowledgement()
+        if let error = resumeError.withLock({ $0 }) { throw error }
+    }
+
+    /// Asks the thread to finish (flushing the converter) and waits for it.
+    func stop() -> CaptureOutcome {
+        if !isEnded {
+            let wasPaused = isPaused.load(ordering: .acquiring)
+            request.withLock { $0 = .stop }
+            if wasPaused { wake.signal() }
+        }
+        return join()
+    }
+
+    /// Waits for the thread to end and returns how it ended.
+    func join() -> CaptureOutcome {
+        finished.wait()
+        finished.signal()  // let later callers through too
+        return outcome.withLock { $0! }
+    }
+
+    /// Waits for the thread to act on a request, unless it ends first (a frame limit reached
+    /// or the device lost at the same moment).
+    private func awaitAcknowledgement() {
+        while acknowledged.wait(timeout: .now() + .milliseconds(50)) == .timedOut {
+            if isEnded { return }
+        }
+    }
+
+    private var isEnded: Bool { outcome.withLock { $0 != nil } }
+
+    /// Finalizes the file after the thread ended: header, sync, close.
+    func closeFile() throws(RecorderError) {
+        syncQueue.sync {}  // no background fsync may run once the descriptor is closed
+        do { try writer.close() } catch { throw RecorderError.saving(error) }
+    }
+
+    static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    // MARK: The capture thread
+
+    private func run() -> CaptureOutcome {
+        do {
+            try pcm.start()
+        } catch {
+            return .failed(RecorderError(.failedToBegin, "cannot start capture on '\(pcm.name)': \(error.reason)"))
+        }
+        var sinceSync: Int64 = 0
+        while true {
+            switch request.withLock({ request in defer { request = .none }; return request }) {
+            case .none, .resume: break
+            case .stop: return finish()
+            case .pause:
+                if let ended = pausedUntilResumed() { return ended }
+            }
+            do {
+                guard try pcm.wait(timeoutMilliseconds: 100) else { continue }
+                var frames = Swift.min(Swift.max(try pcm.available(), configuration.periodFrames), chunkFrames)
+                if converter == nil, let frameLimit {
+                    // At the device's own format, read no more than the file will take.
+                    frames = Swift.min(frames, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
+                }
+                let got = try pcm.read(into: buffer, frames: frames)
+                lastProgress.store(Self.uptime(), ordering: .relaxed)
+                if got == 0 { continue }
+                let written = try consume(frames: got)
+                sinceSync += Int64(written)
+                if sinceSync >= syncIntervalFrames {
+                    sinceSync = 0
+                    syncFile()
+                }
+                if let frameLimit, framesWritten.load(ordering: .relaxed) >= frameLimit {
+                    return .limitReached
+                }
+            } catch let error as ALSAError {
+                do {
+                    try recover(from: error)
+                } catch {
+                    return .failed(.deviceLost(error))
+                }
+            } catch let error as SndfileError {
+                return .failed(.saving(error))
+            } catch {
+                return .failed(RecorderError(.unknown, "capture on '\(pcm.name)' failed: \(error)"))
+            }
+        }
+    }
+
+    /// Overrun or suspend: count it, estimate what was lost, restart. Anything else rethrows.
+    private func recover(from error: ALSAError) throws(ALSAError) {
+        if error.code == -EPIPE, let seconds = pcm.overrunDuration() {
+            framesLost.add(Int64(seconds * Double(configuration.sampleRate)), ordering: .relaxed)
+        }
+        try pcm.recover(from: error)
+        if error.code == -EPIPE || error.code == -ESTRPIPE { xruns.add(1, ordering: .relaxed) }
+    }
+
+    /// Stops the device and waits for resume or stop. Returns an outcome if the thread must end.
+    private func pausedUntilResumed() -> CaptureOutcome? {
+        pcm.drop()
+        isPaused.store(true, ordering: .releasing)
+        acknowledged.signal()
+        while true {
+            wake.wait()
+            switch request.withLock({ request in defer { request = .none }; return request }) {
+            case .stop:
+                isPaused.store(false, ordering: .releasing)
+                return finish()
+            case .resume:
+                isPaused.store(false, ordering: .releasing)
+                do {
+                    try pcm.prepare()
+                    try pcm.start()
+                    lastProgress.store(Self.uptime(), ordering: .relaxed)
+                    resumeError.withLock { $0 = nil }
+                    acknowledged.signal()
+                    return nil
+                } catch {
+                    let failure = RecorderError(.failedToResume, "cannot restart capture on '\(pcm.name)': \(error.reason)")
+                    resumeError.withLock { $0 = failure }
+                    acknowledged.signal()
+                    return .failed(failure)
+                }
+            case .none, .pause:
+                continue
+            }
+        }
+    }
+
+    /// Writes what the converter still holds (stop keeps the tail).
+    private func finish() -> CaptureOutcome {
+        guard let converter else { return .stopped }
+        do {
+            try converter.flush { samples, frames in try write(samples, frames: frames) }
+        } catch let error as SndfileError {
+            return .failed(.saving(error))
+        } catch {
+            return .failed(RecorderError(.unknown, "flushing the converter failed: \(error)"))
+        }
+        return .stopped
+    }
+
+    /// Meters and writes one chunk; returns the frames written to the file.
+    private func consume(frames: Int) throws -> Int {
+        let before = framesWritten.load(ordering: .relaxed)
+        let channels = configuration.channels
+        if let converter {
+            try converter.convert(buffer, format: configuration.sampleFormat, frames: frames,
+                                  meter: { samples in meter?.measure { $0.add(samples, channels: converter.outputChannels) } },
+                                  output: { samples, count in try write(samples, frames: count) })
+            return Int(framesWritten.load(ordering: .relaxed) - before)
+        }
+        let samples = frames * channels
+        switch configuration.sampleFormat {
+        case .int16:
+            let typed = buffer.assumingMemoryBound(to: Int16.self)
+            meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
+                                    scale: 1 / 32768, clipLimit: Int16.max) }
+            try writer.write(typed, frames: frames)
+        case .int32:
+            let typed = buffer.assumingMemoryBound(to: Int32.self)
+            meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
+                                    scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
+            try writer.write(typed, frames: frames)
+        case .float32:
+            let typed = buffer.assumingMemoryBound(to: Float.self)
+            meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
+            try writer.write(typed, frames: frames)
+        }
+        framesWritten.add(Int64(frames), ordering: .relaxed)
+        return frames
+    }
+
+    /// Writes converted frames, never past the frame limit.
+    private func write(_ samples: UnsafePointer<Float>, frames: Int) throws(SndfileError) {
+        var count = frames
+        if let frameLimit {
+            count = Swift.min(count, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
+            if count <= 0 { return }
+        }
+        try writer.write(samples, frames: count)
+        framesWritten.add(Int64(count), ordering: .relaxed)
+    }
+
+    /// Makes the file playable up to here: header now, fsync in the background (an fsync can
+    /// take longer than the device buffer lasts).
+    private func syncFile() {
+        writer.refreshHeader()
+        syncQueue.async { [self] in try? writer.sync() }
+    }
+}

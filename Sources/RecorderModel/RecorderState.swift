@@ -1,0 +1,197 @@
+import Foundation
+
+/// One recording: what it is, where it goes, and (once ended) how long it is.
+public struct Recording: Sendable, Equatable, Codable, Identifiable {
+    public var id: String
+    /// The file name without extension; unique within the recordings directory.
+    public var name: String
+    /// The final path (`<dir>/<name>.<ext>`). While recording, data goes to `path + ".part"`.
+    public var path: String
+    public var format: AudioFileFormat
+    public var sampleRate: Int
+    public var channels: Int
+    /// nil for compressed formats.
+    public var bitDepth: Int?
+    public var quality: RecordingQuality
+    public var device: String
+    /// What the device delivers before conversion.
+    public var deviceFormat: DeviceFormat
+    /// When capture started (wall clock); nil while prepared or scheduled.
+    public var startedAt: Date?
+    /// For `record(at:)`: when capture is due to start.
+    public var scheduledAt: Date?
+    /// For `record(forDuration:)`: the exact number of frames the file will hold.
+    public var frameLimit: Int64?
+    /// Frames in the file. Filled in when the recording ends.
+    public var frames: Int64
+    public var endedAt: Date?
+
+    public init(id: String, name: String, path: String, format: AudioFileFormat, sampleRate: Int, channels: Int,
+                bitDepth: Int?, quality: RecordingQuality, device: String, deviceFormat: DeviceFormat,
+                startedAt: Date? = nil, scheduledAt: Date? = nil, frameLimit: Int64? = nil, frames: Int64 = 0,
+                endedAt: Date? = nil) {
+        self.id = id
+        self.name = name
+        self.path = path
+        self.format = format
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.bitDepth = bitDepth
+        self.quality = quality
+        self.device = device
+        self.deviceFormat = deviceFormat
+        self.startedAt = startedAt
+        self.scheduledAt = scheduledAt
+        self.frameLimit = frameLimit
+        self.frames = frames
+        self.endedAt = endedAt
+    }
+
+    /// Seconds of audio in the file (frames / rate).
+    public var duration: Double { Double(frames) / Double(sampleRate) }
+    /// Where the data is written while the recording runs.
+    public var partialPath: String { path + ".part" }
+}
+
+/// What the capture device delivers, after negotiation.
+public struct DeviceFormat: Sendable, Equatable, Codable {
+    /// `int16`, `int32` or `float32`.
+    public var sampleFormat: String
+    public var sampleRate: Int
+    public var channels: Int
+
+    public init(sampleFormat: String, sampleRate: Int, channels: Int) {
+        self.sampleFormat = sampleFormat
+        self.sampleRate = sampleRate
+        self.channels = channels
+    }
+}
+
+/// The recorder's state, with the recording it concerns.
+public enum RecorderState: Sendable, Equatable {
+    /// Nothing prepared.
+    case idle
+    /// Device open and file created; waiting for `record()` or for the time `record(at:)` named.
+    case preparing(Recording)
+    case recording(Recording)
+    case paused(Recording)
+    /// Finalizing the file.
+    case stopping(Recording)
+    /// The file is complete at `recording.path`.
+    case finished(Recording)
+    /// The recording (if one had begun) ended with an error; whatever was captured is kept.
+    case failed(Recording?, RecorderError)
+
+    public enum Name: String, Sendable, Codable, CaseIterable {
+        case idle, preparing, recording, paused, stopping, finished, failed
+    }
+
+    public var name: Name {
+        switch self {
+        case .idle: .idle
+        case .preparing: .preparing
+        case .recording: .recording
+        case .paused: .paused
+        case .stopping: .stopping
+        case .finished: .finished
+        case .failed: .failed
+        }
+    }
+
+    public var recording: Recording? {
+        switch self {
+        case .idle: nil
+        case .preparing(let r), .recording(let r), .paused(let r), .stopping(let r), .finished(let r): r
+        case .failed(let r, _): r
+        }
+    }
+
+    public var error: RecorderError? {
+        if case .failed(_, let error) = self { return error }
+        return nil
+    }
+
+    /// Whether a recording is under way (a capture thread exists or is about to).
+    public var isActive: Bool {
+        switch name {
+        case .preparing, .recording, .paused, .stopping: true
+        case .idle, .finished, .failed: false
+        }
+    }
+}
+
+extension RecorderState: Codable {
+    private enum CodingKeys: String, CodingKey { case name, recording, error }
+
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(name, forKey: .name)
+        try container.encodeIfPresent(recording, forKey: .recording)
+        try container.encodeIfPresent(error, forKey: .error)
+    }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let name = try container.decode(Name.self, forKey: .name)
+        let recording = try container.decodeIfPresent(Recording.self, forKey: .recording)
+        let error = try container.decodeIfPresent(RecorderError.self, forKey: .error)
+        func required() throws -> Recording {
+            guard let recording else {
+                throw DecodingError.keyNotFound(CodingKeys.recording, .init(codingPath: decoder.codingPath,
+                    debugDescription: "state \(name.rawValue) needs a recording"))
+            }
+            return recording
+        }
+        switch name {
+        case .idle: self = .idle
+        case .preparing: self = .preparing(try required())
+        case .recording: self = .recording(try required())
+        case .paused: self = .paused(try required())
+        case .stopping: self = .stopping(try required())
+        case .finished: self = .finished(try required())
+        case .failed: self = .failed(recording, error ?? RecorderError(.unknown, "unknown failure"))
+        }
+    }
+}
+
+/// One channel's level over the last metering interval, as AVAudioRecorder's
+/// `averagePower(forChannel:)` and `peakPower(forChannel:)` report it.
+public struct ChannelLevel: Sendable, Equatable, Codable {
+    /// RMS power in dBFS, -160 (silence) ... 0 (full scale).
+    public var average: Float
+    /// Peak power in dBFS, -160 ... 0.
+    public var peak: Float
+
+    public init(average: Float, peak: Float) {
+        self.average = average
+        self.peak = peak
+    }
+
+    public static let silence = ChannelLevel(average: -160, peak: -160)
+}
+
+/// Levels per channel, plus how many samples reached full scale since the recording began.
+public struct Levels: Sendable, Equatable, Codable {
+    public var channels: [ChannelLevel]
+    public var clipCount: Int
+
+    public init(channels: [ChannelLevel], clipCount: Int) {
+        self.channels = channels
+        self.clipCount = clipCount
+    }
+
+    public static let none = Levels(channels: [], clipCount: 0)
+}
+
+/// How capture is going: overruns and what they cost.
+public struct CaptureStatistics: Sendable, Equatable, Codable {
+    /// Overruns and suspends recovered from.
+    public var xruns: Int
+    /// Frames the device dropped during those xruns (at least; measured as arecord does).
+    public var framesLost: Int64
+
+    public init(xruns: Int = 0, framesLost: Int64 = 0) {
+        self.xruns = xruns
+        self.framesLost = framesLost
+    }
+}

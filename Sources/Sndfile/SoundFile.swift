@@ -1,0 +1,201 @@
+import CSndfile
+import Glibc
+
+/// A libsndfile failure: its message, the file, and the errno text when the system was to blame.
+public struct SndfileError: Error, CustomStringConvertible, Sendable {
+    public let path: String
+    public let message: String
+    /// The errno at the time of the failure, if the failure was a system call's (ENOSPC, EACCES...).
+    public let errno: Int32?
+
+    public var description: String {
+        if let errno, errno != 0 { return "\(path): \(message) (\(String(cString: strerror(errno))))" }
+        return "\(path): \(message)"
+    }
+}
+
+/// A container + encoding pair in libsndfile's terms.
+public struct SoundFileFormat: Sendable, Equatable {
+    public enum Container: Sendable { case wav, rf64, flac, ogg, caf }
+    public enum Encoding: Sendable { case pcm16, pcm24, float32, vorbis, opus }
+    public var container: Container
+    public var encoding: Encoding
+
+    public init(container: Container, encoding: Encoding) {
+        self.container = container
+        self.encoding = encoding
+    }
+
+    var rawValue: Int32 {
+        let major: Int32 = switch container {
+        case .wav: Int32(SF_FORMAT_WAV)
+        case .rf64: Int32(SF_FORMAT_RF64)
+        case .flac: Int32(SF_FORMAT_FLAC)
+        case .ogg: Int32(SF_FORMAT_OGG)
+        case .caf: Int32(SF_FORMAT_CAF)
+        }
+        let minor: Int32 = switch encoding {
+        case .pcm16: Int32(SF_FORMAT_PCM_16)
+        case .pcm24: Int32(SF_FORMAT_PCM_24)
+        case .float32: Int32(SF_FORMAT_FLOAT)
+        case .vorbis: Int32(SF_FORMAT_VORBIS)
+        case .opus: Int32(SF_FORMAT_OPUS)
+        }
+        return major | minor
+    }
+
+    /// Whether libsndfile can write this combination at this rate and channel count.
+    public static func isWritable(_ format: SoundFileFormat, sampleRate: Int, channels: Int) -> Bool {
+        var info = SF_INFO(frames: 0, samplerate: Int32(sampleRate), channels: Int32(channels),
+                           format: format.rawValue, sections: 0, seekable: 0)
+        return sf_format_check(&info) == Int32(SF_TRUE)
+    }
+}
+
+/// Writes one audio file. Not thread-safe except `sync()`, which only touches the descriptor.
+public final class SoundFileWriter {
+    public let path: String
+    private let handle: OpaquePointer
+    private let fd: Int32
+    private var closed = false
+
+    /// Creates `path` (which must not exist) and opens it for writing.
+    ///
+    /// - Parameters:
+    ///   - compressionLevel: libsndfile's 0 (best quality, largest) ... 1 (smallest), for FLAC, Vorbis, Opus.
+    ///   - autoRF64: for `.rf64`, write a plain WAV unless the file grows past 4 GiB.
+    public init(path: String, format: SoundFileFormat, sampleRate: Int, channels: Int,
+                compressionLevel: Double? = nil) throws(SndfileError) {
+        self.path = path
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SndfileError(path: path, message: "cannot create file", errno: Glibc.errno) }
+        var info = SF_INFO(frames: 0, samplerate: Int32(sampleRate), channels: Int32(channels),
+                           format: format.rawValue, sections: 0, seekable: 0)
+        guard let handle = sf_open_fd(fd, Int32(SFM_WRITE), &info, Int32(SF_TRUE)) else {
+            let message = String(cString: sf_strerror(nil))
+            Glibc.close(fd)
+            unlink(path)
+            throw SndfileError(path: path, message: message, errno: nil)
+        }
+        self.handle = handle
+        self.fd = fd
+        if format.container == .rf64 {
+            sf_command(handle, Int32(SFC_RF64_AUTO_DOWNGRADE), nil, Int32(SF_TRUE))
+        }
+        // Float data converted to integer samples saturates instead of wrapping around.
+        sf_command(handle, Int32(SFC_SET_CLIPPING), nil, Int32(SF_TRUE))
+        if var level = compressionLevel {
+            guard sf_command(handle, Int32(SFC_SET_COMPRESSION_LEVEL), &level, Int32(MemoryLayout<Double>.size)) == Int32(SF_TRUE) else {
+                sf_close(handle)
+                unlink(path)
+                throw SndfileError(path: path, message: "the encoder refused compression level \(level)", errno: nil)
+            }
+        }
+    }
+
+    deinit { if !closed { sf_close(handle) } }
+
+    public func write(_ samples: UnsafePointer<Int16>, frames: Int) throws(SndfileError) {
+        try checkWritten(sf_writef_short(handle, samples, sf_count_t(frames)), frames)
+    }
+
+    public func write(_ samples: UnsafePointer<Int32>, frames: Int) throws(SndfileError) {
+        try checkWritten(sf_writef_int(handle, samples, sf_count_t(frames)), frames)
+    }
+
+    public func write(_ samples: UnsafePointer<Float>, frames: Int) throws(SndfileError) {
+        try checkWritten(sf_writef_float(handle, samples, sf_count_t(frames)), frames)
+    }
+
+    private func checkWritten(_ written: sf_count_t, _ frames: Int) throws(SndfileError) {
+        let savedErrno = Glibc.errno
+        guard written == sf_count_t(frames) else {
+            throw SndfileError(path: path, message: String(cString: sf_strerror(handle)), errno: savedErrno)
+        }
+    }
+
+    /// Rewrites the header (WAV/RF64/CAF sizes) so the file is playable up to here.
+    public func refreshHeader() {
+        sf_command(handle, Int32(SFC_UPDATE_HEADER_NOW), nil, 0)
+    }
+
+    /// Flushes written data to the disk. Safe to call from a thread other than the writer's.
+    public func sync() throws(SndfileError) {
+        if fsync(fd) != 0 { throw SndfileError(path: path, message: "fsync failed", errno: Glibc.errno) }
+    }
+
+    /// Finalizes the header, flushes and closes. The file is complete once this returns.
+    public func close() throws(SndfileError) {
+        guard !closed else { return }
+        closed = true
+        sf_write_sync(handle)
+        let syncResult = fsync(fd)
+        let syncErrno = Glibc.errno
+        let result = sf_close(handle)
+        if result != 0 {
+            throw SndfileError(path: path, message: String(cString: sf_error_number(result)), errno: nil)
+        }
+        if syncResult != 0 { throw SndfileError(path: path, message: "fsync failed", errno: syncErrno) }
+    }
+}
+
+/// What a finished file holds, as libsndfile reads it back.
+public struct SoundFileInfo: Sendable, Equatable {
+    public var frames: Int64
+    public var sampleRate: Int
+    public var channels: Int
+    /// libsndfile's major format name, e.g. "WAV (Microsoft)".
+    public var formatName: String
+
+    public var duration: Double { sampleRate > 0 ? Double(frames) / Double(sampleRate) : 0 }
+}
+
+/// Reads a sound file (for `recordings.info`, and for tests checking what was written).
+public final class SoundFileReader {
+    public let path: String
+    public let info: SoundFileInfo
+    private let handle: OpaquePointer
+
+    public init(path: String) throws(SndfileError) {
+        self.path = path
+        var sfInfo = SF_INFO()
+        guard let handle = sf_open(path, Int32(SFM_READ), &sfInfo) else {
+            throw SndfileError(path: path, message: String(cString: sf_strerror(nil)), errno: nil)
+        }
+        self.handle = handle
+        var formatInfo = SF_FORMAT_INFO(format: sfInfo.format & Int32(SF_FORMAT_TYPEMASK), name: nil, extension: nil)
+        sf_command(handle, Int32(SFC_GET_FORMAT_INFO), &formatInfo, Int32(MemoryLayout<SF_FORMAT_INFO>.size))
+        self.info = SoundFileInfo(
+            frames: Int64(sfInfo.frames), sampleRate: Int(sfInfo.samplerate), channels: Int(sfInfo.channels),
+            formatName: formatInfo.name.map { String(cString: $0) } ?? "unknown")
+    }
+
+    deinit { sf_close(handle) }
+
+    /// Reads every remaining frame as interleaved 32-bit integers (16-bit data lands in the top bits).
+    public func readAllInt32() -> [Int32] {
+        readAll { sf_readf_int(handle, $0, $1) }
+    }
+
+    /// Reads every remaining frame as interleaved 16-bit integers.
+    public func readAllInt16() -> [Int16] {
+        readAll { sf_readf_short(handle, $0, $1) }
+    }
+
+    /// Reads every remaining frame as interleaved floats in -1...1.
+    public func readAllFloat() -> [Float] {
+        readAll { sf_readf_float(handle, $0, $1) }
+    }
+
+    private func readAll<T: Numeric>(_ read: (UnsafeMutablePointer<T>, sf_count_t) -> sf_count_t) -> [T] {
+        let chunk = 4096
+        var samples: [T] = []
+        var buffer = [T](repeating: 0, count: chunk * info.channels)
+        while true {
+            let got = buffer.withUnsafeMutableBufferPointer { read($0.baseAddress!, sf_count_t(chunk)) }
+            if got <= 0 { break }
+            samples.append(contentsOf: buffer[0..<Int(got) * info.channels])
+        }
+        return samples
+    }
+}
