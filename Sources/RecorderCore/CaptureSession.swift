@@ -44,6 +44,7 @@ final class CaptureSession: @unchecked Sendable {
 
     // Shared with the timer and the control thread.
     let framesWritten = Atomic<Int64>(0)
+    let framesCaptured = Atomic<Int64>(0)
     let xruns = Atomic<Int>(0)
     let framesLost = Atomic<Int64>(0)
     /// Uptime (ns) of the last successful read: the watchdog's proof of progress.
@@ -189,6 +190,7 @@ final class CaptureSession: @unchecked Sendable {
                 let got = try pcm.read(into: buffer, frames: frames)
                 lastProgress.store(Self.uptime(), ordering: .relaxed)
                 if got == 0 { continue }
+                framesCaptured.add(Int64(got), ordering: .relaxed)
                 let written = try consume(frames: got)
                 sinceSync += Int64(written)
                 if sinceSync >= syncIntervalFrames {

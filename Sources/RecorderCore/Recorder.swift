@@ -26,11 +26,17 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public var periodTime: Double
     /// The device buffer, seconds: how long capture can stall before an overrun.
     public var bufferTime: Double
+    /// Capture at this rate whatever the file's rate, converting with soxr (nil: ask the
+    /// device for the file's rate, converting only if it cannot deliver it).
+    public var captureSampleRate: Int?
+    /// Capture this many channels whatever the file's count, mixing in software.
+    public var captureChannels: Int?
 
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
                 timeInterval: Double = 0.1, levelsInterval: Double = 0.05, meteringEnabled: Bool = true,
-                syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5) {
+                syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5,
+                captureSampleRate: Int? = nil, captureChannels: Int? = nil) {
         self.device = device
         self.recordingsDirectory = recordingsDirectory
         self.defaultSettings = defaultSettings
@@ -40,6 +46,8 @@ public struct RecorderConfiguration: Sendable, Equatable {
         self.syncInterval = syncInterval
         self.periodTime = periodTime
         self.bufferTime = bufferTime
+        self.captureSampleRate = captureSampleRate
+        self.captureChannels = captureChannels
     }
 }
 
@@ -248,7 +256,8 @@ public final class Recorder: @unchecked Sendable {
             pcm = try CapturePCM(name: configuration.device)
             pcmConfiguration = try pcm.configure(
                 sampleFormat: settings.preferredCaptureFormat,
-                sampleRate: settings.sampleRate, channels: settings.channels,
+                sampleRate: configuration.captureSampleRate ?? settings.sampleRate,
+                channels: configuration.captureChannels ?? settings.channels,
                 periodMicroseconds: Int(configuration.periodTime * 1_000_000),
                 bufferMicroseconds: Int(configuration.bufferTime * 1_000_000))
         } catch {
@@ -452,7 +461,8 @@ public final class Recorder: @unchecked Sendable {
     private func publishTime(of session: CaptureSession, rate: Int) {
         currentTime.send(Double(session.framesWritten.load(ordering: .relaxed)) / Double(rate))
         statistics.send(CaptureStatistics(xruns: session.xruns.load(ordering: .relaxed),
-                                          framesLost: session.framesLost.load(ordering: .relaxed)))
+                                          framesLost: session.framesLost.load(ordering: .relaxed),
+                                          framesCaptured: session.framesCaptured.load(ordering: .relaxed)))
     }
 
     // MARK: Helpers

@@ -189,9 +189,12 @@ public struct CaptureStatistics: Sendable, Equatable, Codable {
     public var xruns: Int
     /// Frames the device dropped during those xruns (at least; measured as arecord does).
     public var framesLost: Int64
+    /// Frames read from the device (at the device's rate) in this recording.
+    public var framesCaptured: Int64
 
-    public init(xruns: Int = 0, framesLost: Int64 = 0) {
+    public init(xruns: Int = 0, framesLost: Int64 = 0, framesCaptured: Int64 = 0) {
         self.xruns = xruns
         self.framesLost = framesLost
+        self.framesCaptured = framesCaptured
     }
 }

@@ -58,6 +58,9 @@ public final class SoundFileWriter {
     private let handle: OpaquePointer
     private let fd: Int32
     private var closed = false
+    /// WAV, RF64 and CAF carry sizes in a header that can be rewritten mid-file; Ogg and FLAC
+    /// streams cannot (libsndfile corrupts an Ogg stream if asked to).
+    private let hasRewritableHeader: Bool
 
     /// Creates `path` (which must not exist) and opens it for writing.
     ///
@@ -71,7 +74,8 @@ public final class SoundFileWriter {
         guard fd >= 0 else { throw SndfileError(path: path, message: "cannot create file", errno: Glibc.errno) }
         var info = SF_INFO(frames: 0, samplerate: Int32(sampleRate), channels: Int32(channels),
                            format: format.rawValue, sections: 0, seekable: 0)
-        guard let handle = sf_open_fd(fd, Int32(SFM_WRITE), &info, Int32(SF_TRUE)) else {
+        // We keep the descriptor (close_desc false) to fsync after sf_close wrote the final header.
+        guard let handle = sf_open_fd(fd, Int32(SFM_WRITE), &info, Int32(SF_FALSE)) else {
             let message = String(cString: sf_strerror(nil))
             Glibc.close(fd)
             unlink(path)
@@ -79,6 +83,7 @@ public final class SoundFileWriter {
         }
         self.handle = handle
         self.fd = fd
+        self.hasRewritableHeader = [.wav, .rf64, .caf].contains(format.container)
         if format.container == .rf64 {
             sf_command(handle, Int32(SFC_RF64_AUTO_DOWNGRADE), nil, Int32(SF_TRUE))
         }
@@ -87,13 +92,19 @@ public final class SoundFileWriter {
         if var level = compressionLevel {
             guard sf_command(handle, Int32(SFC_SET_COMPRESSION_LEVEL), &level, Int32(MemoryLayout<Double>.size)) == Int32(SF_TRUE) else {
                 sf_close(handle)
+                Glibc.close(fd)
                 unlink(path)
                 throw SndfileError(path: path, message: "the encoder refused compression level \(level)", errno: nil)
             }
         }
     }
 
-    deinit { if !closed { sf_close(handle) } }
+    deinit {
+        if !closed {
+            sf_close(handle)
+            Glibc.close(fd)
+        }
+    }
 
     public func write(_ samples: UnsafePointer<Int16>, frames: Int) throws(SndfileError) {
         try checkWritten(sf_writef_short(handle, samples, sf_count_t(frames)), frames)
@@ -115,7 +126,9 @@ public final class SoundFileWriter {
     }
 
     /// Rewrites the header (WAV/RF64/CAF sizes) so the file is playable up to here.
+    /// Streams (FLAC, Ogg) need no header update and get none.
     public func refreshHeader() {
+        guard hasRewritableHeader else { return }
         sf_command(handle, Int32(SFC_UPDATE_HEADER_NOW), nil, 0)
     }
 
@@ -128,10 +141,10 @@ public final class SoundFileWriter {
     public func close() throws(SndfileError) {
         guard !closed else { return }
         closed = true
-        sf_write_sync(handle)
+        let result = sf_close(handle)
         let syncResult = fsync(fd)
         let syncErrno = Glibc.errno
-        let result = sf_close(handle)
+        Glibc.close(fd)
         if result != 0 {
             throw SndfileError(path: path, message: String(cString: sf_error_number(result)), errno: nil)
         }
