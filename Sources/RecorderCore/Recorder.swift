@@ -239,10 +239,8 @@ public final class Recorder: @unchecked Sendable {
         try settings.validate()
         if let name { try RecordingName.validate(name) }
         let directory = configuration.recordingsDirectory
-        do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        } catch {
-            throw fail(RecorderError(.failedToBegin, "cannot create recordings directory \(directory): \(Self.reason(error))"))
+        if let errnoValue = Self.makeDirectory(directory) {
+            throw fail(RecorderError(.failedToBegin, "cannot create recordings directory \(directory): \(Self.reason(errnoValue))"))
         }
         let name = if let name { name } else { uniqueDefaultName(in: directory, fileExtension: settings.format.fileExtension) }
         let path = "\(directory)/\(name).\(settings.format.fileExtension)"
@@ -493,10 +491,18 @@ public final class Recorder: @unchecked Sendable {
 
     static func reason(_ errnoValue: Int32) -> String { String(cString: strerror(errnoValue)) }
 
-    static func reason(_ error: any Error) -> String {
-        if let posix = (error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError, posix.domain == NSPOSIXErrorDomain {
-            return reason(Int32(posix.code))
+    /// `mkdir -p`; returns the errno of the step that failed, nil on success.
+    static func makeDirectory(_ path: String) -> Int32? {
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, 0o755) != 0 {
+                let error = errno
+                var info = stat()
+                guard error == EEXIST, stat(prefix, &info) == 0 else { return error }
+                guard info.st_mode & S_IFMT == S_IFDIR else { return ENOTDIR }
+            }
         }
-        return (error as NSError).localizedDescription
+        return nil
     }
 }
