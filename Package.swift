@@ -55,14 +55,16 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "TOMLKit", package: "TOMLKit"),
         ]),
-        // The client needs no event loop: one line out, one line in.
+        // A blocking client of the protocol (plain sockets, no event loop): one line out, one
+        // line in. Used by recctl, the end-to-end tests and the benchmark.
+        .target(name: "RecdClient", dependencies: ["RecdProtocol"]),
         .executableTarget(name: "recctl", dependencies: [
-            "RecdProtocol",
+            "RecdClient", "RecdProtocol",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
         .testTarget(name: "RecorderCoreTests", dependencies: ["RecorderCore", "ALSA", "Sndfile"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["RecdProtocol", "Sndfile"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["RecdClient", "RecdProtocol", "Sndfile"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,190 @@
+import Foundation
+import Glibc
+import RecdProtocol
+
+/// Why a call to recd did not return a result.
+public enum ClientError: Error, CustomStringConvertible, Sendable {
+    /// No daemon listens at the path (or the socket cannot be reached).
+    case cannotConnect(path: String, reason: String)
+    /// The daemon answered with a JSON-RPC error.
+    case rpc(RPCError)
+    /// The connection closed before the answer arrived.
+    case closed
+    /// Nothing arrived in time.
+    case timedOut
+    /// The answer was not what the protocol says.
+    case malformed(String)
+
+    public var description: String {
+        switch self {
+        case .cannotConnect(let path, let reason): "cannot connect to recd at \(path): \(reason)"
+        case .rpc(let error): error.message
+        case .closed: "recd closed the connection"
+        case .timedOut: "recd did not answer in time"
+        case .malformed(let detail): "unexpected answer from recd: \(detail)"
+        }
+    }
+}
+
+/// A blocking connection to recd's socket: write a request line, read lines until its answer.
+/// Notifications that arrive meanwhile are kept for `nextNotification`.
+public final class RecdConnection {
+    public let path: String
+    private let fd: Int32
+    private var buffer: [UInt8] = []
+    private var nextID: Int64 = 1
+    private var notifications: [ChangedNotification.Params] = []
+    private let encoder = WireCoding.encoder()
+    private let decoder = WireCoding.decoder()
+
+    /// Connects to `path`.
+    public init(path: String) throws(ClientError) {
+        self.path = path
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw .cannotConnect(path: path, reason: String(cString: strerror(errno))) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(fd)
+            throw .cannotConnect(path: path, reason: "path too long for a Unix socket")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard result == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw .cannotConnect(path: path, reason: reason)
+        }
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
+
+    /// Calls `method` and decodes its result.
+    public func call<Result: Decodable>(_ method: RecdProtocol.Method, _ params: (some Encodable & Sendable)? = Empty?.none,
+                                        as type: Result.Type = Result.self, timeout: Double? = 30) throws(ClientError) -> Result {
+        let id = RPCID.number(nextID)
+        nextID += 1
+        let data: Data
+        do { data = try encoder.encode(Request(id: id, method: method, params: params)) } catch {
+            throw .malformed("cannot encode request: \(error)")
+        }
+        try send(line: data)
+        let deadline = timeout.map { Date().addingTimeInterval($0) }
+        while true {
+            let line = try readLine(deadline: deadline)
+            guard let envelope = try? decoder.decode(ResponseEnvelope.self, from: line) else {
+                throw .malformed(String(decoding: line, as: UTF8.self))
+            }
+            if envelope.method == ChangedNotification.method {
+                if let notification = try? decoder.decode(ChangedNotification.self, from: line) {
+                    notifications.append(notification.params)
+                }
+                continue
+            }
+            guard envelope.id == id || envelope.id == nil else { continue }
+            if let error = envelope.error { throw .rpc(error) }
+            do {
+                return try decoder.decode(Response<ResultBox<Result>>.self, from: line).result.value
+            } catch {
+                throw .malformed("\(error)")
+            }
+        }
+    }
+
+    /// The next `changed` notification (waiting up to `timeout` seconds; nil waits forever).
+    public func nextNotification(timeout: Double? = nil) throws(ClientError) -> ChangedNotification.Params {
+        if !notifications.isEmpty { return notifications.removeFirst() }
+        let deadline = timeout.map { Date().addingTimeInterval($0) }
+        while true {
+            let line = try readLine(deadline: deadline)
+            if let notification = try? decoder.decode(ChangedNotification.self, from: line) {
+                return notification.params
+            }
+        }
+    }
+
+    /// Writes bytes as they are (tests use this to send malformed input).
+    public func send(raw: [UInt8]) throws(ClientError) {
+        var offset = 0
+        while offset < raw.count {
+            let written = raw[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw .closed
+            }
+            offset += written
+        }
+    }
+
+    /// Reads one line (without its `\n`) as bytes.
+    public func readLine(timeout: Double?) throws(ClientError) -> Data {
+        try readLine(deadline: timeout.map { Date().addingTimeInterval($0) })
+    }
+
+    /// Half-closes the connection: the daemon sees end of input.
+    public func shutdownWriting() { shutdown(fd, Int32(SHUT_WR)) }
+
+    private func send(line: Data) throws(ClientError) {
+        var bytes = [UInt8](line)
+        bytes.append(UInt8(ascii: "\n"))
+        try send(raw: bytes)
+    }
+
+    private func readLine(deadline: Date?) throws(ClientError) -> Data {
+        while true {
+            if let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = Data(buffer[..<newline])
+                buffer.removeSubrange(...newline)
+                return line
+            }
+            if let deadline {
+                let remaining = deadline.timeIntervalSinceNow
+                if remaining <= 0 { throw .timedOut }
+                var pollfd = Glibc.pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                let ready = poll(&pollfd, 1, Int32(min(remaining * 1000, 60_000)) + 1)
+                if ready == 0 { continue }
+                if ready < 0 && errno != EINTR { throw .closed }
+            }
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR || errno == EAGAIN { continue }
+                throw .closed
+            }
+            if count == 0 { throw .closed }
+            buffer.append(contentsOf: chunk[..<count])
+        }
+    }
+
+    /// Where recd listens: `RECD_SOCKET`, else the user socket when one exists, else the system one.
+    public static func defaultSocketPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let path = environment["RECD_SOCKET"], !path.isEmpty { return path }
+        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+            let user = runtime + "/recd/recd.sock"
+            if FileManager.default.fileExists(atPath: user) { return user }
+        }
+        return "/run/recd/recd.sock"
+    }
+}
+
+/// Enough of any incoming line to tell a response from a notification.
+private struct ResponseEnvelope: Decodable {
+    var id: RPCID?
+    var method: String?
+    var error: RPCError?
+}
+
+/// Decodes a result that may be any Decodable (Response needs Codable & Sendable).
+private struct ResultBox<Value: Decodable>: Codable, @unchecked Sendable {
+    // @unchecked: only ever created and read on the calling thread.
+    var value: Value
+    init(from decoder: Decoder) throws { value = try Value(from: decoder) }
+    func encode(to encoder: Encoder) throws {}
+}

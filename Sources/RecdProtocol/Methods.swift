@@ -1,0 +1,378 @@
+import Foundation
+@_exported import RecorderModel
+
+/// Every method recd answers.
+public enum Method: String, Sendable, CaseIterable, Codable {
+    case status
+    case start, pause, resume, stop, cancel
+    case subscribe, unsubscribe
+    case recordingsList = "recordings.list"
+    case recordingsInfo = "recordings.info"
+    case recordingsDelete = "recordings.delete"
+    case recordingsRename = "recordings.rename"
+    case devicesList = "devices.list"
+    case version
+
+    /// What the caller must be allowed to do. Everyone who can connect may observe.
+    public var permission: Permission {
+        switch self {
+        case .start, .pause, .resume, .stop, .cancel, .recordingsDelete, .recordingsRename: .control
+        case .status, .subscribe, .unsubscribe, .recordingsList, .recordingsInfo, .devicesList, .version: .observe
+        }
+    }
+
+    /// The params members the method accepts; anything else is `invalidParams`.
+    public var parameterNames: Set<String> {
+        switch self {
+        case .start: StartParams.names
+        case .subscribe: SubscribeParams.names
+        case .unsubscribe: ["subscription"]
+        case .recordingsInfo, .recordingsDelete: ["name"]
+        case .recordingsRename: ["from", "to"]
+        case .status, .pause, .resume, .stop, .cancel, .recordingsList, .devicesList, .version: []
+        }
+    }
+}
+
+public enum Permission: String, Sendable, Codable {
+    /// status, subscribe, list, info, devices, version.
+    case observe
+    /// start, pause, resume, stop, cancel, delete, rename.
+    case control
+}
+
+/// No params / an empty result.
+public struct Empty: Codable, Sendable, Equatable {
+    public init() {}
+}
+
+// MARK: Params
+
+/// `start`: every member optional; unset settings come from the daemon's configuration.
+public struct StartParams: Codable, Sendable, Equatable {
+    public var name: String?
+    public var format: AudioFileFormat?
+    public var sampleRate: Int?
+    public var channels: Int?
+    public var bitDepth: Int?
+    public var quality: RecordingQuality?
+    public var bitRate: Int?
+    /// Seconds; the file will hold exactly `round(duration × rate)` frames.
+    public var duration: Double?
+    /// RFC 3339 wall-clock time to start at.
+    public var at: Date?
+
+    static let names: Set<String> = ["name", "format", "sampleRate", "channels", "bitDepth", "quality", "bitRate", "duration", "at"]
+
+    public init(name: String? = nil, format: AudioFileFormat? = nil, sampleRate: Int? = nil, channels: Int? = nil,
+                bitDepth: Int? = nil, quality: RecordingQuality? = nil, bitRate: Int? = nil, duration: Double? = nil,
+                at: Date? = nil) {
+        self.name = name
+        self.format = format
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.bitDepth = bitDepth
+        self.quality = quality
+        self.bitRate = bitRate
+        self.duration = duration
+        self.at = at
+    }
+
+    /// The settings to record with: these params over the daemon's defaults.
+    public func settings(over defaults: RecordingSettings) -> RecordingSettings {
+        var settings = defaults
+        if let format, format != defaults.format {
+            // Another format: the default bit depth and bitrate may not apply to it.
+            settings = RecordingSettings(format: format, sampleRate: defaults.sampleRate, channels: defaults.channels,
+                                         bitDepth: format.bitDepths.contains(defaults.bitDepth ?? 16) ? defaults.bitDepth : nil,
+                                         quality: defaults.quality, bitRate: format == .opus ? defaults.bitRate : nil)
+        }
+        if let sampleRate { settings.sampleRate = sampleRate }
+        if let channels { settings.channels = channels }
+        if let bitDepth { settings.bitDepth = bitDepth }
+        if let quality { settings.quality = quality }
+        if let bitRate { settings.bitRate = bitRate }
+        return settings
+    }
+}
+
+/// The topics a subscription can follow.
+public enum Topic: String, Sendable, Codable, CaseIterable, Comparable {
+    case state, currentTime, error, levels, recording
+
+    /// Discrete topics deliver every change in order; continuous ones at most once per interval.
+    public var isContinuous: Bool { self == .currentTime || self == .levels }
+
+    public static func < (lhs: Topic, rhs: Topic) -> Bool {
+        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+    }
+}
+
+public struct SubscribeParams: Codable, Sendable, Equatable {
+    /// Default: every topic.
+    public var topics: [Topic]?
+    /// Seconds between currentTime/levels notifications at most (default 0.1, minimum 0.01).
+    public var interval: Double?
+
+    static let names: Set<String> = ["topics", "interval"]
+    public static let defaultInterval = 0.1
+    public static let minimumInterval = 0.01
+
+    public init(topics: [Topic]? = nil, interval: Double? = nil) {
+        self.topics = topics
+        self.interval = interval
+    }
+}
+
+public struct UnsubscribeParams: Codable, Sendable, Equatable {
+    public var subscription: String
+    public init(subscription: String) { self.subscription = subscription }
+}
+
+/// `recordings.info` and `recordings.delete`: a file name (`meeting.flac`) or, when only one
+/// file has it, a name without extension (`meeting`).
+public struct RecordingNameParams: Codable, Sendable, Equatable {
+    public var name: String
+    public init(name: String) { self.name = name }
+}
+
+public struct RenameParams: Codable, Sendable, Equatable {
+    public var from: String
+    /// The new name, without extension: the file keeps its format.
+    public var to: String
+    public init(from: String, to: String) {
+        self.from = from
+        self.to = to
+    }
+}
+
+// MARK: Results
+
+/// `status`: everything a status bar or `recctl status` shows.
+public struct StatusResult: Codable, Sendable, Equatable {
+    public var state: RecorderState
+    public var currentTime: Double
+    public var error: RecorderError?
+    public var levels: Levels
+    public var recording: Recording?
+    /// The capture device recordings use.
+    public var device: String
+    public var statistics: CaptureStatistics
+    /// The settings a `start` without params records with.
+    public var settings: RecordingSettings
+    public var recordingsDirectory: String
+
+    public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
+                device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String) {
+        self.state = state
+        self.currentTime = currentTime
+        self.error = error
+        self.levels = levels
+        self.recording = recording
+        self.device = device
+        self.statistics = statistics
+        self.settings = settings
+        self.recordingsDirectory = recordingsDirectory
+    }
+}
+
+/// `pause`, `resume`, `cancel`: the state afterwards.
+public struct StateResult: Codable, Sendable, Equatable {
+    public var state: RecorderState
+    public init(state: RecorderState) { self.state = state }
+}
+
+public struct SubscribeResult: Codable, Sendable {
+    public var subscription: String
+    public var topics: [Topic]
+    public var interval: Double
+    /// Every subscribed topic's current value, with the `seq` it had.
+    public var snapshot: [TopicUpdate]
+
+    public init(subscription: String, topics: [Topic], interval: Double, snapshot: [TopicUpdate]) {
+        self.subscription = subscription
+        self.topics = topics
+        self.interval = interval
+        self.snapshot = snapshot
+    }
+}
+
+public struct UnsubscribeResult: Codable, Sendable, Equatable {
+    public var subscription: String
+    public init(subscription: String) { self.subscription = subscription }
+}
+
+/// A finished file in the recordings directory.
+public struct RecordingFile: Codable, Sendable, Equatable {
+    /// Without extension.
+    public var name: String
+    /// With extension: what `recordings.*` methods accept unambiguously.
+    public var file: String
+    public var path: String
+    public var format: AudioFileFormat
+    public var duration: Double
+    public var frames: Int64
+    public var sampleRate: Int
+    public var channels: Int
+    /// Bytes.
+    public var size: Int64
+    public var modified: Date
+
+    public init(name: String, file: String, path: String, format: AudioFileFormat, duration: Double, frames: Int64,
+                sampleRate: Int, channels: Int, size: Int64, modified: Date) {
+        self.name = name
+        self.file = file
+        self.path = path
+        self.format = format
+        self.duration = duration
+        self.frames = frames
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.size = size
+        self.modified = modified
+    }
+}
+
+public struct RecordingsListResult: Codable, Sendable, Equatable {
+    public var recordings: [RecordingFile]
+    public init(recordings: [RecordingFile]) { self.recordings = recordings }
+}
+
+public struct DeleteResult: Codable, Sendable, Equatable {
+    public var deleted: String
+    public init(deleted: String) { self.deleted = deleted }
+}
+
+public struct DeviceInfo: Codable, Sendable, Equatable {
+    public var name: String
+    public var description: String?
+    /// "Input", or nil for PCMs that do both.
+    public var direction: String?
+
+    public init(name: String, description: String?, direction: String?) {
+        self.name = name
+        self.description = description
+        self.direction = direction
+    }
+}
+
+public struct DevicesResult: Codable, Sendable, Equatable {
+    /// The device recordings use now.
+    public var current: String
+    public var devices: [DeviceInfo]
+    public init(current: String, devices: [DeviceInfo]) {
+        self.current = current
+        self.devices = devices
+    }
+}
+
+public struct VersionResult: Codable, Sendable, Equatable {
+    public var version: String
+    public var protocolRevision: Int
+    public init(version: String, protocolRevision: Int) {
+        self.version = version
+        self.protocolRevision = protocolRevision
+    }
+}
+
+// MARK: Notifications
+
+/// One topic's value, as in a snapshot or a `changed` notification.
+public enum TopicValue: Sendable, Equatable {
+    case state(RecorderState)
+    case currentTime(Double)
+    case error(RecorderError?)
+    case levels(Levels)
+    case recording(Recording?)
+
+    public var topic: Topic {
+        switch self {
+        case .state: .state
+        case .currentTime: .currentTime
+        case .error: .error
+        case .levels: .levels
+        case .recording: .recording
+        }
+    }
+}
+
+/// A topic's value with its sequence number and the time it was published.
+public struct TopicUpdate: Codable, Sendable, Equatable {
+    public var topic: Topic
+    public var value: TopicValue
+    /// Counts the topic's publications since the daemon started: a discrete topic's
+    /// notifications on one subscription are consecutive.
+    public var seq: UInt64
+    /// Seconds since 1970 when the recorder published the value.
+    public var timestamp: Double
+
+    public init(value: TopicValue, seq: UInt64, timestamp: Double) {
+        self.topic = value.topic
+        self.value = value
+        self.seq = seq
+        self.timestamp = timestamp
+    }
+
+    private enum CodingKeys: String, CodingKey { case topic, value, seq, timestamp }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        topic = try container.decode(Topic.self, forKey: .topic)
+        seq = try container.decode(UInt64.self, forKey: .seq)
+        timestamp = try container.decode(Double.self, forKey: .timestamp)
+        switch topic {
+        case .state: value = .state(try container.decode(RecorderState.self, forKey: .value))
+        case .currentTime: value = .currentTime(try container.decode(Double.self, forKey: .value))
+        case .error: value = .error(try container.decodeIfPresent(RecorderError.self, forKey: .value))
+        case .levels: value = .levels(try container.decode(Levels.self, forKey: .value))
+        case .recording: value = .recording(try container.decodeIfPresent(Recording.self, forKey: .value))
+        }
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(topic, forKey: .topic)
+        try container.encode(seq, forKey: .seq)
+        try container.encode(timestamp, forKey: .timestamp)
+        switch value {
+        case .state(let state): try container.encode(state, forKey: .value)
+        case .currentTime(let time): try container.encode(time, forKey: .value)
+        case .error(let error): try container.encode(error, forKey: .value)
+        case .levels(let levels): try container.encode(levels, forKey: .value)
+        case .recording(let recording): try container.encode(recording, forKey: .value)
+        }
+    }
+}
+
+/// `{"jsonrpc":"2.0","method":"changed","params":{"subscription":…,"topic":…,"value":…,"seq":…,"timestamp":…}}`
+public struct ChangedNotification: Codable, Sendable {
+    public static let method = "changed"
+    public var jsonrpc = JSONRPC.version
+    public var method = ChangedNotification.method
+    public var params: Params
+
+    public struct Params: Codable, Sendable {
+        public var subscription: String
+        public var topic: Topic
+        public var value: TopicValue
+        public var seq: UInt64
+        public var timestamp: Double
+
+        private enum CodingKeys: String, CodingKey { case subscription }
+
+        public init(from decoder: Decoder) throws {
+            let update = try TopicUpdate(from: decoder)
+            subscription = try decoder.container(keyedBy: CodingKeys.self).decode(String.self, forKey: .subscription)
+            topic = update.topic
+            value = update.value
+            seq = update.seq
+            timestamp = update.timestamp
+        }
+
+        public func encode(to encoder: Encoder) throws {
+            try TopicUpdate(value: value, seq: seq, timestamp: timestamp).encode(to: encoder)
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(subscription, forKey: .subscription)
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import Glibc
+import RecdProtocol
+
+/// Who is on the other end of a connection, from SO_PEERCRED (the kernel's word, not the client's).
+public struct PeerCredentials: Sendable, Equatable {
+    public var pid: pid_t
+    public var uid: uid_t
+    public var gid: gid_t
+
+    public init(pid: pid_t, uid: uid_t, gid: gid_t) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+}
+
+/// Decides what a peer may do: everyone who can connect may observe; control needs root, the
+/// daemon's own uid, a listed uid, or membership (primary or supplementary) of a listed group.
+public struct AccessPolicy: Sendable, Equatable {
+    public var controlUIDs: Set<uid_t>
+    public var controlGIDs: Set<gid_t>
+    public var daemonUID: uid_t
+
+    public init(controlUIDs: Set<uid_t> = [], controlGIDs: Set<gid_t> = [], daemonUID: uid_t = getuid()) {
+        self.controlUIDs = controlUIDs
+        self.controlGIDs = controlGIDs
+        self.daemonUID = daemonUID
+    }
+
+    public func permissions(of peer: PeerCredentials) -> Set<Permission> {
+        if peer.uid == 0 || peer.uid == daemonUID || controlUIDs.contains(peer.uid) { return [.observe, .control] }
+        if !controlGIDs.isEmpty, !controlGIDs.isDisjoint(with: Self.groups(of: peer)) { return [.observe, .control] }
+        return [.observe]
+    }
+
+    /// The peer's primary group and the supplementary groups its user is listed in.
+    static func groups(of peer: PeerCredentials) -> Set<gid_t> {
+        var groups: Set<gid_t> = [peer.gid]
+        guard let passwd = getpwuid(peer.uid), let name = passwd.pointee.pw_name else { return groups }
+        var count: Int32 = 64
+        var list = [gid_t](repeating: 0, count: Int(count))
+        if getgrouplist(name, peer.gid, &list, &count) < 0 {
+            list = [gid_t](repeating: 0, count: Int(count))
+            _ = getgrouplist(name, peer.gid, &list, &count)
+        }
+        groups.formUnion(list.prefix(Int(max(0, count))))
+        return groups
+    }
+
+    /// Resolves user names or numeric uids; unknown names are reported, not ignored.
+    public static func uids(_ names: [String]) throws(AccessPolicyError) -> Set<uid_t> {
+        var result: Set<uid_t> = []
+        for name in names {
+            if let uid = uid_t(name) { result.insert(uid); continue }
+            guard let passwd = getpwnam(name) else { throw .unknownUser(name) }
+            result.insert(passwd.pointee.pw_uid)
+        }
+        return result
+    }
+
+    /// Resolves group names or numeric gids.
+    public static func gids(_ names: [String]) throws(AccessPolicyError) -> Set<gid_t> {
+        var result: Set<gid_t> = []
+        for name in names {
+            if let gid = gid_t(name) { result.insert(gid); continue }
+            guard let group = getgrnam(name) else { throw .unknownGroup(name) }
+            result.insert(group.pointee.gr_gid)
+        }
+        return result
+    }
+}
+
+public enum AccessPolicyError: Error, CustomStringConvertible, Equatable {
+    case unknownUser(String)
+    case unknownGroup(String)
+
+    public var description: String {
+        switch self {
+        case .unknownUser(let name): "no user named '\(name)'"
+        case .unknownGroup(let name): "no group named '\(name)'"
+        }
+    }
+}
