@@ -156,6 +156,16 @@ public struct ErrorResponse: Codable, Sendable {
         self.id = id
         self.error = error
     }
+
+    private enum CodingKeys: String, CodingKey { case jsonrpc, id, error }
+
+    /// `id` is written as null when the request's id could not be read, as JSON-RPC requires.
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(jsonrpc, forKey: .jsonrpc)
+        try container.encode(id, forKey: .id)
+        try container.encode(error, forKey: .error)
+    }
 }
 
 /// Any JSON value, for params before they are checked and for generic inspection.

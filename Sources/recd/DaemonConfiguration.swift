@@ -1,0 +1,288 @@
+import Foundation
+import Logging
+import RecorderCore
+import RecorderModel
+import TOMLKit
+
+/// Everything recd can be configured with: defaults for the mode, then the TOML file, then
+/// command-line options. etc/recd.toml documents every key.
+struct DaemonConfiguration: Equatable, Sendable {
+    enum Mode: String, Sendable { case system, user }
+
+    var device = "default"
+    var recordingsDirectory: String
+    var socketPath: String
+    var logLevel: Logger.Level = .info
+    var recording = RecordingSettings()
+
+    var periodTime = 0.01
+    var bufferTime = 0.5
+    var syncInterval = 1.0
+    var captureSampleRate: Int?
+    var captureChannels: Int?
+
+    var meteringEnabled = true
+    var levelsInterval = 0.05
+    var timeInterval = 0.1
+
+    var maxClients = 64
+    var clientQueueLimit = 1024
+    var socketMode: mode_t = 0o660
+    var socketGroup = ""
+    var controlUsers: [String] = []
+    var controlGroups: [String] = []
+
+    /// The defaults for a mode: FHS paths for the system instance, XDG paths for a user's.
+    static func defaults(for mode: Mode, environment: [String: String]) -> DaemonConfiguration {
+        switch mode {
+        case .system:
+            return DaemonConfiguration(recordingsDirectory: "/var/lib/recd/recordings", socketPath: "/run/recd/recd.sock")
+        case .user:
+            let home = environment["HOME"] ?? NSHomeDirectory()
+            let data = environment["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/share"
+            let runtime = environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp/recd-\(getuid())"
+            return DaemonConfiguration(recordingsDirectory: data + "/recd/recordings", socketPath: runtime + "/recd/recd.sock")
+        }
+    }
+
+    static func defaultConfigPath(for mode: Mode, environment: [String: String]) -> String {
+        switch mode {
+        case .system: return "/etc/recd/recd.toml"
+        case .user:
+            let home = environment["HOME"] ?? NSHomeDirectory()
+            let config = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
+            return config + "/recd/recd.toml"
+        }
+    }
+
+    var recorderConfiguration: RecorderConfiguration {
+        RecorderConfiguration(device: device, recordingsDirectory: recordingsDirectory, defaultSettings: recording,
+                              timeInterval: timeInterval, levelsInterval: levelsInterval, meteringEnabled: meteringEnabled,
+                              syncInterval: syncInterval, periodTime: periodTime, bufferTime: bufferTime,
+                              captureSampleRate: captureSampleRate, captureChannels: captureChannels)
+    }
+
+    // MARK: The TOML file
+
+    /// Applies the keys in `text` (read from `file`) over the current values.
+    mutating func apply(toml text: String, file: String) throws(ConfigurationError) {
+        let table: TOMLTable
+        do {
+            table = try TOMLTable(string: text)
+        } catch let error as TOMLParseError {
+            throw ConfigurationError(file: file, line: error.source.begin.line, key: nil, message: error.description)
+        } catch {
+            throw ConfigurationError(file: file, line: nil, key: nil, message: "\(error)")
+        }
+        let reader = KeyReader(table: table, text: text, file: file)
+        try reader.read("device") { (value: String) in device = value }
+        try reader.read("recordings_dir") { (value: String) throws(ConfigurationError) in
+            guard value.hasPrefix("/") else { throw reader.invalid("recordings_dir", "must be an absolute path") }
+            recordingsDirectory = value
+        }
+        try reader.read("socket") { (value: String) throws(ConfigurationError) in
+            guard value.hasPrefix("/") else { throw reader.invalid("socket", "must be an absolute path") }
+            socketPath = value
+        }
+        try reader.read("log_level") { (value: String) throws(ConfigurationError) in
+            guard let level = Logger.Level(rawValue: value) else {
+                throw reader.invalid("log_level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            logLevel = level
+        }
+
+        var settings = recording
+        try reader.read("recording.format") { (value: String) throws(ConfigurationError) in
+            guard let format = AudioFileFormat(rawValue: value) else {
+                throw reader.invalid("recording.format", "must be one of \(AudioFileFormat.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            settings.format = format
+        }
+        try reader.read("recording.sample_rate") { (value: Int) in settings.sampleRate = value }
+        try reader.read("recording.channels") { (value: Int) in settings.channels = value }
+        try reader.read("recording.bit_depth") { (value: Int) in settings.bitDepth = value }
+        try reader.read("recording.quality") { (value: String) throws(ConfigurationError) in
+            guard let quality = RecordingQuality(rawValue: value) else {
+                throw reader.invalid("recording.quality", "must be one of \(RecordingQuality.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            settings.quality = quality
+        }
+        try reader.read("recording.bit_rate") { (value: Int) in settings.bitRate = value }
+        do {
+            try settings.validate()
+        } catch {
+            throw ConfigurationError(file: file, line: reader.line(of: "recording"), key: "recording", message: error.message)
+        }
+        recording = settings
+
+        try reader.read("capture.period_time") { (value: Double) throws(ConfigurationError) in
+            guard (0.001...1).contains(value) else { throw reader.invalid("capture.period_time", "must be between 0.001 and 1 second") }
+            periodTime = value
+        }
+        try reader.read("capture.buffer_time") { (value: Double) throws(ConfigurationError) in
+            guard (0.01...10).contains(value) else { throw reader.invalid("capture.buffer_time", "must be between 0.01 and 10 seconds") }
+            bufferTime = value
+        }
+        try reader.read("capture.sync_interval") { (value: Double) throws(ConfigurationError) in
+            guard (0.01...3600).contains(value) else { throw reader.invalid("capture.sync_interval", "must be between 0.01 and 3600 seconds") }
+            syncInterval = value
+        }
+        try reader.read("capture.sample_rate") { (value: Int) throws(ConfigurationError) in
+            guard (1000...768_000).contains(value) else { throw reader.invalid("capture.sample_rate", "must be between 1000 and 768000 Hz") }
+            captureSampleRate = value
+        }
+        try reader.read("capture.channels") { (value: Int) throws(ConfigurationError) in
+            guard (1...32).contains(value) else { throw reader.invalid("capture.channels", "must be between 1 and 32") }
+            captureChannels = value
+        }
+        try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
+        try reader.read("metering.levels_interval") { (value: Double) throws(ConfigurationError) in
+            guard (0.005...60).contains(value) else { throw reader.invalid("metering.levels_interval", "must be between 0.005 and 60 seconds") }
+            levelsInterval = value
+        }
+        try reader.read("metering.time_interval") { (value: Double) throws(ConfigurationError) in
+            guard (0.005...60).contains(value) else { throw reader.invalid("metering.time_interval", "must be between 0.005 and 60 seconds") }
+            timeInterval = value
+        }
+        try reader.read("server.max_clients") { (value: Int) throws(ConfigurationError) in
+            guard (1...100_000).contains(value) else { throw reader.invalid("server.max_clients", "must be between 1 and 100000") }
+            maxClients = value
+        }
+        try reader.read("server.client_queue_limit") { (value: Int) throws(ConfigurationError) in
+            guard (16...1_000_000).contains(value) else { throw reader.invalid("server.client_queue_limit", "must be between 16 and 1000000") }
+            clientQueueLimit = value
+        }
+        try reader.read("server.socket_mode") { (value: String) throws(ConfigurationError) in
+            guard let mode = mode_t(value, radix: 8), mode <= 0o777 else {
+                throw reader.invalid("server.socket_mode", "must be an octal mode like \"0660\"")
+            }
+            socketMode = mode
+        }
+        try reader.read("server.socket_group") { (value: String) in socketGroup = value }
+        try reader.read("server.control_users") { (value: [String]) in controlUsers = value }
+        try reader.read("server.control_groups") { (value: [String]) in controlGroups = value }
+        try reader.rejectUnknownKeys()
+    }
+}
+
+/// A bad configuration: which file, line and key, and what is wrong.
+struct ConfigurationError: Error, CustomStringConvertible, Equatable {
+    var file: String
+    var line: Int?
+    var key: String?
+    var message: String
+
+    var description: String {
+        var location = file
+        if let line { location += ":\(line)" }
+        if let key { return "\(location): \(key): \(message)" }
+        return "\(location): \(message)"
+    }
+}
+
+/// Reads typed values by dotted key, remembering which keys were used so that unknown ones
+/// (typos) are errors rather than silently ignored.
+private final class KeyReader {
+    let table: TOMLTable
+    let text: String
+    let file: String
+    var used: Set<String> = []
+
+    init(table: TOMLTable, text: String, file: String) {
+        self.table = table
+        self.text = text
+        self.file = file
+    }
+
+    func read<T>(_ key: String, _ apply: (T) throws(ConfigurationError) -> Void) throws(ConfigurationError) {
+        used.insert(key)
+        let parts = key.split(separator: ".").map(String.init)
+        var current: TOMLTable = table
+        for part in parts.dropLast() {
+            guard let next = current[part] else { return }
+            guard let nested = next.table else { throw invalid(part, "must be a table ([\(part)])") }
+            current = nested
+        }
+        guard let raw = current[parts.last!] else { return }
+        let value: Any?
+        switch T.self {
+        case is String.Type: value = raw.string
+        case is Int.Type: value = raw.int
+        case is Double.Type: value = raw.double ?? raw.int.map(Double.init)
+        case is Bool.Type: value = raw.bool
+        case is [String].Type:
+            if let array = raw.array {
+                let strings = array.compactMap { $0.string }
+                value = strings.count == array.count ? strings : nil
+            } else {
+                value = nil
+            }
+        default: value = nil
+        }
+        guard let typed = value as? T else { throw invalid(key, "must be \(Self.describe(T.self))") }
+        try apply(typed)
+    }
+
+    func rejectUnknownKeys() throws(ConfigurationError) {
+        let sections = Set(used.compactMap { $0.contains(".") ? String($0.split(separator: ".")[0]) : nil })
+        for key in table.keys.sorted() {
+            if sections.contains(key), let nested = table[key]?.table {
+                for inner in nested.keys.sorted() where !used.contains(key + "." + inner) {
+                    throw ConfigurationError(file: file, line: line(of: key + "." + inner), key: key + "." + inner, message: "unknown key")
+                }
+            } else if !used.contains(key) {
+                throw ConfigurationError(file: file, line: line(of: key), key: key,
+                                         message: sections.contains(key) ? "must be a table ([\(key)])" : "unknown key")
+            }
+        }
+    }
+
+    func invalid(_ key: String, _ message: String) -> ConfigurationError {
+        ConfigurationError(file: file, line: line(of: key), key: key, message: message)
+    }
+
+    /// The line a dotted key (or a section) is written on.
+    func line(of key: String) -> Int? {
+        let parts = key.split(separator: ".").map(String.init)
+        let section = parts.count > 1 ? parts[0] : nil
+        let name = parts.last!
+        var current: String?
+        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.hasPrefix("[") {
+                current = line.trimmingCharacters(in: CharacterSet(charactersIn: "[] "))
+                if parts.count == 1, current == name { return index + 1 }
+                continue
+            }
+            guard current == section, line.hasPrefix(name) else { continue }
+            let rest = line.dropFirst(name.count).trimmingCharacters(in: .whitespaces)
+            if rest.hasPrefix("=") { return index + 1 }
+        }
+        return nil
+    }
+
+    private static func describe(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Int.Type: "an integer"
+        case is Double.Type: "a number"
+        case is Bool.Type: "true or false"
+        case is [String].Type: "a list of strings"
+        default: "\(type)"
+        }
+    }
+}
+
+extension Logger.Level {
+    /// The syslog priority journald reads from a `<N>` line prefix.
+    var syslogPriority: Int {
+        switch self {
+        case .trace, .debug: 7
+        case .info: 6
+        case .notice: 5
+        case .warning: 4
+        case .error: 3
+        case .critical: 2
+        }
+    }
+}

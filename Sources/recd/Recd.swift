@@ -1,0 +1,152 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import RecdServer
+import RecorderCore
+import ServiceLifecycle
+import Systemd
+
+/// The version both binaries report.
+let recdVersion = "0.1.0"
+
+@main
+struct Recd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recd",
+        abstract: "The recorder daemon: records from ALSA to files, controlled over a Unix socket.",
+        discussion: """
+            Settings come from the configuration file (see etc/recd.toml), overridden by these
+            options. SIGHUP reloads the file; SIGTERM or SIGINT finalizes the recording in
+            progress and exits. Control it with recctl.
+            """,
+        version: recdVersion)
+
+    @Option(help: ArgumentHelp("The configuration file.", discussion: "Default: /etc/recd/recd.toml (--system) or $XDG_CONFIG_HOME/recd/recd.toml (--user). A missing default file means all defaults.", valueName: "path"))
+    var config: String?
+
+    @Option(help: ArgumentHelp("The Unix socket to listen on (ignored under socket activation).", valueName: "path"))
+    var socket: String?
+
+    @Option(help: ArgumentHelp("The ALSA PCM to capture from, e.g. default, hw:1,0, plughw:CARD=USB,DEV=0.", valueName: "pcm"))
+    var device: String?
+
+    @Option(help: ArgumentHelp("Where recordings are written.", valueName: "dir"))
+    var recordingsDir: String?
+
+    @Option(help: ArgumentHelp("trace, debug, info, notice, warning, error or critical.", valueName: "level"))
+    var logLevel: String?
+
+    @Flag(help: "Run as the system instance (/etc, /var/lib, /run paths). The default for root.")
+    var system = false
+
+    @Flag(help: "Run as a user instance (XDG paths). The default for other users.")
+    var user = false
+
+    func validate() throws {
+        if system && user { throw ValidationError("--system and --user exclude each other") }
+        if let logLevel, Logger.Level(rawValue: logLevel) == nil {
+            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+    }
+
+    var mode: DaemonConfiguration.Mode {
+        if system { return .system }
+        if user { return .user }
+        return getuid() == 0 ? .system : .user
+    }
+
+    /// Defaults for the mode, then the file, then the options.
+    func loadConfiguration() throws -> DaemonConfiguration {
+        let environment = ProcessInfo.processInfo.environment
+        var configuration = DaemonConfiguration.defaults(for: mode, environment: environment)
+        let path = config ?? DaemonConfiguration.defaultConfigPath(for: mode, environment: environment)
+        if FileManager.default.fileExists(atPath: path) {
+            let text: String
+            do {
+                text = try String(contentsOfFile: path, encoding: .utf8)
+            } catch {
+                throw ConfigurationError(file: path, line: nil, key: nil, message: "cannot be read: \(error.localizedDescription)")
+            }
+            try configuration.apply(toml: text, file: path)
+        } else if config != nil {
+            throw ConfigurationError(file: path, line: nil, key: nil, message: "no such file")
+        }
+        if let socket { configuration.socketPath = socket }
+        if let device { configuration.device = device }
+        if let recordingsDir { configuration.recordingsDirectory = recordingsDir }
+        if let logLevel, let level = Logger.Level(rawValue: logLevel) { configuration.logLevel = level }
+        return configuration
+    }
+
+    func run() async throws {
+        let configuration: DaemonConfiguration
+        do {
+            configuration = try loadConfiguration()
+        } catch let error as ConfigurationError {
+            FileHandle.standardError.write(Data("recd: \(error)\n".utf8))
+            throw ExitCode(78)  // EX_CONFIG
+        }
+        let journal = ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
+        StandardErrorLogHandler.level.store(UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
+        LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, journal: journal) }
+        let logger = Logger(label: "recd")
+
+        let policy: AccessPolicy
+        let socketGroup: gid_t?
+        do {
+            policy = AccessPolicy(controlUIDs: try AccessPolicy.uids(configuration.controlUsers),
+                                  controlGIDs: try AccessPolicy.gids(configuration.controlGroups))
+            socketGroup = configuration.socketGroup.isEmpty ? nil : try AccessPolicy.gids([configuration.socketGroup]).first
+        } catch {
+            FileHandle.standardError.write(Data("recd: configuration: \(error)\n".utf8))
+            throw ExitCode(78)
+        }
+
+        let recorder = Recorder(configuration: configuration.recorderConfiguration, logger: Logger(label: "recd.recorder"))
+        _ = RecordingLibrary(directory: configuration.recordingsDirectory).recoverPartialFiles(logger: logger)
+
+        // Socket activation: the socket named "control" (recd.socket's FileDescriptorName), or
+        // the only one passed. Otherwise bind the configured path.
+        let passed = Systemd.listenDescriptors()
+        let listenTarget: ListenTarget
+        if let socket = passed.first(where: { $0.name == "control" }) ?? (passed.count == 1 ? passed.first : nil) {
+            listenTarget = .descriptor(socket.fd)
+        } else {
+            listenTarget = .path(configuration.socketPath, mode: configuration.socketMode, group: socketGroup)
+        }
+
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: min(2, System.coreCount))
+        let server = ControlServer(recorder: recorder, version: recdVersion, policy: policy,
+                                   limits: ServerLimits(maxClients: configuration.maxClients,
+                                                        outboundLimit: configuration.clientQueueLimit),
+                                   group: group, logger: Logger(label: "recd.server"))
+        let command = self
+        let service = RecdService(recorder: recorder, server: server, listenTarget: listenTarget, reload: {
+            do {
+                let reloaded = try command.loadConfiguration()
+                if reloaded.socketPath != configuration.socketPath || reloaded.maxClients != configuration.maxClients
+                    || reloaded.controlUsers != configuration.controlUsers || reloaded.controlGroups != configuration.controlGroups {
+                    logger.warning("server settings (socket, clients, access) change only on restart")
+                }
+                return reloaded
+            } catch {
+                logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(error)"])
+                return nil
+            }
+        }, logger: logger)
+        let serviceGroup = ServiceGroup(configuration: .init(
+            services: [.init(service: service)],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger))
+        do {
+            try await serviceGroup.run()
+        } catch {
+            logger.critical("recd stopped", metadata: ["error": "\(error)"])
+            try? await group.shutdownGracefully()
+            throw ExitCode.failure
+        }
+        try? await group.shutdownGracefully()
+    }
+}

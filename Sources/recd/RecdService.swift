@@ -1,0 +1,136 @@
+import Dispatch
+import Foundation
+import Logging
+import RecdServer
+import RecorderCore
+import RecorderModel
+import ServiceLifecycle
+import Synchronization
+import Systemd
+import UnixSignals
+
+/// The daemon as a lifecycle service: serves the socket, tells systemd how it is doing, reloads
+/// on SIGHUP, and on SIGTERM/SIGINT finalizes the recording before it lets clients go.
+struct RecdService: Service {
+    let recorder: Recorder
+    let server: ControlServer
+    let listenTarget: ListenTarget
+    /// Re-reads the configuration (SIGHUP); nil when it cannot be used.
+    let reload: @Sendable () -> DaemonConfiguration?
+    let logger: Logger
+
+    func run() async throws {
+        try await server.start(listenTarget)
+        // Ready only once clients can connect (MPD does the same).
+        Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
+        logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
+
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await reportStatus() }
+            group.addTask { await feedWatchdog() }
+            group.addTask { await reloadOnHangup() }
+            try? await gracefulShutdown()
+            group.cancelAll()
+        }
+        await shutDown()
+    }
+
+    /// Stop the recording (finalizing its file), let subscribers see the final state, close.
+    private func shutDown() async {
+        Systemd.notify("STOPPING=1\nSTATUS=stopping")
+        logger.notice("shutting down")
+        if recorder.state.value.isActive {
+            // Finalizing a long file can take a while: ask systemd for more time as we go.
+            let extender = Task {
+                while !Task.isCancelled {
+                    Systemd.notify("EXTEND_TIMEOUT_USEC=5000000")
+                    try? await Task.sleep(for: .seconds(2))
+                }
+            }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().async {
+                    do {
+                        let recording = try recorder.stop()
+                        logger.notice("recording finalized at shutdown", metadata: ["recording.path": "\(recording.path)"])
+                    } catch {
+                        logger.error("recording could not be finalized", metadata: ["error": "\(error)"])
+                    }
+                    continuation.resume()
+                }
+            }
+            extender.cancel()
+        }
+        await server.shutdown()
+    }
+
+    /// STATUS= for `systemctl status`: on every state change, and every second while recording.
+    private func reportStatus() async {
+        let last = Mutex("")
+        let report: @Sendable () -> Void = {
+            let status = Self.status(recorder)
+            let changed = last.withLock { previous in
+                defer { previous = status }
+                return previous != status
+            }
+            if changed { Systemd.notify("STATUS=" + status) }
+        }
+        let token = recorder.state.subscribe { _ in report() }
+        while !Task.isCancelled {
+            report()
+            try? await Task.sleep(for: .seconds(1))
+        }
+        token.cancel()
+    }
+
+    static func status(_ recorder: Recorder) -> String {
+        let state = recorder.state.value
+        let file = state.recording.map { ($0.path as NSString).lastPathComponent } ?? ""
+        switch state {
+        case .idle: return "idle"
+        case .preparing: return "preparing -> \(file)"
+        case .recording: return "recording \(formatElapsed(recorder.currentTime.value)) -> \(file)"
+        case .paused: return "paused \(formatElapsed(recorder.currentTime.value)) -> \(file)"
+        case .stopping: return "stopping -> \(file)"
+        case .finished: return "idle (last: \(file))"
+        case .failed(_, let error): return "failed: \(error.code.rawValue)"
+        }
+    }
+
+    static func formatElapsed(_ seconds: Double) -> String {
+        let total = Int(seconds)
+        return String(format: "%02d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+    }
+
+    /// WATCHDOG=1 every half WATCHDOG_USEC, but only while capture (if running) makes progress:
+    /// a capture thread stuck in the driver gets the daemon restarted.
+    private func feedWatchdog() async {
+        guard let timeout = Systemd.watchdogTimeout() else { return }
+        let interval = timeout / 2
+        logger.info("watchdog enabled", metadata: ["watchdog.interval": "\(interval)"])
+        var stalled = false
+        while !Task.isCancelled {
+            if recorder.captureIsHealthy(maximumSilence: interval) {
+                Systemd.notify("WATCHDOG=1")
+                if stalled { logger.notice("capture progressing again; watchdog pings resumed") }
+                stalled = false
+            } else if !stalled {
+                stalled = true
+                logger.error("capture is not making progress; withholding watchdog pings")
+            }
+            try? await Task.sleep(for: interval)
+        }
+    }
+
+    private func reloadOnHangup() async {
+        for await _ in await UnixSignalsSequence(trapping: .sighup) {
+            Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(DispatchTime.now().uptimeNanoseconds / 1000)")
+            if let configuration = reload() {
+                recorder.reconfigure(configuration.recorderConfiguration)
+                StandardErrorLogHandler.level.store(
+                    UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
+                logger.notice("configuration reloaded; it applies from the next recording")
+            }
+            Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
+        }
+    }
+}
