@@ -66,8 +66,10 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
-        .testTarget(name: "RecorderCoreTests", dependencies: ["RecorderCore", "ALSA", "Sndfile"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["RecdClient", "RecdProtocol", "Sndfile"]),
+        // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
+        .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),
+        .testTarget(name: "RecorderCoreTests", dependencies: ["RecorderCore", "ALSA", "Sndfile", "RecdTestSupport"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["RecdClient", "RecdProtocol", "Sndfile", "RecdTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -66,8 +66,14 @@ public final class RecdConnection {
 
     deinit { close(fd) }
 
+    /// Calls a method that takes no params.
+    public func call<Result: Decodable>(_ method: RecdProtocol.Method, as type: Result.Type = Result.self,
+                                        timeout: Double? = 30) throws(ClientError) -> Result {
+        try call(method, Empty?.none, as: type, timeout: timeout)
+    }
+
     /// Calls `method` and decodes its result.
-    public func call<Result: Decodable>(_ method: RecdProtocol.Method, _ params: (some Encodable & Sendable)? = Empty?.none,
+    public func call<Result: Decodable>(_ method: RecdProtocol.Method, _ params: (some Encodable & Sendable)?,
                                         as type: Result.Type = Result.self, timeout: Double? = 30) throws(ClientError) -> Result {
         let id = RPCID.number(nextID)
         nextID += 1
@@ -114,7 +120,8 @@ public final class RecdConnection {
     public func send(raw: [UInt8]) throws(ClientError) {
         var offset = 0
         while offset < raw.count {
-            let written = raw[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            // MSG_NOSIGNAL: a daemon that closed the connection is an error here, not SIGPIPE.
+            let written = raw[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if written < 0 {
                 if errno == EINTR { continue }
                 throw .closed

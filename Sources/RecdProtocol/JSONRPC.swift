@@ -248,3 +248,8 @@ public enum WireCoding {
         return formatter.date(from: text)
     }
 }
+
+/// The version recd and recctl report.
+public enum RecdVersion {
+    public static let current = "0.1.0"
+}

@@ -37,6 +37,9 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
     private var subscriptions: [String: Subscription] = [:]
     private var outstandingWrites = 0
     private var closing = false
+    /// Requests handed to `queue` and not answered yet. While there are any, every answer
+    /// takes the same path, so answers leave in the order requests arrived.
+    private var queuedRequests = 0
     private static let subscriptionCounter = SubscriptionCounter()
 
     private struct Subscription {
@@ -96,39 +99,51 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
 
     private func handle(line: [UInt8]) {
         guard !closing else { return }
-        if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { return }  // blank lines are harmless
+        if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return }  // blank lines are harmless
+        guard line.count <= JSONRPC.maximumLineLength else {
+            // NIO bounds what it buffers of an unfinished line; a whole line that arrived at once
+            // is measured here.
+            logger.warning("request line too long; closing")
+            inOrder { self.send(error: .invalidRequest("request line exceeds \(JSONRPC.maximumLineLength) bytes; closing the connection"), id: nil) }
+            return closeAfterPendingWrites()
+        }
         let value: JSONValue
         do {
             value = try JSONDecoder().decode(JSONValue.self, from: Data(line))
         } catch {
-            return send(error: .parseError("not valid JSON: \(Self.describeParseError(error))"), id: nil)
+            return reply(error: .parseError("not valid JSON: \(Self.describeParseError(error))"), id: nil)
         }
         guard case .object(let members) = value else {
-            if case .array = value { return send(error: .invalidRequest("batch requests are not supported; send one request per line"), id: nil) }
-            return send(error: .invalidRequest("a request must be a JSON object"), id: nil)
+            if case .array = value { return reply(error: .invalidRequest("batch requests are not supported; send one request per line"), id: nil) }
+            return reply(error: .invalidRequest("a request must be a JSON object"), id: nil)
         }
-        var id: RPCID?
+        let id: RPCID?
         switch members["id"] {
         case nil, .null?: id = nil
         case .string(let string)?: id = .string(string)
         case .number(let number)? where number.rounded() == number && abs(number) < 9e15: id = .number(Int64(number))
-        default: return send(error: .invalidRequest("'id' must be a string or an integer"), id: nil)
+        default: return reply(error: .invalidRequest("'id' must be a string or an integer"), id: nil)
+        }
+        // A request without an id is a notification: JSON-RPC sends it no answer, not even an error.
+        let answered = members["id"] != nil
+        func fail(_ error: RPCError) {
+            if answered { reply(error: error, id: id) }
         }
         guard members["jsonrpc"] == .string(JSONRPC.version) else {
-            return send(error: .invalidRequest("'jsonrpc' must be \"2.0\""), id: id)
+            return fail(.invalidRequest("'jsonrpc' must be \"2.0\""))
         }
         if let unknown = members.keys.sorted().first(where: { !Self.allowedMembers.contains($0) }) {
-            return send(error: .invalidRequest("unknown member '\(unknown)' in request"), id: id)
+            return fail(.invalidRequest("unknown member '\(unknown)' in request"))
         }
         guard case .string(let name)? = members["method"] else {
-            return send(error: .invalidRequest("'method' must be a string"), id: id)
+            return fail(.invalidRequest("'method' must be a string"))
         }
         guard let method = RecdProtocol.Method(rawValue: name) else {
-            return send(error: .methodNotFound(name), id: id)
+            return fail(.methodNotFound(name))
         }
         guard permissions.contains(method.permission) else {
             logger.notice("request refused", metadata: ["request.method": "\(name)", "permission": "\(method.permission.rawValue)"])
-            return send(error: .permissionDenied(method: name, permission: method.permission.rawValue), id: id)
+            return fail(.permissionDenied(method: name, permission: method.permission.rawValue))
         }
         let params = members["params"]
         switch params {
@@ -137,32 +152,53 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
         case .object(let object)?:
             if let unknown = object.keys.sorted().first(where: { !method.parameterNames.contains($0) }) {
                 let accepted = method.parameterNames.sorted().joined(separator: ", ")
-                return send(error: .invalidParams("unknown parameter '\(unknown)' for '\(name)'"
-                                                   + (accepted.isEmpty ? " (it takes none)" : " (accepted: \(accepted))")), id: id)
+                return fail(.invalidParams("unknown parameter '\(unknown)' for '\(name)'"
+                                           + (accepted.isEmpty ? " (it takes none)" : " (accepted: \(accepted))")))
             }
         default:
-            return send(error: .invalidParams("params must be an object with named members"), id: id)
+            return fail(.invalidParams("params must be an object with named members"))
         }
         logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(id?.description ?? "-")"])
 
         switch method {
         case .subscribe:
-            subscribe(params: params, id: id)
+            inOrder { self.subscribe(params: params, id: id) }
         case .unsubscribe:
-            unsubscribe(params: params, id: id)
+            inOrder { self.unsubscribe(params: params, id: id) }
         case .status, .version:
-            // Reads observed values only: answer on the event loop, no hop.
-            respond(id: id) { () throws(RPCError) in try context.executor.execute(method, params: params) }
+            // Reads observed values only: answered on the event loop unless answers are queued.
+            let executor = context.executor
+            inOrder { self.respond(id: id) { () throws(RPCError) in try executor.execute(method, params: params) } }
         default:
             // May block (finalizing a file, reading a directory): off the event loop, in order.
             let executor = context.executor
+            queuedRequests += 1
             queue.async {
                 let outcome: Result<any Encodable & Sendable, RPCError> = Result { () throws(RPCError) in
                     try executor.execute(method, params: params)
                 }
-                self.eventLoop.execute { self.respond(id: id) { () throws(RPCError) in try outcome.get() } }
+                self.eventLoop.execute {
+                    self.queuedRequests -= 1
+                    self.respond(id: id) { () throws(RPCError) in try outcome.get() }
+                }
             }
         }
+    }
+
+    /// Runs `body` on the event loop now, or after the queued requests when there are any.
+    private func inOrder(_ body: @escaping @Sendable () -> Void) {
+        guard queuedRequests > 0 else { return body() }
+        queuedRequests += 1
+        queue.async {
+            self.eventLoop.execute {
+                self.queuedRequests -= 1
+                body()
+            }
+        }
+    }
+
+    private func reply(error: RPCError, id: RPCID?) {
+        inOrder { self.send(error: error, id: id) }
     }
 
     private func respond(id: RPCID?, _ body: () throws(RPCError) -> any Encodable & Sendable) {
@@ -249,6 +285,15 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
                 }
                 subscriptions[id] = subscription
                 continue
+            }
+            if !topic.isContinuous {
+                // Time and levels held back for the interval go first: a client sees the final
+                // currentTime before the state that ends the recording.
+                for (pendingTopic, pending) in subscription.pending.sorted(by: { $0.key < $1.key })
+                where pending.update.seq > subscription.lastSeq[pendingTopic] ?? 0 {
+                    send(pending, on: &subscription, at: now)
+                }
+                subscription.pending.removeAll()
             }
             send(publication, on: &subscription, at: now)
             subscriptions[id] = subscription

@@ -107,12 +107,9 @@ public final class ControlServer: Sendable {
         }
         guard accepted != nil else {
             logger.warning("client limit reached; refusing a connection", metadata: ["server.maxClients": "\(limits.maxClients)"])
-            let error = ErrorResponse(id: nil, error: RPCError(code: RPCErrorCode.tooManyClients,
-                message: "recd serves at most \(limits.maxClients) clients; try again later", data: .init(code: "tooManyClients")))
-            var buffer = channel.allocator.buffer(capacity: 256)
-            buffer.writeBytes((try? WireCoding.encoder().encode(error)) ?? Data())
-            buffer.writeInteger(UInt8(ascii: "\n"))
-            return channel.writeAndFlush(buffer).flatMap { channel.close() }
+            return channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.addHandler(RefusingHandler(maxClients: limits.maxClients))
+            }
         }
         return peerCredentials(of: channel).flatMap { [self] peer in
             let client = ClientConnection(context: connectionContext, eventLoop: channel.eventLoop, peer: peer)
@@ -161,4 +158,24 @@ private struct KernelPeerCredentials: Sendable {
     var pid: pid_t = 0
     var uid: uid_t = 0
     var gid: gid_t = 0
+}
+
+/// Tells a client over the limit why, then closes its connection.
+private final class RefusingHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    let maxClients: Int
+
+    init(maxClients: Int) { self.maxClients = maxClients }
+
+    func channelActive(context: ChannelHandlerContext) {
+        let error = ErrorResponse(id: nil, error: RPCError(code: RPCErrorCode.tooManyClients,
+            message: "recd serves at most \(maxClients) clients; try again later", data: .init(code: "tooManyClients")))
+        var buffer = context.channel.allocator.buffer(capacity: 256)
+        buffer.writeBytes((try? WireCoding.encoder().encode(error)) ?? Data())
+        buffer.writeInteger(UInt8(ascii: "\n"))
+        let channel = context.channel
+        context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}  // nothing it says matters
 }

@@ -53,7 +53,10 @@ public struct MethodExecutor: Sendable {
         case .recordingsRename:
             let params = try required(RenameParams.self, params)
             let entry = try find(params.from)
-            let renamed = try recorderCall { () throws(RecorderError) in try library.rename(entry, to: params.to) }
+            // "meeting.flac" as the new name of a FLAC file means "meeting".
+            let suffix = "." + entry.format.fileExtension
+            let newName = params.to.hasSuffix(suffix) ? String(params.to.dropLast(suffix.count)) : params.to
+            let renamed = try recorderCall { () throws(RecorderError) in try library.rename(entry, to: newName) }
             return Self.file(renamed)
         case .devicesList:
             let devices = CapturePCM.captureDevices().map {
@@ -61,7 +64,8 @@ public struct MethodExecutor: Sendable {
             }
             return DevicesResult(current: recorder.configuration.device, devices: devices)
         case .subscribe, .unsubscribe:
-            throw RPCError(code: RPCErrorCode.internalError, message: "\(method.rawValue) is handled by the connection")
+            throw RPCError(code: RPCErrorCode.internalError, message: "\(method.rawValue) is handled by the connection",
+                           data: .init(code: "internalError"))
         }
     }
 
@@ -124,20 +128,40 @@ func decode<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError)
     }
 }
 
-/// A DecodingError in one sentence naming the member.
+/// A DecodingError in one sentence naming the member and, for enumerations, the values allowed.
 func describe(_ error: DecodingError) -> String {
     func path(_ context: DecodingError.Context) -> String {
-        let keys = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }
-        return keys.isEmpty ? "params" : "'" + keys.joined(separator: ".") + "'"
+        var text = ""
+        for key in context.codingPath {
+            if let index = key.intValue { text += "[\(index)]" } else { text += (text.isEmpty ? "" : ".") + key.stringValue }
+        }
+        return text.isEmpty ? "params" : "'" + text + "'"
+    }
+    func member(_ context: DecodingError.Context) -> String? {
+        context.codingPath.last(where: { $0.intValue == nil })?.stringValue
+    }
+    /// What a member must be, by name, when the decoder's own words would name Swift types.
+    func expectation(_ context: DecodingError.Context) -> String? {
+        switch member(context) {
+        case "format": "one of " + AudioFileFormat.allCases.map(\.rawValue).joined(separator: ", ")
+        case "quality": "one of " + RecordingQuality.allCases.map(\.rawValue).joined(separator: ", ")
+        case "topics": "a list of topics: " + Topic.allCases.map(\.rawValue).joined(separator: ", ")
+        case "sampleRate", "channels", "bitDepth", "bitRate": "an integer"
+        case "duration", "interval": "a number of seconds"
+        case "at": "an RFC 3339 time (2026-11-21T09:30:00Z) or seconds since 1970"
+        case "name", "from", "to", "subscription": "a string"
+        default: nil
+        }
     }
     switch error {
     case .typeMismatch(let type, let context):
-        return "\(path(context)) must be \(describeType(type))"
+        return "\(path(context)) must be \(expectation(context) ?? describeType(type))"
     case .valueNotFound(let type, let context):
-        return "\(path(context)) must be \(describeType(type)), not null"
+        return "\(path(context)) must be \(expectation(context) ?? describeType(type)), not null"
     case .keyNotFound(let key, _):
         return "'\(key.stringValue)' is required"
     case .dataCorrupted(let context):
+        if let expected = expectation(context) { return "\(path(context)) must be \(expected)" }
         return "\(path(context)): \(context.debugDescription)"
     @unknown default:
         return "\(error)"

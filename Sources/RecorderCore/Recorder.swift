@@ -127,7 +127,8 @@ public final class Recorder: @unchecked Sendable {
     public func start(name: String?, settings: RecordingSettings?, duration: Double? = nil,
                       at date: Date? = nil) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
-            try prepareOnQueue(name: name, settings: settings)
+            if let duration { try Self.validate(duration: duration) }
+            try prepareOnQueue(name: name, settings: settings, operation: "start")
             do throws(RecorderError) {
                 return try recordOnQueue(duration: duration, at: date)
             } catch {
@@ -229,10 +230,11 @@ public final class Recorder: @unchecked Sendable {
     }
 
     @discardableResult
-    private func prepareOnQueue(name: String?, settings: RecordingSettings?) throws(RecorderError) -> Recording {
+    private func prepareOnQueue(name: String?, settings: RecordingSettings?,
+                                operation: String = "prepare a recording") throws(RecorderError) -> Recording {
         switch state.value {
         case .idle, .finished, .failed: break
-        default: throw .invalidState("prepare a recording", state.value)
+        default: throw .invalidState(operation, state.value)
         }
         let configuration = self.configuration
         let settings = settings ?? configuration.defaultSettings
@@ -316,9 +318,7 @@ public final class Recorder: @unchecked Sendable {
             throw .invalidState("record", state.value)
         }
         if let duration {
-            guard duration > 0, duration.isFinite else {
-                throw RecorderError(.invalidSettings, "duration must be a positive number of seconds, not \(duration)")
-            }
+            try Self.validate(duration: duration)
             let frames = Int64((duration * Double(recording.sampleRate)).rounded())
             session.frameLimit = frames
             recording.frameLimit = frames
@@ -464,6 +464,12 @@ public final class Recorder: @unchecked Sendable {
     }
 
     // MARK: Helpers
+
+    private static func validate(duration: Double) throws(RecorderError) {
+        guard duration > 0, duration.isFinite else {
+            throw RecorderError(.invalidSettings, "duration must be a positive number of seconds, not \(duration)")
+        }
+    }
 
     private func uniqueDefaultName(in directory: String, fileExtension: String) -> String {
         let formatter = DateFormatter()

@@ -3,13 +3,14 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import RecdProtocol
 import RecdServer
 import RecorderCore
 import ServiceLifecycle
 import Systemd
 
 /// The version both binaries report.
-let recdVersion = "0.1.0"
+let recdVersion = RecdVersion.current
 
 @main
 struct Recd: AsyncParsableCommand {

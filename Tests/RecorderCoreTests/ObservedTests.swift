@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import RecdTestSupport
 import RecorderCore
 import Synchronization
 import Testing

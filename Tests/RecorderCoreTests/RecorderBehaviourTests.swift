@@ -1,4 +1,5 @@
 import Foundation
+import RecdTestSupport
 import RecorderCore
 import RecorderModel
 import Sndfile

@@ -1,6 +1,5 @@
 import Foundation
 import Glibc
-import Testing
 
 /// Capture devices for tests, all through the real libasound (see ../shared/TESTING.md):
 ///
@@ -11,8 +10,8 @@ import Testing
 /// - `paced:SERVER=…` — the PulseAudio null-sink monitor itself.
 ///
 /// One ALSA configuration defines them with arguments, so parallel tests share it safely.
-enum TestDevices {
-    static let configuration: String = {
+public enum TestDevices {
+    public static let configuration: String = {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("recd-tests-\(getpid())").path
         try! FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let path = directory + "/alsa-test.conf"
@@ -51,41 +50,41 @@ enum TestDevices {
         return path
     }()
 
-    static func file(_ path: String) -> String {
+    public static func file(_ path: String) -> String {
         _ = configuration
         return "testfile:FILE=\(path)"
     }
 
-    static func pacedFile(_ path: String, server: PulseServer) -> String {
+    public static func pacedFile(_ path: String, server: PulseServer) -> String {
         _ = configuration
         return "pacedfile:FILE=\(path),SERVER=\(server.address)"
     }
 
-    static func paced(_ server: PulseServer) -> String {
+    public static func paced(_ server: PulseServer) -> String {
         _ = configuration
         return "paced:SERVER=\(server.address)"
     }
 }
 
 /// A temporary directory removed when released.
-final class TemporaryDirectory {
-    let path: String
+public final class TemporaryDirectory {
+    public let path: String
 
-    init() {
+    public init() {
         path = FileManager.default.temporaryDirectory.appendingPathComponent("recd-\(UUID().uuidString.prefix(8))").path
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
 
-    func file(_ name: String) -> String { path + "/" + name }
+    public func file(_ name: String) -> String { path + "/" + name }
 }
 
 /// Known signals, as raw interleaved samples for the `file` devices.
-enum Signal {
+public enum Signal {
     /// A counter pattern: sample i of channel c is a distinct value, so any gap, repeat or
     /// channel swap shows. Fits 16 bits.
-    static func counter16(frames: Int, channels: Int) -> [Int16] {
+    public static func counter16(frames: Int, channels: Int) -> [Int16] {
         var samples = [Int16](repeating: 0, count: frames * channels)
         for frame in 0..<frames {
             for channel in 0..<channels {
@@ -96,7 +95,7 @@ enum Signal {
     }
 
     /// A sine at `frequency` Hz, amplitude `amplitude` of full scale, same on every channel.
-    static func sine(frequency: Double, rate: Int, frames: Int, channels: Int, amplitude: Double) -> [Float] {
+    public static func sine(frequency: Double, rate: Int, frames: Int, channels: Int, amplitude: Double) -> [Float] {
         var samples = [Float](repeating: 0, count: frames * channels)
         for frame in 0..<frames {
             let value = Float(amplitude * sin(2 * .pi * frequency * Double(frame) / Double(rate)))
@@ -105,39 +104,36 @@ enum Signal {
         return samples
     }
 
-    static func toInt16(_ samples: [Float]) -> [Int16] {
+    public static func toInt16(_ samples: [Float]) -> [Int16] {
         samples.map { Int16(max(-32768, min(32767, ($0 * 32768).rounded()))) }
     }
 
-    static func write<T>(_ samples: [T], to path: String) {
+    public static func write<T>(_ samples: [T], to path: String) {
         let data = samples.withUnsafeBytes { Data($0) }
         _ = FileManager.default.createFile(atPath: path, contents: data)
     }
 }
 
 /// A headless PulseAudio server with a null sink, the test's own child process.
-final class PulseServer {
-    let directory = TemporaryDirectory()
-    let process = Process()
-    var address: String { "unix:" + directory.file("native") }
+public final class PulseServer {
+    public let directory = TemporaryDirectory()
+    public let process: ChildProcess
+    public var address: String { "unix:" + directory.file("native") }
 
-    init() throws {
+    public init() throws {
         let script = """
         load-module module-native-protocol-unix auth-anonymous=1 socket=\(directory.file("native"))
         load-module module-null-sink sink_name=testsink rate=48000 channels=2
         set-default-source testsink.monitor
         """
         try script.write(toFile: directory.file("pa.conf"), atomically: true, encoding: .utf8)
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/pulseaudio")
-        process.arguments = ["-n", "-F", directory.file("pa.conf"), "--daemonize=no", "--exit-idle-time=-1",
-                             "--system=false", "--log-target=file:" + directory.file("log")]
         var environment = ProcessInfo.processInfo.environment
         environment["HOME"] = directory.path
         environment["XDG_RUNTIME_DIR"] = directory.path
-        process.environment = environment
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess("/usr/bin/pulseaudio",
+                                   ["-n", "-F", directory.file("pa.conf"), "--daemonize=no", "--exit-idle-time=-1",
+                                    "--system=false", "--log-target=file:" + directory.file("log")],
+                                   environment: environment)
         let deadline = Date().addingTimeInterval(15)
         while !FileManager.default.fileExists(atPath: directory.file("native")) {
             guard Date() < deadline, process.isRunning else {
@@ -148,22 +144,23 @@ final class PulseServer {
     }
 
     /// Kills the server: clients capturing from it see the device vanish.
-    func kill() {
-        guard process.isRunning else { return }
-        Glibc.kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+    public func kill() {
+        process.signal(SIGKILL)
+        _ = process.wait(timeout: 10)
     }
 
-    deinit { kill() }
+    /// Freezes the server (SIGSTOP): capture from it stalls without failing.
+    public func suspend() { process.signal(SIGSTOP) }
+    public func resume() { process.signal(SIGCONT) }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct TestFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Polls `condition` until it holds or `timeout` passes (generous: tests run on loaded machines).
-func waitUntil(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
+public func waitUntil(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         if condition() { return true }
@@ -173,7 +170,7 @@ func waitUntil(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
 }
 
 /// `waitUntil` for async tests: sleeps without holding a thread of the cooperative pool.
-func eventually(timeout: Double = 10, _ condition: () -> Bool) async -> Bool {
+public func eventually(timeout: Double = 10, _ condition: () -> Bool) async -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         if condition() { return true }
@@ -182,14 +179,79 @@ func eventually(timeout: Double = 10, _ condition: () -> Bool) async -> Bool {
     return condition()
 }
 
-/// Compares sample arrays, reporting the first difference instead of both arrays.
-func expectSamples<T: Equatable>(_ actual: [T], _ expected: ArraySlice<T>, sourceLocation: SourceLocation = #_sourceLocation) {
-    guard actual.count == expected.count else {
-        Issue.record("\(actual.count) samples, expected \(expected.count)", sourceLocation: sourceLocation)
-        return
+
+/// A child process started with posix_spawn and reaped with waitpid(WNOHANG).
+///
+/// Foundation's Process on Linux reaps children with a blocking wait4 on one pid at a time, so
+/// with several long-lived children (PulseAudio, recd) waiting for one can hang on another.
+public final class ChildProcess {
+    public let pid: pid_t
+    private var status: Int32?
+
+    /// - Parameters:
+    ///   - output: a file for stdout and stderr (nil: /dev/null).
+    ///   - descriptors: (parent fd, child fd) pairs to pass on, for socket activation.
+    public init(_ executable: String, _ arguments: [String], environment: [String: String],
+                output: String? = nil, input: String? = nil, descriptors: [(Int32, Int32)] = []) throws {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, input ?? "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, output ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        for (from, to) in descriptors { posix_spawn_file_actions_adddup2(&actions, from, to) }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // A fresh signal mask and default dispositions: the test runner blocks some signals.
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var defaults = sigset_t()
+        sigfillset(&defaults)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+        guard result == 0 else { throw TestFailure("cannot start \(executable): \(String(cString: strerror(result)))") }
+        self.pid = pid
     }
-    if let index = actual.indices.first(where: { actual[$0] != expected[expected.startIndex + $0] }) {
-        let offset = expected.startIndex + index
-        Issue.record("sample \(index) is \(actual[index]), expected \(expected[offset])", sourceLocation: sourceLocation)
+
+    /// Exit code, or 128 + signal number; nil while running.
+    public var exitStatus: Int32? {
+        if status == nil {
+            var raw: Int32 = 0
+            if waitpid(pid, &raw, WNOHANG) == pid {
+                let signal = raw & 0x7f
+                status = signal == 0 ? (raw >> 8) & 0xff : 128 + signal
+            }
+        }
+        return status
+    }
+
+    public var isRunning: Bool { exitStatus == nil }
+
+    public func signal(_ signal: Int32) {
+        if isRunning { kill(pid, signal) }
+    }
+
+    /// Waits for the exit; nil if it did not happen in time.
+    public func wait(timeout: Double) -> Int32? {
+        _ = waitUntil(timeout: timeout) { !isRunning }
+        return exitStatus
+    }
+
+    deinit {
+        if isRunning {
+            kill(pid, SIGCONT)
+            kill(pid, SIGKILL)
+            _ = wait(timeout: 10)
+        }
     }
 }

@@ -1,0 +1,171 @@
+import Foundation
+import Glibc
+import RecdProtocol
+
+/// Text for people: durations, sizes, colors (terminal only, never with NO_COLOR), tables.
+enum Output {
+    static let isTerminal = isatty(STDOUT_FILENO) == 1
+    static let useColor = isTerminal && ProcessInfo.processInfo.environment["NO_COLOR"].map(\.isEmpty) ?? true
+
+    static func line(_ text: String) {
+        print(text)
+        fflush(nil)
+    }
+
+    static func error(_ text: String) {
+        let prefix = isatty(STDERR_FILENO) == 1 && useColorOnStderr ? "\u{1B}[31mrecctl:\u{1B}[0m " : "recctl: "
+        FileHandle.standardError.write(Data((prefix + text + "\n").utf8))
+    }
+
+    static func hint(_ text: String) {
+        FileHandle.standardError.write(Data(("hint: " + text + "\n").utf8))
+    }
+
+    private static let useColorOnStderr = ProcessInfo.processInfo.environment["NO_COLOR"].map(\.isEmpty) ?? true
+
+    static func printJSON(_ value: some Encodable) {
+        let encoder = WireCoding.encoder()
+        guard let data = try? encoder.encode(value) else { return }
+        line(String(decoding: data, as: UTF8.self))
+    }
+
+    // MARK: Styles
+
+    static func style(_ text: String, _ code: String) -> String { useColor ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text }
+    static func bold(_ text: String) -> String { style(text, "1") }
+    static func red(_ text: String) -> String { style(text, "31") }
+    static func green(_ text: String) -> String { style(text, "32") }
+    static func yellow(_ text: String) -> String { style(text, "33") }
+    static func dim(_ text: String) -> String { style(text, "2") }
+
+    static func styledState(_ name: RecorderState.Name) -> String {
+        switch name {
+        case .recording: red("● recording")
+        case .paused: yellow("‖ paused")
+        case .failed: red("✗ failed")
+        case .finished: green("✓ finished")
+        case .idle: "idle"
+        case .preparing: "preparing"
+        case .stopping: "stopping"
+        }
+    }
+
+    // MARK: Formats
+
+    /// 00:01:23.4
+    static func duration(_ seconds: Double) -> String {
+        let tenths = Int((max(0, seconds) * 10).rounded(.down))
+        let total = tenths / 10
+        return String(format: "%02d:%02d:%02d.%d", total / 3600, total / 60 % 60, total % 60, tenths % 10)
+    }
+
+    /// 512 B, 1.5 KiB, 23.4 MiB, 1.2 GiB
+    static func size(_ bytes: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+    }
+
+    static func localTime(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
+        return formatter.string(from: date)
+    }
+
+    static func format(of recording: Recording) -> String {
+        var text = "\(recording.format.rawValue) \(recording.sampleRate) Hz \(recording.channels) ch"
+        if let bits = recording.bitDepth { text += bits == 32 ? " float" : " \(bits)-bit" }
+        let device = recording.deviceFormat
+        if device.sampleRate != recording.sampleRate || device.channels != recording.channels {
+            text += dim(" (device \(device.sampleFormat) \(device.sampleRate) Hz \(device.channels) ch)")
+        }
+        return text
+    }
+
+    // MARK: Commands' output
+
+    static func printStatus(_ status: StatusResult) {
+        var rows: [(String, String)] = [("state", styledState(status.state.name))]
+        if let recording = status.recording {
+            rows.append(("elapsed", duration(status.currentTime)))
+            rows.append(("file", recording.path + (status.state.isActive ? dim(" (writing .part)") : "")))
+            rows.append(("format", format(of: recording)))
+        }
+        rows.append(("device", status.device))
+        if status.state.name == .recording || status.state.name == .paused, !status.levels.channels.isEmpty {
+            for (index, channel) in status.levels.channels.enumerated() {
+                rows.append((index == 0 ? "levels" : "", Meter.describe(channel: index, of: status.levels.channels.count, channel)))
+            }
+            if status.levels.clipCount > 0 { rows.append(("clipped", red("\(status.levels.clipCount) samples"))) }
+        }
+        rows.append(("xruns", "\(status.statistics.xruns)" + (status.statistics.framesLost > 0 ? " (\(status.statistics.framesLost) frames lost)" : "")))
+        rows.append(("error", status.error.map { red("\($0.code.rawValue): \($0.message)") } ?? "none"))
+        for (key, value) in rows { line(key.padding(toLength: 9, withPad: " ", startingAt: 0) + value) }
+    }
+
+    static func printTable(_ files: [RecordingFile]) {
+        guard !files.isEmpty else { return line(dim("no recordings")) }
+        let header = ["NAME", "DURATION", "SIZE", "FORMAT", "DATE"]
+        let rows = files.map { [$0.file, duration($0.duration), size($0.size), "\($0.format.rawValue) \($0.sampleRate / 1000) kHz \($0.channels) ch", localTime($0.modified)] }
+        let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max()! }
+        func render(_ cells: [String]) -> String {
+            cells.enumerated().map { index, cell in
+                index == cells.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }
+        line(bold(render(header)))
+        for row in rows { line(render(row)) }
+    }
+
+    static func printInfo(_ file: RecordingFile) {
+        let rows = [("name", file.name), ("file", file.path), ("format", file.format.rawValue),
+                    ("duration", duration(file.duration) + " (\(file.frames) frames)"),
+                    ("rate", "\(file.sampleRate) Hz"), ("channels", "\(file.channels)"), ("size", size(file.size)),
+                    ("modified", localTime(file.modified))]
+        for (key, value) in rows { line(key.padding(toLength: 9, withPad: " ", startingAt: 0) + value) }
+    }
+
+    static func printDevices(_ result: DevicesResult) {
+        for device in result.devices {
+            let marker = device.name == result.current ? "*" : " "
+            let description = device.description.map { dim(" — " + $0.replacingOccurrences(of: "\n", with: ", ")) } ?? ""
+            line("\(marker) \(device.name)\(description)")
+        }
+        if !result.devices.contains(where: { $0.name == result.current }) {
+            line("* \(result.current)" + dim(" (configured; not among ALSA's hints)"))
+        }
+    }
+}
+
+/// A level meter like a VU bar: peak as the bar's length, average as its brighter part.
+enum Meter {
+    static let width = 24
+
+    static func bar(_ level: ChannelLevel) -> String {
+        func cells(_ dB: Float) -> Int { Int(((max(-60, min(0, dB)) + 60) / 60 * Float(width)).rounded()) }
+        let peak = cells(level.peak)
+        let average = min(cells(level.average), peak)
+        let solid = String(repeating: "█", count: average)
+        let light = String(repeating: "▒", count: peak - average)
+        let rest = String(repeating: " ", count: width - peak)
+        let color = level.peak >= -1 ? "31" : level.peak >= -9 ? "33" : "32"
+        return "▕" + Output.style(solid + light, color) + rest + "▏"
+    }
+
+    static func name(channel: Int, of count: Int) -> String {
+        count == 2 ? (channel == 0 ? "L" : "R") : count == 1 ? "M" : "\(channel + 1)"
+    }
+
+    static func decibels(_ value: Float) -> String {
+        value <= -160 ? "  -inf" : String(format: "%6.1f", value)
+    }
+
+    static func describe(channel: Int, of count: Int, _ level: ChannelLevel) -> String {
+        "\(name(channel: channel, of: count)) \(bar(level)) peak \(decibels(level.peak)) dB  avg \(decibels(level.average)) dB"
+    }
+}

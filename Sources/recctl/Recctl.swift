@@ -1,0 +1,379 @@
+import ArgumentParser
+import Foundation
+import RecdClient
+import RecdProtocol
+
+/// recctl's exit codes (documented in `recctl --help` and the man page).
+enum Exit {
+    /// The daemon refused the request, or the recording failed.
+    static let refused = ExitCode(1)
+    /// Wrong usage (ArgumentParser's own code for validation errors).
+    static let usage = ExitCode.validationFailure
+    /// No daemon at the socket.
+    static let cannotConnect = ExitCode(69)  // EX_UNAVAILABLE
+}
+
+@main
+struct Recctl: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recctl",
+        abstract: "Control and watch recd, the recorder daemon.",
+        discussion: """
+            recctl talks to recd over its Unix socket (see doc/protocol.md). It finds the socket
+            in --socket, else RECD_SOCKET, else the user instance's socket
+            ($XDG_RUNTIME_DIR/recd/recd.sock) when there is one, else the system's
+            (/run/recd/recd.sock).
+
+            Every command prints for people by default and JSON with --json. Color is used only
+            on a terminal, and never when NO_COLOR is set.
+
+            Exit status: 0 success; 1 the daemon refused the request or the recording failed;
+            64 wrong usage; 69 cannot connect to recd.
+            """,
+        version: RecdVersion.current,
+        subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Watch.self,
+                      List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
+}
+
+/// Options every subcommand shares.
+struct ConnectionOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("recd's socket (default: RECD_SOCKET, the user socket if present, else /run/recd/recd.sock).",
+                               valueName: "path"))
+    var socket: String?
+
+    @Flag(help: "Print JSON instead of text, one object per line.")
+    var json = false
+
+    var socketPath: String { socket ?? RecdConnection.defaultSocketPath() }
+
+    /// Connects, or exits with a hint on how to start recd.
+    func connect() throws -> RecdConnection {
+        do {
+            return try RecdConnection(path: socketPath)
+        } catch {
+            Output.error("\(error)")
+            Output.hint("is recd running? Start it with `systemctl --user start recd` (user instance) or "
+                        + "`sudo systemctl start recd` (system), or point --socket / RECD_SOCKET at its socket.")
+            throw Exit.cannotConnect
+        }
+    }
+
+    /// Calls a method; daemon errors print with a hint and exit 1.
+    func call<Result: Decodable>(_ connection: RecdConnection, _ method: RecdProtocol.Method,
+                                 as type: Result.Type = Result.self) throws -> Result {
+        try call(connection, method, Empty?.none, as: type)
+    }
+
+    func call<Result: Decodable>(_ connection: RecdConnection, _ method: RecdProtocol.Method,
+                                 _ params: (some Encodable & Sendable)?, as type: Result.Type = Result.self) throws -> Result {
+        do {
+            return try connection.call(method, params, as: type)
+        } catch {
+            report(error)
+            if case .closed = error { throw Exit.cannotConnect }
+            throw Exit.refused
+        }
+    }
+
+    func report(_ error: ClientError) {
+        if json, case .rpc(let rpc) = error {
+            Output.printJSON(ErrorResponse(id: nil, error: rpc))
+        }
+        Output.error("\(error)")
+        if case .rpc(let rpc) = error, let hint = Hints.hint(for: rpc) { Output.hint(hint) }
+    }
+}
+
+// MARK: Commands
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show state, elapsed time, file, format, device, levels, xruns and the last error.")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let connection = try options.connect()
+        let status: StatusResult = try options.call(connection, .status)
+        if options.json { return Output.printJSON(status) }
+        Output.printStatus(status)
+    }
+}
+
+struct Start: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Start a recording.",
+        discussion: "Unset settings follow the daemon's configuration. With --wait, recctl stays until the recording ends, showing progress, and exits 0 when it finished, 1 when it failed or was cancelled.")
+
+    @Argument(help: "The recording's name (the file name without extension). Default: recording-<date>.")
+    var name: String?
+    @Option(help: ArgumentHelp("wav, flac, opus, vorbis or caf.", valueName: "format"))
+    var format: AudioFileFormat?
+    @Option(name: .customLong("rate"), help: ArgumentHelp("Sample rate of the file, Hz.", valueName: "hz"))
+    var sampleRate: Int?
+    @Option(help: ArgumentHelp("Channels in the file (1-8).", valueName: "n"))
+    var channels: Int?
+    @Option(help: ArgumentHelp("16, 24 or 32 (float) for wav/caf; 16 or 24 for flac.", valueName: "bits"))
+    var bitDepth: Int?
+    @Option(help: ArgumentHelp("min, low, medium, high or max.", valueName: "quality"))
+    var quality: RecordingQuality?
+    @Option(name: .customLong("bitrate"), help: ArgumentHelp("Opus bitrate, bits per second.", valueName: "bps"))
+    var bitRate: Int?
+    @Option(help: ArgumentHelp("Record exactly this long: seconds (90, 1.5) or HH:MM:SS.", valueName: "duration"))
+    var duration: String?
+    @Option(help: ArgumentHelp("Start at this time: HH:MM[:SS] (next occurrence, local time), +DURATION, or RFC 3339.", valueName: "time"))
+    var at: String?
+    @Flag(help: "Wait until the recording ends, showing progress; exit with its outcome.")
+    var wait = false
+    @OptionGroup var options: ConnectionOptions
+
+    func validate() throws {
+        if let duration, TimeParsing.duration(duration) == nil {
+            throw ValidationError("--duration must be seconds (90, 1.5) or HH:MM:SS, not '\(duration)'")
+        }
+        if let at, TimeParsing.time(at) == nil {
+            throw ValidationError("--at must be HH:MM[:SS], +DURATION or an RFC 3339 time, not '\(at)'")
+        }
+    }
+
+    func run() throws {
+        let connection = try options.connect()
+        let params = StartParams(name: name, format: format, sampleRate: sampleRate, channels: channels, bitDepth: bitDepth,
+                                 quality: quality, bitRate: bitRate, duration: duration.flatMap(TimeParsing.duration),
+                                 at: at.flatMap { TimeParsing.time($0) })
+        // Subscribe first so that the end of a short recording cannot slip past.
+        let subscription: SubscribeResult? = wait
+            ? try options.call(connection, .subscribe, SubscribeParams(topics: [.state, .currentTime, .levels], interval: 0.1))
+            : nil
+        let recording: Recording = try options.call(connection, .start, params)
+        if options.json { Output.printJSON(recording) } else {
+            let when = recording.scheduledAt.map { " at " + Output.localTime($0) } ?? ""
+            Output.line("recording \(Output.bold(recording.name)) -> \(recording.path)\(when)")
+        }
+        guard let subscription else { return }
+        // Progress is for people: on a pipe only the outcome is printed (or every event with --json).
+        let view = LiveView(json: options.json, quiet: !options.json && !Output.isTerminal)
+        view.apply(subscription.snapshot.map(\.value))
+        var started = false
+        while true {
+            let notification: ChangedNotification.Params
+            do {
+                notification = try connection.nextNotification()
+            } catch {
+                view.finish()
+                options.report(error)
+                throw Exit.cannotConnect
+            }
+            view.apply([notification.value], seq: notification.seq, timestamp: notification.timestamp)
+            guard case .state(let state) = notification.value else { continue }
+            if state.recording?.id == recording.id, state.isActive { started = true }
+            guard started || !state.isActive, state.recording?.id == recording.id || state == .idle else { continue }
+            switch state {
+            case .finished(let finished):
+                view.finish()
+                if !options.json { Output.line("finished \(finished.path) (\(Output.duration(finished.duration)))") }
+                return
+            case .failed(_, let error):
+                view.finish()
+                Output.error(error.message)
+                throw Exit.refused
+            case .idle:
+                view.finish()
+                Output.error("the recording was cancelled")
+                throw Exit.refused
+            default:
+                continue
+            }
+        }
+    }
+}
+
+struct Stop: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Stop the recording; its file is finalized.")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let connection = try options.connect()
+        let recording: Recording = try options.call(connection, .stop)
+        if options.json { return Output.printJSON(recording) }
+        Output.line("stopped \(recording.path) (\(Output.duration(recording.duration)))")
+    }
+}
+
+struct Pause: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Pause the recording (resume continues the same file).")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let result: StateResult = try options.call(try options.connect(), .pause)
+        if options.json { return Output.printJSON(result) }
+        Output.line("paused \(result.state.recording?.name ?? "")")
+    }
+}
+
+struct Resume: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Resume a paused recording.")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let result: StateResult = try options.call(try options.connect(), .resume)
+        if options.json { return Output.printJSON(result) }
+        Output.line("recording \(result.state.recording?.name ?? "")")
+    }
+}
+
+struct Cancel: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Stop the recording and delete its file.")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let result: StateResult = try options.call(try options.connect(), .cancel)
+        if options.json { return Output.printJSON(result) }
+        Output.line("cancelled")
+    }
+}
+
+struct Watch: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Watch the recorder live.",
+        discussion: "On a terminal: one line redrawn in place with the state, elapsed time and a level meter per channel (peak and average, dBFS). On a pipe or with --json: one JSON event per line as it arrives.")
+
+    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording (default: all).", valueName: "topic"))
+    var topics: [Topic] = []
+    @Option(help: ArgumentHelp("Seconds between time and level updates at most.", valueName: "seconds"))
+    var interval: Double = 0.1
+    @Option(help: ArgumentHelp("Exit once the recorder reaches this state (idle, preparing, recording, paused, stopping, finished, failed).", valueName: "state"))
+    var until: RecorderState.Name?
+    @OptionGroup var options: ConnectionOptions
+
+    func validate() throws {
+        guard interval >= SubscribeParams.minimumInterval else { throw ValidationError("--interval must be at least \(SubscribeParams.minimumInterval)") }
+    }
+
+    func run() throws {
+        let connection = try options.connect()
+        var topics = Set(self.topics.isEmpty ? Topic.allCases : self.topics)
+        if until != nil { topics.insert(.state) }
+        let subscription: SubscribeResult = try options.call(connection, .subscribe,
+                                                            SubscribeParams(topics: topics.sorted(), interval: interval))
+        let view = LiveView(json: options.json || !Output.isTerminal)
+        for update in subscription.snapshot {
+            view.apply([update.value], seq: update.seq, timestamp: update.timestamp)
+            if case .state(let state) = update.value, state.name == until { return view.finish() }
+        }
+        while true {
+            let notification: ChangedNotification.Params
+            do {
+                notification = try connection.nextNotification()
+            } catch {
+                view.finish()
+                options.report(error)
+                throw Exit.cannotConnect
+            }
+            view.apply([notification.value], seq: notification.seq, timestamp: notification.timestamp)
+            if case .state(let state) = notification.value, state.name == until { return view.finish() }
+        }
+    }
+}
+
+struct List: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List recordings: name, duration, size, format, date.")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let result: RecordingsListResult = try options.call(try options.connect(), .recordingsList)
+        if options.json { return Output.printJSON(result) }
+        Output.printTable(result.recordings)
+    }
+}
+
+struct Info: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show one recording.")
+    @Argument(help: "The file name (meeting.flac) or, if unique, the name (meeting).")
+    var name: String
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let file: RecordingFile = try options.call(try options.connect(), .recordingsInfo, RecordingNameParams(name: name))
+        if options.json { return Output.printJSON(file) }
+        Output.printInfo(file)
+    }
+}
+
+struct Remove: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "rm", abstract: "Delete recordings.")
+    @Argument(help: "File names or unique names.")
+    var names: [String]
+    @OptionGroup var options: ConnectionOptions
+
+    func validate() throws {
+        if names.isEmpty { throw ValidationError("name at least one recording to delete") }
+    }
+
+    func run() throws {
+        let connection = try options.connect()
+        var failed = false
+        for name in names {
+            do {
+                let result: DeleteResult = try connection.call(.recordingsDelete, RecordingNameParams(name: name))
+                if options.json { Output.printJSON(result) } else { Output.line("deleted \(result.deleted)") }
+            } catch {
+                options.report(error)
+                failed = true
+            }
+        }
+        if failed { throw Exit.refused }
+    }
+}
+
+struct Move: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "mv", abstract: "Rename a recording (it keeps its format).")
+    @Argument(help: "The recording to rename.")
+    var old: String
+    @Argument(help: "The new name, without extension.")
+    var new: String
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let file: RecordingFile = try options.call(try options.connect(), .recordingsRename, RenameParams(from: old, to: new))
+        if options.json { return Output.printJSON(file) }
+        Output.line("renamed \(old) -> \(file.file)")
+    }
+}
+
+struct Devices: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List the capture devices ALSA knows; * marks the one in use.")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let result: DevicesResult = try options.call(try options.connect(), .devicesList)
+        if options.json { return Output.printJSON(result) }
+        Output.printDevices(result)
+    }
+}
+
+struct Version: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show recctl's and recd's versions.")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let connection: RecdConnection
+        do {
+            connection = try RecdConnection(path: options.socketPath)
+        } catch {
+            Output.line("recctl \(RecdVersion.current)")
+            Output.error("\(error)")
+            throw Exit.cannotConnect
+        }
+        let daemon: VersionResult = try options.call(connection, .version)
+        if options.json {
+            struct Both: Codable { var recctl: String; var recd: VersionResult }
+            return Output.printJSON(Both(recctl: RecdVersion.current, recd: daemon))
+        }
+        Output.line("recctl \(RecdVersion.current)")
+        Output.line("recd \(daemon.version) (protocol \(daemon.protocolRevision))")
+    }
+}
+
+extension AudioFileFormat: ExpressibleByArgument {}
+extension RecordingQuality: ExpressibleByArgument {}
+extension Topic: ExpressibleByArgument {}
+extension RecorderState.Name: ExpressibleByArgument {}

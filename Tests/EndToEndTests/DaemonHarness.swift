@@ -1,0 +1,178 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+
+/// The built binaries, next to the test bundle (`swift build --build-tests` builds them).
+enum Binaries {
+    static let directory: String = {
+        let candidates = [URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path,
+                          FileManager.default.currentDirectoryPath + "/.build/debug"]
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0 + "/recd") } ?? candidates[1]
+    }()
+    static var recd: String { directory + "/recd" }
+    static var recctl: String { directory + "/recctl" }
+}
+
+/// A real recd process on a private socket, recordings directory and test device.
+final class Daemon {
+    let directory = TemporaryDirectory()
+    let process: ChildProcess
+    let device: String
+    var socket: String { directory.file("recd.sock") }
+    var recordings: String { directory.file("recordings") }
+    var configPath: String { directory.file("recd.toml") }
+    var logPath: String { directory.file("recd.log") }
+
+    /// Starts recd and waits until its socket answers.
+    ///
+    /// - Parameters:
+    ///   - config: the TOML file's text.
+    ///   - environment: extra variables (NOTIFY_SOCKET, WATCHDOG_USEC, JOURNAL_STREAM…).
+    ///   - launcher: a command to run recd through (e.g. setpriv to change user, sh for LISTEN_PID).
+    ///   - descriptors: (parent fd, child fd) pairs to pass on.
+    init(device: String, config: String = "", environment: [String: String] = [:], launcher: [String] = [],
+         arguments extra: [String]? = nil, descriptors: [(Int32, Int32)] = [], waitForSocket: Bool = true) throws {
+        self.device = device
+        try config.write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
+        let arguments = extra ?? ["--user", "--config", directory.file("recd.toml"), "--socket", directory.file("recd.sock"),
+                                  "--recordings-dir", directory.file("recordings"), "--device", device]
+        var env = ProcessInfo.processInfo.environment
+        env["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:" + TestDevices.configuration
+        env["NOTIFY_SOCKET"] = nil
+        env["JOURNAL_STREAM"] = nil
+        env["WATCHDOG_USEC"] = nil
+        env["LISTEN_FDS"] = nil
+        for (key, value) in environment { env[key] = value }
+        let executable = launcher.first ?? Binaries.recd
+        let launchArguments = launcher.isEmpty ? arguments : Array(launcher.dropFirst()) + [Binaries.recd] + arguments
+        process = try ChildProcess(executable, launchArguments, environment: env, output: directory.file("recd.log"),
+                                   descriptors: descriptors)
+        if waitForSocket {
+            let socket = directory.file("recd.sock")
+            guard waitUntil(timeout: 20, { (try? RecdConnection(path: socket)) != nil || !process.isRunning }), process.isRunning else {
+                throw TestFailure("recd did not start: \(self.log)")
+            }
+        }
+    }
+
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    func connect() throws -> RecdConnection { try RecdConnection(path: socket) }
+
+    /// Sends a signal and waits for the exit; returns the exit status.
+    @discardableResult
+    func terminate(_ signal: Int32 = SIGTERM, timeout: Double = 30) -> Int32? {
+        process.signal(signal)
+        return process.wait(timeout: timeout)
+    }
+}
+
+/// Runs a command to completion, capturing its output.
+struct CommandResult {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+@discardableResult
+func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:], input: String? = nil,
+         timeout: Double = 60) throws -> CommandResult {
+    var env = ProcessInfo.processInfo.environment
+    for (key, value) in environment { env[key] = value }
+    let directory = TemporaryDirectory()
+    // stdout and stderr apart: run through sh to split them into two files.
+    let script = "exec \"$0\" \"$@\" >\(directory.file("out")) 2>\(directory.file("err"))"
+    let process = try ChildProcess("/bin/sh", ["-c", script, executable] + arguments, environment: env, input: input)
+    guard let status = process.wait(timeout: timeout) else {
+        process.signal(SIGKILL)
+        throw TestFailure("\(executable) \(arguments) did not finish in \(timeout) s")
+    }
+    return CommandResult(status: status,
+                         stdout: (try? String(contentsOfFile: directory.file("out"), encoding: .utf8)) ?? "",
+                         stderr: (try? String(contentsOfFile: directory.file("err"), encoding: .utf8)) ?? "")
+}
+
+/// A raw line-level client, for malformed input and for reading exactly what the server sends.
+extension RecdConnection {
+    func send(_ text: String) throws { try send(raw: Array(text.utf8)) }
+
+    /// The next line as a JSON object.
+    func nextObject(timeout: Double = 10) throws -> [String: Any] {
+        let line = try readLine(timeout: timeout)
+        guard let object = try JSONSerialization.jsonObject(with: line) as? [String: Any] else {
+            throw TestFailure("not an object: \(String(decoding: line, as: UTF8.self))")
+        }
+        return object
+    }
+
+    /// Sends a raw line and returns the next answer that is not a notification.
+    func exchange(_ line: String, timeout: Double = 10) throws -> [String: Any] {
+        try send(line + "\n")
+        while true {
+            let object = try nextObject(timeout: timeout)
+            if object["method"] as? String != "changed" { return object }
+        }
+    }
+}
+
+extension [String: Any] {
+    var errorCode: Int? { (self["error"] as? [String: Any])?["code"] as? Int }
+    var errorMessage: String? { (self["error"] as? [String: Any])?["message"] as? String }
+    var errorDataCode: String? { ((self["error"] as? [String: Any])?["data"] as? [String: Any])?["code"] as? String }
+}
+
+/// A NOTIFY_SOCKET listener: what the daemon tells systemd.
+final class NotifyListener {
+    let path: String
+    let fd: Int32
+    private let directory = TemporaryDirectory()
+
+    init() throws {
+        path = directory.file("notify")
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var on: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard result == 0 else { throw TestFailure("cannot bind \(path)") }
+    }
+
+    deinit { close(fd) }
+
+    /// Messages received within `timeout` seconds, each with its arrival time.
+    func receive(for timeout: Double) -> [(Date, String)] {
+        var messages: [(Date, String)] = []
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, Int32(max(1, deadline.timeIntervalSinceNow * 1000))) > 0 else { continue }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count > 0 { messages.append((Date(), String(decoding: buffer[..<count], as: UTF8.self))) }
+        }
+        return messages
+    }
+
+    /// Waits for a message containing `text`.
+    func waitFor(_ text: String, timeout: Double = 15) -> String? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            for (_, message) in receive(for: 0.2) where message.contains(text) { return message }
+        }
+        return nil
+    }
+}
+
+/// Raw interleaved 16-bit stereo counter pattern for the file devices.
+func writeCounterInput(_ directory: TemporaryDirectory, seconds: Int) -> (path: String, samples: [Int16]) {
+    let samples = Signal.counter16(frames: seconds * 48000, channels: 2)
+    let path = directory.file("input-\(seconds).raw")
+    Signal.write(samples, to: path)
+    return (path, samples)
+}

@@ -1,0 +1,358 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Sndfile
+import Testing
+
+/// recd over its real socket: every method, every error, subscriptions, limits.
+@Suite("recd protocol")
+struct ProtocolTests {
+    let inputs = TemporaryDirectory()
+
+    func waitForState(_ connection: RecdConnection, _ name: RecorderState.Name, timeout: Double = 20) throws -> StatusResult {
+        var status: StatusResult = try connection.call(.status)
+        let deadline = Date().addingTimeInterval(timeout)
+        while status.state.name != name, Date() < deadline {
+            usleep(20_000)
+            status = try connection.call(.status)
+        }
+        return status
+    }
+
+    @Test func everyMethodRoundTrips() throws {
+        let input = writeCounterInput(inputs, seconds: 4)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        let client = try daemon.connect()
+
+        let version: VersionResult = try client.call(.version)
+        #expect(version.version == RecdVersion.current)
+        #expect(version.protocolRevision == JSONRPC.protocolRevision)
+
+        let idle: StatusResult = try client.call(.status)
+        #expect(idle.state == .idle)
+        #expect(idle.device == daemon.device)
+        #expect(idle.recordingsDirectory == daemon.recordings)
+
+        let started: Recording = try client.call(.start, StartParams(name: "take", format: .wav, sampleRate: 48000, channels: 2, duration: 1))
+        #expect(started.name == "take")
+        #expect(started.frameLimit == 48000)
+        let finished = try waitForState(client, .finished)
+        #expect(finished.recording?.frames == 48000)
+        #expect(finished.currentTime == 1.0)
+
+        let list: RecordingsListResult = try client.call(.recordingsList)
+        #expect(list.recordings.map(\.file) == ["take.wav"])
+        #expect(list.recordings.first?.frames == 48000)
+        let info: RecordingFile = try client.call(.recordingsInfo, RecordingNameParams(name: "take"))
+        #expect(info.duration == 1.0)
+        #expect(info.size > 48000 * 4)
+        let renamed: RecordingFile = try client.call(.recordingsRename, RenameParams(from: "take.wav", to: "kept"))
+        #expect(renamed.file == "kept.wav")
+        #expect(FileManager.default.fileExists(atPath: daemon.recordings + "/kept.wav"))
+        let deleted: DeleteResult = try client.call(.recordingsDelete, RecordingNameParams(name: "kept"))
+        #expect(deleted.deleted == "kept.wav")
+        #expect(!FileManager.default.fileExists(atPath: daemon.recordings + "/kept.wav"))
+
+        let devices: DevicesResult = try client.call(.devicesList)
+        #expect(devices.current == daemon.device)
+        #expect(devices.devices.contains { $0.name == "null" || $0.name == "default" })
+        #expect(daemon.terminate() == 0)
+    }
+
+    @Test func pauseResumeStopAndCancelRoundTrip() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "live", format: .flac))
+        _ = try waitForState(client, .recording)
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 0.2 })
+        let paused: StateResult = try client.call(.pause)
+        #expect(paused.state.name == .paused)
+        let resumed: StateResult = try client.call(.resume)
+        #expect(resumed.state.name == .recording)
+        let stopped: Recording = try client.call(.stop)
+        #expect(stopped.frames > 0)
+        #expect(FileManager.default.fileExists(atPath: stopped.path))
+
+        let _: Recording = try client.call(.start, StartParams(name: "discard"))
+        let cancelled: StateResult = try client.call(.cancel)
+        #expect(cancelled.state == .idle)
+        #expect(!FileManager.default.fileExists(atPath: daemon.recordings + "/discard.wav"))
+        #expect(!FileManager.default.fileExists(atPath: daemon.recordings + "/discard.wav.part"))
+    }
+
+    @Test func protocolErrorsHaveTheirCodes() throws {
+        let input = writeCounterInput(inputs, seconds: 2)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        let client = try daemon.connect()
+        let cases: [(String, Int, String?)] = [
+            ("{not json", -32700, "parseError"),
+            ("[1,2]", -32600, "invalidRequest"),
+            ("\"text\"", -32600, "invalidRequest"),
+            (#"{"id":1,"method":"status"}"#, -32600, "invalidRequest"),
+            (#"{"jsonrpc":"2.0","id":2,"method":7}"#, -32600, "invalidRequest"),
+            (#"{"jsonrpc":"2.0","id":3,"method":"status","extra":1}"#, -32600, "invalidRequest"),
+            (#"{"jsonrpc":"2.0","id":{"a":1},"method":"status"}"#, -32600, "invalidRequest"),
+            (#"{"jsonrpc":"2.0","id":4,"method":"record"}"#, -32601, "methodNotFound"),
+            (#"{"jsonrpc":"2.0","id":5,"method":"start","params":{"nmae":"x"}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":6,"method":"start","params":{"sampleRate":"fast"}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":7,"method":"start","params":{"format":"mp3"}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":8,"method":"start","params":[1]}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":9,"method":"status","params":{"x":1}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":10,"method":"recordings.info"}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":11,"method":"start","params":{"at":"tomorrow"}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":12,"method":"subscribe","params":{"topics":["weather"]}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":13,"method":"subscribe","params":{"interval":0}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":14,"method":"unsubscribe","params":{"subscription":"nope"}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":15,"method":"pause"}"#, -32000, "invalidState"),
+            (#"{"jsonrpc":"2.0","id":16,"method":"stop"}"#, -32000, "invalidState"),
+            (#"{"jsonrpc":"2.0","id":17,"method":"start","params":{"format":"opus","sampleRate":44100}}"#, -32000, "invalidSettings"),
+            (#"{"jsonrpc":"2.0","id":18,"method":"start","params":{"name":"../escape"}}"#, -32000, "invalidSettings"),
+            (#"{"jsonrpc":"2.0","id":19,"method":"recordings.info","params":{"name":"missing"}}"#, -32002, "notFound"),
+            (#"{"jsonrpc":"2.0","id":20,"method":"recordings.delete","params":{"name":"../../etc/passwd"}}"#, -32002, "notFound"),
+        ]
+        for (line, code, dataCode) in cases {
+            let answer = try client.exchange(line)
+            #expect(answer.errorCode == code, "\(line) -> \(answer)")
+            #expect(answer.errorDataCode == dataCode, "\(line) -> \(answer)")
+            #expect(!(answer.errorMessage ?? "").isEmpty)
+            #expect(answer["jsonrpc"] as? String == "2.0")
+            #expect(answer.keys.contains("id"), "an error answer always carries id (null when unreadable)")
+        }
+        // The connection survived all of it.
+        let status: StatusResult = try client.call(.status)
+        #expect(status.state == .idle)
+    }
+
+    @Test func errorMessagesSayWhatIsWrong() throws {
+        let daemon = try Daemon(device: "null")
+        let client = try daemon.connect()
+        let unknown = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"start","params":{"nmae":"x"}}"#)
+        #expect(unknown.errorMessage?.contains("unknown parameter 'nmae' for 'start'") == true)
+        let type = try client.exchange(#"{"jsonrpc":"2.0","id":2,"method":"start","params":{"channels":"two"}}"#)
+        #expect(type.errorMessage == "'channels' must be an integer", "\(type)")
+        let state = try client.exchange(#"{"jsonrpc":"2.0","id":3,"method":"resume"}"#)
+        #expect(state.errorMessage == "cannot resume while idle")
+    }
+
+    @Test func aRequestWithoutIdGetsNoAnswer() throws {
+        let daemon = try Daemon(device: "null")
+        let client = try daemon.connect()
+        try client.send(#"{"jsonrpc":"2.0","method":"status"}"# + "\n")
+        let answer = try client.exchange(#"{"jsonrpc":"2.0","id":"after","method":"version"}"#)
+        #expect(answer["id"] as? String == "after")
+    }
+
+    @Test func aDeviceThatCannotBeOpenedIsARecorderError() throws {
+        let daemon = try Daemon(device: "no_such_device_here")
+        let client = try daemon.connect()
+        let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"start"}"#)
+        #expect(answer.errorCode == -32000)
+        #expect(answer.errorDataCode == "deviceNotFound")
+        #expect(answer.errorMessage?.contains("no_such_device_here") == true)
+        let status: StatusResult = try client.call(.status)
+        #expect(status.state.name == .failed)
+        #expect(status.error?.code == .deviceNotFound)
+    }
+
+    // MARK: Subscriptions
+
+    @Test func subscribeSendsASnapshotThenOrderedChanges() throws {
+        let input = writeCounterInput(inputs, seconds: 3)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        let client = try daemon.connect()
+        let subscription: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.state, .recording, .error]))
+        #expect(subscription.topics == [.state, .error, .recording])
+        #expect(Set(subscription.snapshot.map(\.topic)) == [.state, .error, .recording])
+        let snapshotSeq = subscription.snapshot.first { $0.topic == .state }!.seq
+        #expect(subscription.snapshot.first { $0.topic == .state }?.value == .state(.idle))
+
+        let control = try daemon.connect()
+        let _: Recording = try control.call(.start, StartParams(name: "seq", duration: 0.5))
+        var states: [ChangedNotification.Params] = []
+        while states.last.map({ if case .state(let s) = $0.value { return s.name != .finished }; return true }) ?? true {
+            let notification = try client.nextNotification(timeout: 20)
+            #expect(notification.subscription == subscription.subscription)
+            if notification.topic == .state { states.append(notification) }
+        }
+        let names = states.compactMap { if case .state(let state) = $0.value { return state.name } else { return nil } }
+        #expect(names == [.preparing, .recording, .finished])
+        // Discrete topics: consecutive sequence numbers, continuing from the snapshot.
+        #expect(states.map(\.seq) == Array((snapshotSeq + 1)...(snapshotSeq + 3)))
+    }
+
+    @Test func continuousTopicsAreCoalescedToTheInterval() throws {
+        let server = try PulseServer()
+        // A changing signal, so that levels change (equal levels are not re-sent).
+        let input = writeCounterInput(inputs, seconds: 20)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
+        let client = try daemon.connect()
+        let _: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.currentTime, .levels], interval: 0.5))
+        let control = try daemon.connect()
+        let _: Recording = try control.call(.start, StartParams(name: "slow"))
+        // PulseAudio takes a moment to deliver the first frames; measure once time runs.
+        #expect(waitUntil { ((try? control.call(.status) as StatusResult)?.currentTime ?? 0) > 0.05 })
+        while (try? client.nextNotification(timeout: 0.01)) != nil {}
+        var received: [ChangedNotification.Params] = []
+        let deadline = Date().addingTimeInterval(2.6)
+        while Date() < deadline {
+            if let notification = try? client.nextNotification(timeout: deadline.timeIntervalSinceNow) { received.append(notification) }
+        }
+        let _: Recording = try control.call(.stop)
+        // The recorder publishes currentTime every 0.1 s and levels every 0.05 s; at 0.5 s
+        // this subscription gets at most one of each per half second (plus the first).
+        let times = received.filter { $0.topic == .currentTime }
+        let levels = received.filter { $0.topic == .levels }
+        #expect(times.count >= 3 && times.count <= 7, "\(times.count) currentTime notifications")
+        #expect(levels.count >= 3 && levels.count <= 7, "\(levels.count) levels notifications")
+        for pair in zip(times, times.dropFirst()) {
+            #expect(pair.1.timestamp - pair.0.timestamp >= 0.45, "spacing \(pair.1.timestamp - pair.0.timestamp)")
+            #expect(pair.1.seq > pair.0.seq)
+        }
+    }
+
+    @Test func unsubscribeStopsNotifications() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let subscription: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.currentTime], interval: 0.05))
+        let control = try daemon.connect()
+        let _: Recording = try control.call(.start, StartParams(name: "unsub"))
+        _ = try client.nextNotification(timeout: 10)
+        let result: UnsubscribeResult = try client.call(.unsubscribe, UnsubscribeParams(subscription: subscription.subscription))
+        #expect(result.subscription == subscription.subscription)
+        // Drain what was already on its way, then expect silence.
+        while (try? client.nextNotification(timeout: 0.3)) != nil {}
+        #expect(throws: ClientError.self) { try client.nextNotification(timeout: 1.0) }
+        let _: Recording = try control.call(.stop)
+    }
+
+    @Test func twoHundredSubscribersWhileRecordingLoseNoFrame() throws {
+        let server = try PulseServer()
+        let input = writeCounterInput(inputs, seconds: 8)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
+                                config: "[server]\nmax_clients = 300\n")
+        var subscribers: [RecdConnection] = []
+        for _ in 0..<200 {
+            let connection = try daemon.connect()
+            let _: SubscribeResult = try connection.call(.subscribe, SubscribeParams(topics: [.state, .currentTime, .levels], interval: 0.05))
+            subscribers.append(connection)
+        }
+        let control = try daemon.connect()
+        let _: Recording = try control.call(.start, StartParams(name: "crowd", format: .wav, sampleRate: 48000, channels: 2, duration: 2))
+        // Every subscriber reads everything until it sees the recording finish.
+        var finishedSeen = 0
+        for connection in subscribers {
+            while true {
+                let notification = try connection.nextNotification(timeout: 30)
+                if case .state(let state) = notification.value, state.name == .finished {
+                    finishedSeen += 1
+                    break
+                }
+            }
+        }
+        #expect(finishedSeen == 200)
+        let status: StatusResult = try control.call(.status)
+        #expect(status.statistics.xruns == 0)
+        #expect(status.statistics.framesLost == 0)
+        let reader = try SoundFileReader(path: daemon.recordings + "/crowd.wav")
+        #expect(reader.info.frames == 96000)
+        let samples = reader.readAllInt16()
+        #expect(samples == Array(input.samples[0..<192_000]), "the file is the input, bit for bit")
+    }
+
+    @Test func aClientThatNeverReadsBlocksNothingAndIsDisconnected() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[server]\nclient_queue_limit = 64\n")
+        // A client that subscribes at the highest rate and then never reads.
+        let stuck = try daemon.connect()
+        try stuck.send(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"interval":0.01}}"# + "\n")
+        let control = try daemon.connect()
+        let _: Recording = try control.call(.start, StartParams(name: "busy", format: .wav))
+        // Meanwhile other clients are answered at once.
+        for _ in 0..<20 {
+            let started = Date()
+            let _: StatusResult = try control.call(.status, timeout: 2)
+            #expect(Date().timeIntervalSince(started) < 1)
+            usleep(100_000)
+        }
+        // Flood it with levels until its queue overflows: the daemon drops it.
+        let other = try daemon.connect()
+        #expect(waitUntil(timeout: 60) {
+            // The stuck client's socket buffer fills, then its queue; then recd closes it.
+            let _: StatusResult? = try? other.call(.status, timeout: 2)
+            return daemon.log.contains("client not reading; disconnecting")
+        }, "\(daemon.log)")
+        let recording: Recording = try control.call(.stop)
+        let status: StatusResult = try control.call(.status)
+        #expect(status.statistics.xruns == 0)
+        #expect(recording.frames > 48000)
+    }
+
+    @Test func malformedInputGetsErrorsWhileARecordingGoesOnIntact() throws {
+        let server = try PulseServer()
+        let input = writeCounterInput(inputs, seconds: 8)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
+        let control = try daemon.connect()
+        let _: Recording = try control.call(.start, StartParams(name: "intact", format: .wav, sampleRate: 48000, channels: 2, duration: 3))
+
+        // Invalid JSON, wrong types, unknown fields: errors, the connection stays.
+        let noisy = try daemon.connect()
+        #expect(try noisy.exchange("{\"jsonrpc\":").errorCode == -32700)
+        #expect(try noisy.exchange(#"{"jsonrpc":"2.0","id":1,"method":"start","params":{"duration":"long"}}"#).errorCode == -32602)
+        #expect(try noisy.exchange(#"{"jsonrpc":"2.0","id":2,"method":"status","bogus":true}"#).errorCode == -32600)
+        // Binary garbage (no newline inside) is a parse error too.
+        let garbage = (0..<512).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }.filter { !(10...13).contains($0) }
+        try noisy.send(raw: garbage + [10])
+        #expect(try noisy.nextObject().errorCode == -32700)
+
+        // A line over 64 KiB: an error, then the server closes that connection.
+        let huge = try daemon.connect()
+        try huge.send(raw: [UInt8](repeating: UInt8(ascii: "a"), count: 70_000))
+        let tooLong = try huge.nextObject()
+        #expect(tooLong.errorCode == -32600)
+        #expect(tooLong.errorMessage?.contains("65536") == true)
+        #expect(throws: ClientError.self) { _ = try huge.readLine(timeout: 5) }
+
+        // Half a line, then disconnect.
+        do {
+            let half = try daemon.connect()
+            try half.send(#"{"jsonrpc":"2.0","id":1,"meth"#)
+        }
+
+        let status: StatusResult = try noisy.call(.status)
+        #expect(status.state.name == .recording)
+        #expect(waitUntil(timeout: 30) { ((try? control.call(.status) as StatusResult)?.state.name) == .finished })
+        let reader = try SoundFileReader(path: daemon.recordings + "/intact.wav")
+        #expect(reader.info.frames == 144_000)
+        #expect(reader.readAllInt16() == Array(input.samples[0..<288_000]))
+    }
+
+    @Test func clientsBeyondTheLimitAreRefused() throws {
+        let daemon = try Daemon(device: "null", config: "[server]\nmax_clients = 2\n")
+        // The harness's start-up probe may still count for a moment: retry until accepted.
+        func accepted() throws -> RecdConnection {
+            var connection: RecdConnection?
+            _ = waitUntil {
+                guard let candidate = try? daemon.connect(), (try? candidate.call(.status) as StatusResult) != nil else { return false }
+                connection = candidate
+                return true
+            }
+            return try #require(connection)
+        }
+        let first = try accepted()
+        let second = try accepted()
+        let third = try daemon.connect()
+        let refusal = try third.nextObject()
+        #expect(refusal.errorCode == -32003)
+        #expect(refusal.errorDataCode == "tooManyClients")
+        #expect(throws: ClientError.self) { _ = try third.readLine(timeout: 5) }
+        // Once one leaves, there is room again.
+        withExtendedLifetime(first) {}
+        _ = consume first
+        let fourth = try accepted()
+        withExtendedLifetime((second, fourth)) {}
+    }
+}
