@@ -49,7 +49,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecorderCore", "RecdProtocol", "Systemd",
+            "ALSA", "RecdServer", "RecorderCore", "RecdProtocol", "Systemd",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -33,6 +33,10 @@ struct Recctl: ParsableCommand {
         version: RecdVersion.current,
         subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Watch.self,
                       List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
+
+    /// Lets --socket and --json come before the subcommand too (`recctl --json status`):
+    /// ArgumentParser gives every command in the chain that declares this group the same values.
+    @OptionGroup var options: ConnectionOptions
 }
 
 /// Options every subcommand shares.
@@ -151,7 +155,7 @@ struct Start: ParsableCommand {
         guard let subscription else { return }
         // Progress is for people: on a pipe only the outcome is printed (or every event with --json).
         let view = LiveView(json: options.json, quiet: !options.json && !Output.isTerminal)
-        view.apply(subscription.snapshot.map(\.value))
+        for update in subscription.snapshot { view.apply([update.value], seq: update.seq, timestamp: update.timestamp) }
         var started = false
         while true {
             let notification: ChangedNotification.Params

@@ -1,3 +1,4 @@
+import ALSA
 import ArgumentParser
 import Foundation
 import Logging
@@ -93,6 +94,11 @@ struct Recd: AsyncParsableCommand {
         StandardErrorLogHandler.level.store(UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
         LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, journal: journal) }
         let logger = Logger(label: "recd")
+        // libasound's own messages join ours, with a level, instead of raw stderr lines.
+        let alsaLogger = Logger(label: "recd.alsa")
+        ALSALibraryMessages.route { function, _, message in
+            alsaLogger.info("libasound: \(message)", metadata: ["alsa.function": "\(function)"])
+        }
 
         let policy: AccessPolicy
         let socketGroup: gid_t?

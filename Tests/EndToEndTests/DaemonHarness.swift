@@ -20,8 +20,8 @@ final class Daemon {
     let directory = TemporaryDirectory()
     let process: ChildProcess
     let device: String
+    let recordings: String
     var socket: String { directory.file("recd.sock") }
-    var recordings: String { directory.file("recordings") }
     var configPath: String { directory.file("recd.toml") }
     var logPath: String { directory.file("recd.log") }
 
@@ -33,11 +33,13 @@ final class Daemon {
     ///   - launcher: a command to run recd through (e.g. setpriv to change user, sh for LISTEN_PID).
     ///   - descriptors: (parent fd, child fd) pairs to pass on.
     init(device: String, config: String = "", environment: [String: String] = [:], launcher: [String] = [],
-         arguments extra: [String]? = nil, descriptors: [(Int32, Int32)] = [], waitForSocket: Bool = true) throws {
+         arguments extra: [String]? = nil, descriptors: [(Int32, Int32)] = [], recordings: String? = nil,
+         waitForSocket: Bool = true) throws {
         self.device = device
+        self.recordings = recordings ?? directory.file("recordings")
         try config.write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
         let arguments = extra ?? ["--user", "--config", directory.file("recd.toml"), "--socket", directory.file("recd.sock"),
-                                  "--recordings-dir", directory.file("recordings"), "--device", device]
+                                  "--recordings-dir", self.recordings, "--device", device]
         var env = ProcessInfo.processInfo.environment
         env["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:" + TestDevices.configuration
         env["NOTIFY_SOCKET"] = nil

@@ -1,0 +1,239 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Sndfile
+import Testing
+
+/// recd as a service: sd_notify, watchdog, socket activation, signals, logging, configuration,
+/// access control by peer credentials — with the real binary.
+@Suite("recd service")
+struct SystemdTests {
+    let inputs = TemporaryDirectory()
+
+    @Test func tellsSystemdWhenReadyWhatItDoesAndWhenStopping() throws {
+        let server = try PulseServer()
+        let notify = try NotifyListener()
+        let daemon = try Daemon(device: TestDevices.paced(server), environment: ["NOTIFY_SOCKET": notify.path])
+        let ready = try #require(notify.waitFor("READY=1"))
+        #expect(ready.contains("STATUS=idle"))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "meeting", format: .flac))
+        let status = try #require(notify.waitFor("STATUS=recording"))
+        #expect(status.contains("-> meeting.flac"), "\(status)")
+        #expect(status.range(of: #"recording \d\d:\d\d:\d\d"#, options: .regularExpression) != nil, "\(status)")
+        daemon.process.signal(SIGTERM)
+        #expect(notify.waitFor("STOPPING=1") != nil)
+        #expect(daemon.process.wait(timeout: 30) == 0)
+    }
+
+    @Test func watchdogPingsStopWhenCaptureStallsAndResumeAfter() throws {
+        let server = try PulseServer()
+        let notify = try NotifyListener()
+        let daemon = try Daemon(device: TestDevices.paced(server),
+                                environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"])
+        #expect(notify.waitFor("READY=1") != nil)
+        // Idle: pinged every half period (0.2 s).
+        let idlePings = notify.receive(for: 1.2).filter { $0.1.contains("WATCHDOG=1") }
+        #expect(idlePings.count >= 3, "\(idlePings.count) pings while idle")
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "watched"))
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 0.2 })
+        #expect(notify.receive(for: 1.0).contains { $0.1.contains("WATCHDOG=1") }, "pings while capture runs")
+        // Freeze the sound server: capture makes no progress, so the pings must stop.
+        server.suspend()
+        _ = notify.receive(for: 0.6)  // what was already on its way
+        let stalled = notify.receive(for: 1.5).filter { $0.1.contains("WATCHDOG=1") }
+        #expect(stalled.isEmpty, "\(stalled.count) pings while capture was stalled")
+        server.resume()
+        #expect(notify.waitFor("WATCHDOG=1", timeout: 10) != nil, "pings resume with capture")
+        #expect(daemon.log.contains("capture is not making progress"))
+    }
+
+    @Test func socketActivationUsesThePassedSocket() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("activated.sock")
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0)
+        #expect(listen(listener, 16) == 0)
+        // As systemd does it: fd 3, LISTEN_FDS/LISTEN_FDNAMES, and LISTEN_PID set to recd's own pid.
+        let daemon = try Daemon(device: "null", environment: ["LISTEN_FDS": "1", "LISTEN_FDNAMES": "control"],
+                                launcher: ["/bin/sh", "-c", #"LISTEN_PID=$$ exec "$0" "$@""#],
+                                descriptors: [(listener, 3)], waitForSocket: false)
+        let connected = waitUntil(timeout: 20) { (try? RecdConnection(path: path)) != nil }
+        #expect(connected, "\(daemon.log)")
+        let client = try RecdConnection(path: path)
+        let status: StatusResult = try client.call(.status)
+        #expect(status.state == .idle)
+        // It did not bind its own socket path.
+        #expect(!FileManager.default.fileExists(atPath: daemon.socket))
+        #expect(daemon.log.contains("listening on the socket systemd passed"))
+    }
+
+    @Test func sigtermMidRecordingFinalizesTheFileAndTellsSubscribers() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.state]))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "interrupted", format: .wav))
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 0.5 })
+        daemon.process.signal(SIGTERM)
+        var final: RecorderState?
+        while let notification = try? watcher.nextNotification(timeout: 20) {
+            if case .state(let state) = notification.value { final = state }
+            if final?.name == .finished { break }
+        }
+        guard case .finished(let recording)? = final else {
+            Issue.record("last state \(String(describing: final)); log: \(daemon.log)")
+            return
+        }
+        #expect(daemon.process.wait(timeout: 30) == 0)
+        #expect(recording.path == started.path)
+        #expect(!FileManager.default.fileExists(atPath: started.partialPath))
+        let reader = try SoundFileReader(path: started.path)
+        #expect(reader.info.frames == recording.frames)
+        #expect(recording.frames >= 24000)
+    }
+
+    @Test func aKilledDaemonLeavesAPlayableFileThatTheNextStartRecovers() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[capture]\nsync_interval = 0.25\n")
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "crash", format: .wav))
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 1.0 })
+        daemon.process.signal(SIGKILL)
+        _ = daemon.process.wait(timeout: 10)
+        // Playable as it is, up to the last sync (at most 0.25 s lost).
+        let partial = try SoundFileReader(path: started.partialPath)
+        #expect(partial.info.frames >= 36000, "\(partial.info.frames) frames survived")
+        // The next recd gives it its name back.
+        let next = try Daemon(device: "null", recordings: daemon.recordings)
+        let list: RecordingsListResult = try next.connect().call(.recordingsList)
+        #expect(list.recordings.map(\.file) == ["crash.wav"])
+        #expect(list.recordings.first.map { $0.frames >= 36000 } == true)
+        #expect(next.log.contains("recovered unfinished recording"))
+    }
+
+    @Test func underJournaldLinesCarryTheirSyslogPriority() throws {
+        let daemon = try Daemon(device: "no_such_pcm", environment: ["JOURNAL_STREAM": "8:12345"])
+        let client = try daemon.connect()
+        let refused = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"start","params":{"name":"x"}}"#)
+        #expect(refused.errorDataCode != nil)
+        daemon.terminate()
+        let lines = daemon.log.split(separator: "\n")
+        #expect(!lines.isEmpty)
+        #expect(lines.allSatisfy { $0.range(of: #"^<[0-7]>"#, options: .regularExpression) != nil }, "\(lines)")
+        #expect(lines.contains { $0.hasPrefix("<6>") })   // info: listening
+        #expect(lines.contains { $0.hasPrefix("<5>") })   // notice: ready
+        #expect(lines.contains { $0.hasPrefix("<3>") })   // error: the device could not be opened
+    }
+
+    // MARK: Configuration
+
+    @Test(arguments: [
+        ("device = \"x\"\n[recording]\nformat = 7\n", "recd.toml:3: recording.format: must be a string"),
+        ("[recording]\nfromat = \"flac\"\n", "recd.toml:2: recording.fromat: unknown key"),
+        ("[recording]\nformat = \"mp3\"\n", "recd.toml:2: recording.format: must be one of wav, flac, opus, vorbis, caf"),
+        ("log_level = \"loud\"\n", "recd.toml:1: log_level: must be one of"),
+        ("[server]\nsocket_mode = \"rw\"\n", "recd.toml:2: server.socket_mode: must be an octal mode"),
+        ("[recording\nformat = \"wav\"\n", "recd.toml:1"),
+        ("[capture]\nbuffer_time = -1\n", "recd.toml:2: capture.buffer_time: must be between"),
+        ("[recording]\nformat = \"flac\"\nbit_depth = 32\n", "recd.toml:1: recording: flac takes a bitDepth of 16, 24"),
+    ])
+    func aBadConfigurationIsAClearErrorNamingFileLineAndKey(text: String, expected: String) throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("recd.toml")
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        let result = try run(Binaries.recd, ["--user", "--config", path, "--socket", directory.file("s.sock")], timeout: 20)
+        #expect(result.status == 78)
+        #expect(result.stderr.contains(expected), "\(result.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("s.sock")))
+    }
+
+    @Test func sighupReloadsTheConfigurationAndIgnoresABadOne() throws {
+        let input = writeCounterInput(inputs, seconds: 3)
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: "[recording]\nformat = \"wav\"\n")
+        let client = try daemon.connect()
+        let first: Recording = try client.call(.start, StartParams(name: "one", duration: 0.1))
+        #expect(first.format == .wav)
+        #expect(waitUntil { (try? client.call(.status) as StatusResult)?.state.name == .finished })
+
+        try "[recording]\nformat = \"flac\"\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        daemon.process.signal(SIGHUP)
+        #expect(waitUntil { daemon.log.contains("configuration reloaded") })
+        let second: Recording = try client.call(.start, StartParams(name: "two", duration: 0.1))
+        #expect(second.format == .flac)
+        #expect(waitUntil { (try? client.call(.status) as StatusResult)?.state.name == .finished })
+
+        try "[recording]\nformat = \"mp3\"\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        daemon.process.signal(SIGHUP)
+        #expect(waitUntil { daemon.log.contains("configuration not reloaded") })
+        let third: Recording = try client.call(.start, StartParams(name: "three", duration: 0.1))
+        #expect(third.format == .flac)
+        #expect(daemon.process.isRunning)
+    }
+
+    // MARK: Access
+
+    @Test func aClientRunningAsAnotherUserMayObserveButNotControl() throws {
+        let daemon = try Daemon(device: "null", config: "[server]\nsocket_mode = \"0666\"\n")
+        chmod(daemon.directory.path, 0o755)
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", Binaries.recctl]
+        let socket = ["--socket", daemon.socket]
+        let status = try run("/usr/bin/setpriv", asNobody + ["status"] + socket)
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout.contains("idle"))
+        let stop = try run("/usr/bin/setpriv", asNobody + ["stop"] + socket)
+        #expect(stop.status == 1)
+        #expect(stop.stderr.contains("'stop' needs the 'control' permission"), "\(stop.stderr)")
+        #expect(stop.stderr.contains("control_users"), "the hint says how to get the permission")
+        let json = try run("/usr/bin/setpriv", asNobody + ["start", "--json"] + socket)
+        #expect(json.stdout.contains("\"notPermitted\""))
+        #expect(json.stdout.contains("\"permission\":\"control\""))
+        // Root (this test) may control.
+        let client = try daemon.connect()
+        let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"stop"}"#)
+        #expect(answer.errorDataCode == "invalidState")
+    }
+
+    @Test func listedUsersMayControl() throws {
+        let daemon = try Daemon(device: "null", config: "[server]\nsocket_mode = \"0666\"\ncontrol_users = [\"nobody\"]\n")
+        chmod(daemon.directory.path, 0o755)
+        let stop = try run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", Binaries.recctl,
+                                                "stop", "--socket", daemon.socket])
+        // Allowed to ask; refused only because nothing is recording.
+        #expect(stop.stderr.contains("cannot stop while idle"), "\(stop.stderr)")
+    }
+
+    @Test func anUnreadableDeviceIsNoPermission() throws {
+        // recd runs as nobody; the device's source file belongs to root, mode 0600.
+        let input = writeCounterInput(inputs, seconds: 1)
+        chmod(input.path, 0o600)
+        let directory = TemporaryDirectory()
+        chmod(directory.path, 0o777)
+        let socketPath = directory.file("recd.sock")
+        let unprivileged = try Daemon(device: TestDevices.file(input.path),
+                                      environment: ["HOME": directory.path, "XDG_CONFIG_HOME": directory.file("config")],
+                                      launcher: ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
+                                      arguments: ["--user", "--socket", socketPath, "--recordings-dir", directory.file("recordings"),
+                                                  "--device", TestDevices.file(input.path)],
+                                      waitForSocket: false)
+        #expect(waitUntil(timeout: 20) { (try? RecdConnection(path: socketPath)) != nil }, "\(unprivileged.log)")
+        let client = try RecdConnection(path: socketPath)
+        let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"start"}"#)
+        #expect(answer.errorCode == -32000)
+        #expect(answer.errorDataCode == "noPermission", "\(answer)")
+        #expect(answer.errorMessage?.contains("Permission denied") == true)
+        #expect(answer.errorMessage?.contains(input.path) == true)
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: directory.file("recordings")))?.isEmpty ?? true)
+    }
+}
