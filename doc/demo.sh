@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# make demo: record a few seconds with recd + recctl on a machine without a sound card.
+#
+# The test device is set up here: a private PulseAudio server with a null sink (a real-time
+# clock, no hardware), a 440 Hz tone played into it by speaker-test, and an ALSA PCM "demo"
+# that captures the sink's monitor through ALSA's pulse plugin — the path a desktop's
+# `default` device takes. recd records from it; recctl drives recd over its socket.
+set -euo pipefail
+
+bin=${1:?usage: demo.sh BINDIR}
+seconds=${DEMO_SECONDS:-5}
+work=$(mktemp -d /tmp/recd-demo.XXXXXX)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+say "A private PulseAudio server with a null sink (no sound card needed)"
+cat > "$work/pa.conf" <<EOF
+load-module module-native-protocol-unix auth-anonymous=1 socket=$work/native
+load-module module-null-sink sink_name=demosink rate=48000 channels=2
+EOF
+HOME=$work XDG_RUNTIME_DIR=$work pulseaudio -n -F "$work/pa.conf" --daemonize=no --exit-idle-time=-1 \
+    --system=false --log-target=file:"$work/pulseaudio.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -S "$work/native" ] && break; sleep 0.05; done
+[ -S "$work/native" ] || { echo "PulseAudio did not start; see $work/pulseaudio.log" >&2; exit 1; }
+
+say "A 440 Hz tone played into it (speaker-test, through ALSA's pulse plugin)"
+PULSE_SERVER=unix:$work/native speaker-test -D pulse -c 2 -r 48000 -t sine -f 440 -l 0 >/dev/null 2>&1 &
+pids+=($!)
+
+cat > "$work/alsa.conf" <<EOF
+# The capture device recd records from: the null sink's monitor.
+pcm.demo {
+    type pulse
+    server "unix:$work/native"
+    device "demosink.monitor"
+}
+EOF
+export ALSA_CONFIG_PATH=/usr/share/alsa/alsa.conf:$work/alsa.conf
+export RECD_SOCKET=$work/recd.sock
+
+say "recd, the daemon, capturing from ALSA PCM 'demo'"
+echo "\$ recd --user --socket $RECD_SOCKET --recordings-dir $work/recordings --device demo &"
+"$bin/recd" --user --socket "$RECD_SOCKET" --recordings-dir "$work/recordings" --device demo 2>"$work/recd.log" &
+recd_pid=$!
+pids+=("$recd_pid")
+for _ in $(seq 100); do [ -S "$RECD_SOCKET" ] && break; sleep 0.05; done
+
+say "recctl status"
+"$bin/recctl" status
+
+say "recctl start demo --format flac --duration $seconds --wait"
+"$bin/recctl" start demo --format flac --duration "$seconds" --wait
+
+say "recctl ls"
+"$bin/recctl" ls
+
+say "recctl info demo"
+"$bin/recctl" info demo
+
+if command -v sndfile-info >/dev/null; then
+    say "The file, as libsndfile reads it"
+    sndfile-info "$work/recordings/demo.flac" | grep -E 'Sample Rate|Frames|Channels|Format|Duration' || true
+fi
+
+say "Stopping recd (SIGTERM finalizes any recording in progress)"
+kill -TERM "$recd_pid"
+wait "$recd_pid" && echo "recd exited with status 0"
+
+echo
+echo "The recording: $work/recordings/demo.flac"
+echo "recd's log:    $work/recd.log"
