@@ -123,6 +123,34 @@ struct SystemdTests {
         #expect(next.log.contains("recovered unfinished recording"))
     }
 
+    @Test func aFullDiskEndsWithFailedToSaveAndAPlayableFile() throws {
+        // A real ENOSPC: recordings go to a 1 MiB tmpfs; 10 s of 48 kHz stereo is 1.9 MB.
+        let mountPoint = TemporaryDirectory()
+        let mounted = try run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint.path])
+        try #require(mounted.status == 0, "mount: \(mounted.stderr)")
+        defer { _ = try? run("/bin/umount", ["-l", mountPoint.path]) }
+        let input = writeCounterInput(inputs, seconds: 12)
+        let daemon = try Daemon(device: TestDevices.file(input.path), recordings: mountPoint.file("recordings"))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "full", format: .wav, sampleRate: 48000, channels: 2, duration: 10))
+        #expect(waitUntil(timeout: 20) { (try? client.call(.status) as StatusResult)?.state.name == .failed })
+        let status: StatusResult = try client.call(.status)
+        #expect(status.error?.code == .failedToSave)
+        #expect(status.error?.message.contains("full.wav") == true, "\(status.error?.message ?? "")")
+        #expect(status.error?.message.contains("No space left on device") == true, "\(status.error?.message ?? "")")
+        // Everything that fit is in a finalized file under its name.
+        let recording = try #require(status.recording)
+        #expect(!FileManager.default.fileExists(atPath: recording.partialPath))
+        let reader = try SoundFileReader(path: recording.path)
+        #expect(reader.info.frames >= recording.frames)
+        #expect(recording.frames > 100_000)
+        let samples = reader.readAllInt16()
+        #expect(samples == Array(input.samples[0..<samples.count]), "what was saved is the input, unbroken")
+        // And recd goes on: the next request is answered.
+        let version: VersionResult = try client.call(.version)
+        #expect(version.version == RecdVersion.current)
+    }
+
     @Test func underJournaldLinesCarryTheirSyslogPriority() throws {
         let daemon = try Daemon(device: "no_such_pcm", environment: ["JOURNAL_STREAM": "8:12345"])
         let client = try daemon.connect()
