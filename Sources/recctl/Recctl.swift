@@ -79,6 +79,13 @@ struct ConnectionOptions: ParsableArguments {
         }
     }
 
+    /// pause, resume, cancel: call, then print the new state as JSON or as `describe` says.
+    func changeState(_ method: RecdProtocol.Method, describe: (RecorderState) -> String) throws {
+        let result: StateResult = try call(try connect(), method)
+        if json { return Output.printJSON(result) }
+        Output.line(describe(result.state))
+    }
+
     func report(_ error: ClientError) {
         if json, case .rpc(let rpc) = error {
             Output.printJSON(ErrorResponse(id: nil, error: rpc))
@@ -206,33 +213,21 @@ struct Pause: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Pause the recording (resume continues the same file).")
     @OptionGroup var options: ConnectionOptions
 
-    func run() throws {
-        let result: StateResult = try options.call(try options.connect(), .pause)
-        if options.json { return Output.printJSON(result) }
-        Output.line("paused \(result.state.recording?.name ?? "")")
-    }
+    func run() throws { try options.changeState(.pause) { "paused \($0.recording?.name ?? "")" } }
 }
 
 struct Resume: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Resume a paused recording.")
     @OptionGroup var options: ConnectionOptions
 
-    func run() throws {
-        let result: StateResult = try options.call(try options.connect(), .resume)
-        if options.json { return Output.printJSON(result) }
-        Output.line("recording \(result.state.recording?.name ?? "")")
-    }
+    func run() throws { try options.changeState(.resume) { "recording \($0.recording?.name ?? "")" } }
 }
 
 struct Cancel: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Stop the recording and delete its file.")
     @OptionGroup var options: ConnectionOptions
 
-    func run() throws {
-        let result: StateResult = try options.call(try options.connect(), .cancel)
-        if options.json { return Output.printJSON(result) }
-        Output.line("cancelled")
-    }
+    func run() throws { try options.changeState(.cancel) { _ in "cancelled" } }
 }
 
 struct Watch: ParsableCommand {

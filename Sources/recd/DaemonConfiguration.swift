@@ -84,29 +84,14 @@ struct DaemonConfiguration: Equatable, Sendable {
             guard value.hasPrefix("/") else { throw reader.invalid("socket", "must be an absolute path") }
             socketPath = value
         }
-        try reader.read("log_level") { (value: String) throws(ConfigurationError) in
-            guard let level = Logger.Level(rawValue: value) else {
-                throw reader.invalid("log_level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-            logLevel = level
-        }
+        try reader.read("log_level") { (value: Logger.Level) in logLevel = value }
 
         var settings = recording
-        try reader.read("recording.format") { (value: String) throws(ConfigurationError) in
-            guard let format = AudioFileFormat(rawValue: value) else {
-                throw reader.invalid("recording.format", "must be one of \(AudioFileFormat.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-            settings.format = format
-        }
+        try reader.read("recording.format") { (value: AudioFileFormat) in settings.format = value }
         try reader.read("recording.sample_rate") { (value: Int) in settings.sampleRate = value }
         try reader.read("recording.channels") { (value: Int) in settings.channels = value }
         try reader.read("recording.bit_depth") { (value: Int) in settings.bitDepth = value }
-        try reader.read("recording.quality") { (value: String) throws(ConfigurationError) in
-            guard let quality = RecordingQuality(rawValue: value) else {
-                throw reader.invalid("recording.quality", "must be one of \(RecordingQuality.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-            settings.quality = quality
-        }
+        try reader.read("recording.quality") { (value: RecordingQuality) in settings.quality = value }
         try reader.read("recording.bit_rate") { (value: Int) in settings.bitRate = value }
         do {
             try settings.validate()
@@ -115,43 +100,16 @@ struct DaemonConfiguration: Equatable, Sendable {
         }
         recording = settings
 
-        try reader.read("capture.period_time") { (value: Double) throws(ConfigurationError) in
-            guard (0.001...1).contains(value) else { throw reader.invalid("capture.period_time", "must be between 0.001 and 1 second") }
-            periodTime = value
-        }
-        try reader.read("capture.buffer_time") { (value: Double) throws(ConfigurationError) in
-            guard (0.01...10).contains(value) else { throw reader.invalid("capture.buffer_time", "must be between 0.01 and 10 seconds") }
-            bufferTime = value
-        }
-        try reader.read("capture.sync_interval") { (value: Double) throws(ConfigurationError) in
-            guard (0.01...3600).contains(value) else { throw reader.invalid("capture.sync_interval", "must be between 0.01 and 3600 seconds") }
-            syncInterval = value
-        }
-        try reader.read("capture.sample_rate") { (value: Int) throws(ConfigurationError) in
-            guard (1000...768_000).contains(value) else { throw reader.invalid("capture.sample_rate", "must be between 1000 and 768000 Hz") }
-            captureSampleRate = value
-        }
-        try reader.read("capture.channels") { (value: Int) throws(ConfigurationError) in
-            guard (1...32).contains(value) else { throw reader.invalid("capture.channels", "must be between 1 and 32") }
-            captureChannels = value
-        }
+        try reader.read("capture.period_time", in: 0.001...1, "second") { (value: Double) in periodTime = value }
+        try reader.read("capture.buffer_time", in: 0.01...10, "seconds") { (value: Double) in bufferTime = value }
+        try reader.read("capture.sync_interval", in: 0.01...3600, "seconds") { (value: Double) in syncInterval = value }
+        try reader.read("capture.sample_rate", in: 1000...768_000, "Hz") { (value: Int) in captureSampleRate = value }
+        try reader.read("capture.channels", in: 1...32) { (value: Int) in captureChannels = value }
         try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
-        try reader.read("metering.levels_interval") { (value: Double) throws(ConfigurationError) in
-            guard (0.005...60).contains(value) else { throw reader.invalid("metering.levels_interval", "must be between 0.005 and 60 seconds") }
-            levelsInterval = value
-        }
-        try reader.read("metering.time_interval") { (value: Double) throws(ConfigurationError) in
-            guard (0.005...60).contains(value) else { throw reader.invalid("metering.time_interval", "must be between 0.005 and 60 seconds") }
-            timeInterval = value
-        }
-        try reader.read("server.max_clients") { (value: Int) throws(ConfigurationError) in
-            guard (1...100_000).contains(value) else { throw reader.invalid("server.max_clients", "must be between 1 and 100000") }
-            maxClients = value
-        }
-        try reader.read("server.client_queue_limit") { (value: Int) throws(ConfigurationError) in
-            guard (16...1_000_000).contains(value) else { throw reader.invalid("server.client_queue_limit", "must be between 16 and 1000000") }
-            clientQueueLimit = value
-        }
+        try reader.read("metering.levels_interval", in: 0.005...60, "seconds") { (value: Double) in levelsInterval = value }
+        try reader.read("metering.time_interval", in: 0.005...60, "seconds") { (value: Double) in timeInterval = value }
+        try reader.read("server.max_clients", in: 1...100_000) { (value: Int) in maxClients = value }
+        try reader.read("server.client_queue_limit", in: 16...1_000_000) { (value: Int) in clientQueueLimit = value }
         try reader.read("server.socket_mode") { (value: String) throws(ConfigurationError) in
             guard let mode = mode_t(value, radix: 8), mode <= 0o777 else {
                 throw reader.invalid("server.socket_mode", "must be an octal mode like \"0660\"")
@@ -221,6 +179,27 @@ private final class KeyReader {
         }
         guard let typed = value as? T else { throw invalid(key, "must be \(Self.describe(T.self))") }
         try apply(typed)
+    }
+
+    /// A number that must lie in `range` (`unit` names it in the error).
+    func read<T: Comparable & CustomStringConvertible>(_ key: String, in range: ClosedRange<T>, _ unit: String = "",
+                                                       _ apply: (T) -> Void) throws(ConfigurationError) {
+        try read(key) { (value: T) throws(ConfigurationError) in
+            guard range.contains(value) else {
+                throw invalid(key, "must be between \(range.lowerBound) and \(range.upperBound)" + (unit.isEmpty ? "" : " " + unit))
+            }
+            apply(value)
+        }
+    }
+
+    /// One of an enumeration's string values.
+    func read<T: RawRepresentable & CaseIterable>(_ key: String, _ apply: (T) -> Void) throws(ConfigurationError) where T.RawValue == String {
+        try read(key) { (value: String) throws(ConfigurationError) in
+            guard let typed = T(rawValue: value) else {
+                throw invalid(key, "must be one of " + T.allCases.map(\.rawValue).joined(separator: ", "))
+            }
+            apply(typed)
+        }
     }
 
     func rejectUnknownKeys() throws(ConfigurationError) {
