@@ -147,8 +147,13 @@ final class NotifyListener {
 
     deinit { close(fd) }
 
-    /// Messages received within `timeout` seconds, each with its arrival time.
+    /// Messages read but not yet looked at by `waitFor`.
+    private var backlog: [String] = []
+
+    /// Messages received within `timeout` seconds, each with its arrival time (any backlog
+    /// `waitFor` left is dropped: this measures what arrives from now on).
     func receive(for timeout: Double) -> [(Date, String)] {
+        backlog.removeAll()
         var messages: [(Date, String)] = []
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
@@ -161,13 +166,23 @@ final class NotifyListener {
         return messages
     }
 
-    /// Waits for a message containing `text`.
+    /// Waits for a message containing `text`; messages after it stay for the next call.
     func waitFor(_ text: String, timeout: Double = 15) -> String? {
         let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            for (_, message) in receive(for: 0.2) where message.contains(text) { return message }
+        while true {
+            if let index = backlog.firstIndex(where: { $0.contains(text) }) {
+                let message = backlog[index]
+                backlog.removeFirst(index + 1)
+                return message
+            }
+            backlog.removeAll()
+            guard Date() < deadline else { return nil }
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) > 0 else { continue }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count > 0 { backlog.append(String(decoding: buffer[..<count], as: UTF8.self)) }
         }
-        return nil
     }
 }
 

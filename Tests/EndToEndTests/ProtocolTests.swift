@@ -137,6 +137,29 @@ struct ProtocolTests {
         #expect(state.errorMessage == "cannot resume while idle")
     }
 
+    @Test func aDeviceLostMidRecordingIsReportedToSubscribersAndStatus() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.state, .error]))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "unplugged", format: .flac))
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 0.3 })
+        server.kill()
+        var sawError: RecorderError?
+        while let notification = try? watcher.nextNotification(timeout: 20) {
+            if case .error(let error?) = notification.value { sawError = error }
+            if case .state(let state) = notification.value, state.name == .failed { break }
+        }
+        #expect(sawError?.code == .deviceLost)
+        let status: StatusResult = try client.call(.status)
+        #expect(status.state.name == .failed)
+        #expect(status.error?.code == .deviceLost)
+        let file = try #require(status.recording)
+        let reader = try SoundFileReader(path: file.path)
+        #expect(reader.info.frames == file.frames)
+    }
+
     @Test func aRequestWithoutIdGetsNoAnswer() throws {
         let daemon = try Daemon(device: "null")
         let client = try daemon.connect()

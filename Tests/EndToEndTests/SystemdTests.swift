@@ -25,6 +25,8 @@ struct SystemdTests {
         #expect(status.range(of: #"recording \d\d:\d\d:\d\d"#, options: .regularExpression) != nil, "\(status)")
         daemon.process.signal(SIGTERM)
         #expect(notify.waitFor("STOPPING=1") != nil)
+        // Finalizing the recording in progress: recd asks for more time.
+        #expect(notify.waitFor("EXTEND_TIMEOUT_USEC=") != nil)
         #expect(daemon.process.wait(timeout: 30) == 0)
     }
 

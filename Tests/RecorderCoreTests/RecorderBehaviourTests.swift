@@ -1,6 +1,8 @@
 import Foundation
 import RecdTestSupport
-import RecorderCore
+@testable import RecorderCore
+import ALSA
+import Glibc
 import RecorderModel
 import Sndfile
 import Testing
@@ -220,6 +222,36 @@ struct RecorderBehaviourTests {
         #expect(error?.message.contains(blocker) == true, "\(error?.message ?? "")")
         #expect(error?.message.contains("Not a directory") == true, "\(error?.message ?? "")")
         #expect(recorder.state.value.name == .failed)
+    }
+
+    @Test func resumingWhenTheDeviceIsGoneIsFailedToResumeAndKeepsTheFile() throws {
+        let server = try PulseServer()
+        let recorder = recorder(device: TestDevices.paced(server))
+        let recording = try recorder.start(name: "gap", settings: RecordingSettings(format: .wav, sampleRate: 48000, channels: 2))
+        #expect(waitUntil { recorder.currentTime.value >= 0.3 })
+        try recorder.pause()
+        server.kill()
+        let error = #expect(throws: RecorderError.self) { try recorder.resume() }
+        #expect(error?.code == .failedToResume, "\(String(describing: error))")
+        #expect(error?.message.contains(recording.device) == true)
+        #expect(recorder.state.value.name == .failed)
+        #expect(recorder.error.value?.code == .failedToResume)
+        let reader = try SoundFileReader(path: recording.path)
+        #expect(reader.info.frames == recorder.recording.value?.frames)
+        #expect(reader.info.frames >= 14400)
+    }
+
+    @Test func openErrorsMapToTheirCodes() {
+        // Through the same mapping snd_pcm_open's results take (EBUSY cannot be produced
+        // without a hardware device another process holds).
+        let cases: [(Int32, RecorderError.Code)] = [(EACCES, .noPermission), (EPERM, .noPermission), (ENOENT, .deviceNotFound),
+                                                    (ENODEV, .deviceNotFound), (EBUSY, .deviceBusy), (EINVAL, .failedToBegin)]
+        for (errnoValue, code) in cases {
+            let error = RecorderError.opening(ALSAError(code: -errnoValue, function: "snd_pcm_open", device: "hw:7,0"))
+            #expect(error.code == code)
+            #expect(error.message.contains("'hw:7,0'"))
+            #expect(error.message.contains(String(cString: strerror(errnoValue))))
+        }
     }
 
     @Test func aDeviceThatDisappearsEndsWithDeviceLostAndAPlayableFile() throws {
