@@ -65,5 +65,75 @@ bench: deps-bench
 	$(SWIFT) build -c release
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
 
+# --- make install / make uninstall ---------------------------------------------------------
+# Layout: PREFIX=/usr/local (default) or PREFIX=/usr for packages; DESTDIR stages the tree.
+# systemd, bash-completion, zsh and fish all search both /usr/local and /usr.
+DATADIR     = $(DESTDIR)$(PREFIX)/share
+MAN1DIR     = $(DATADIR)/man/man1
+BASHCOMPDIR = $(DATADIR)/bash-completion/completions
+ZSHCOMPDIR  = $(DATADIR)/zsh/site-functions
+FISHCOMPDIR = $(DATADIR)/fish/vendor_completions.d
+UNITDIR     = $(DESTDIR)$(PREFIX)/lib/systemd/system
+USERUNITDIR = $(DESTDIR)$(PREFIX)/lib/systemd/user
+SYSUSERSDIR = $(DESTDIR)$(PREFIX)/lib/sysusers.d
+# recd --system reads /etc/recd/recd.toml whatever the PREFIX.
+CONFDIR     = $(DESTDIR)/etc/recd
+# Man pages, completions and units are generated here, then installed.
+GENERATED   = .build/install-files
+# The man pages' date: the last commit's, so that installing twice gives the same files.
+MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
+
+# Man pages and completions come from the command definitions themselves: man pages through
+# swift-argument-parser's GenerateManual plugin (one page per subcommand: recctl.1,
+# recctl.start.1, ...: `man recctl.start`), completions from each binary's --generate-completion-script.
+# The units' ExecStart= names /usr/local/bin/recd; it is rewritten to $(PREFIX)/bin/recd.
+# An existing /etc/recd/recd.toml is never overwritten: the shipped one goes next to it
+# as recd.toml.example.
+install:
+	$(SWIFT) build -c release
+	rm -rf $(GENERATED)
+	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
+	$(SWIFT) package --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \
+	  $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man
+	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	for tool in recd recctl; do \
+	  "$$bin/$$tool" --generate-completion-script bash >$(GENERATED)/completions/$$tool; \
+	  "$$bin/$$tool" --generate-completion-script zsh >$(GENERATED)/completions/_$$tool; \
+	  "$$bin/$$tool" --generate-completion-script fish >$(GENERATED)/completions/$$tool.fish; \
+	done; \
+	for unit in recd.service recd.socket; do \
+	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/$$unit >$(GENERATED)/system/$$unit; \
+	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/user/$$unit >$(GENERATED)/user/$$unit; \
+	done; \
+	install -d $(BINDIR) $(MAN1DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
+	  $(UNITDIR) $(USERUNITDIR) $(SYSUSERSDIR) $(CONFDIR); \
+	install -m 755 "$$bin/recd" "$$bin/recctl" $(BINDIR)/; \
+	install -m 644 $(GENERATED)/man/*.1 $(MAN1DIR)/; \
+	install -m 644 $(GENERATED)/completions/recd $(GENERATED)/completions/recctl $(BASHCOMPDIR)/; \
+	install -m 644 $(GENERATED)/completions/_recd $(GENERATED)/completions/_recctl $(ZSHCOMPDIR)/; \
+	install -m 644 $(GENERATED)/completions/recd.fish $(GENERATED)/completions/recctl.fish $(FISHCOMPDIR)/; \
+	install -m 644 $(GENERATED)/system/recd.service $(GENERATED)/system/recd.socket $(UNITDIR)/; \
+	install -m 644 $(GENERATED)/user/recd.service $(GENERATED)/user/recd.socket $(USERUNITDIR)/; \
+	install -m 644 systemd/sysusers.d/recd.conf $(SYSUSERSDIR)/recd.conf; \
+	if [ -e $(CONFDIR)/recd.toml ]; then \
+	  install -m 644 etc/recd.toml $(CONFDIR)/recd.toml.example; \
+	  echo "kept $(CONFDIR)/recd.toml; the shipped one is $(CONFDIR)/recd.toml.example"; \
+	else \
+	  install -m 644 etc/recd.toml $(CONFDIR)/recd.toml; \
+	fi
+	@echo "installed; next: systemd-sysusers && systemctl daemon-reload && systemctl enable --now recd.socket (or: systemctl --user enable --now recd.socket)"
+
+# Removes what install put there, except a recd.toml that was changed after installing.
+uninstall:
+	rm -f $(BINDIR)/recd $(BINDIR)/recctl
+	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1
+	rm -f $(BASHCOMPDIR)/recd $(BASHCOMPDIR)/recctl $(ZSHCOMPDIR)/_recd $(ZSHCOMPDIR)/_recctl
+	rm -f $(FISHCOMPDIR)/recd.fish $(FISHCOMPDIR)/recctl.fish
+	rm -f $(UNITDIR)/recd.service $(UNITDIR)/recd.socket $(USERUNITDIR)/recd.service $(USERUNITDIR)/recd.socket
+	rm -f $(SYSUSERSDIR)/recd.conf $(CONFDIR)/recd.toml.example
+	if cmp -s etc/recd.toml $(CONFDIR)/recd.toml; then rm -f $(CONFDIR)/recd.toml; \
+	elif [ -e $(CONFDIR)/recd.toml ]; then echo "kept $(CONFDIR)/recd.toml (changed since installed)"; fi
+	rmdir $(CONFDIR) 2>/dev/null || true
+
 clean:
 	rm -rf .build .build-tsan
