@@ -7,15 +7,15 @@ CONFIG  ?= release
 
 # Every Debian package the build, the tests, the demo and the benchmark need.
 BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsoxr-dev
-TEST_PACKAGES  = alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils
+TEST_PACKAGES  = alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps
 
-.PHONY: help deps deps-bench build release test test-tsan check-units demo bench install uninstall clean
+.PHONY: help deps deps-bench build release test test-tsan check-units check-install demo bench install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
 	@echo "make build    debug build of recd and recctl"
-	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units"
+	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
 	@echo "make bench    measure recd against arecord, sox and MPD; writes BENCHMARKS.md"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
@@ -47,7 +47,7 @@ release: deps
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	$(MAKE) --no-print-directory test-tsan check-units
+	$(MAKE) --no-print-directory test-tsan check-units check-install
 
 # The observation type under the thread sanitizer (its own build folder).
 test-tsan: deps
@@ -55,6 +55,10 @@ test-tsan: deps
 
 check-units: build
 	Tests/units/check-units.sh "$$($(SWIFT) build --show-bin-path)/recd"
+
+# make install / uninstall into a staging directory (a release build).
+check-install: deps
+	bash Tests/install/check-install.sh
 
 demo: deps
 	$(SWIFT) build -c $(CONFIG) --product recd
