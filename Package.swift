@@ -37,6 +37,9 @@ let package = Package(
         .target(name: "RecorderCore", dependencies: [
             "RecorderModel", "ALSA", "Sndfile", "Soxr",
             .product(name: "Logging", package: "swift-log"),
+            // A pthread lock for Observed: ThreadSanitizer cannot see Synchronization.Mutex's
+            // futex on Linux and reports every access it guards as a race.
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ]),
         // Codable wire types, shared by the daemon and the client. No NIO.
         .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
@@ -68,7 +71,10 @@ let package = Package(
 
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),
-        .testTarget(name: "RecorderCoreTests", dependencies: ["RecorderCore", "ALSA", "Sndfile", "RecdTestSupport"]),
+        .testTarget(name: "RecorderCoreTests", dependencies: [
+            "RecorderCore", "ALSA", "Sndfile", "RecdTestSupport",
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ]),
         .testTarget(name: "EndToEndTests", dependencies: ["RecdClient", "RecdProtocol", "Sndfile", "RecdTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

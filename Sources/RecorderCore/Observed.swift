@@ -1,5 +1,5 @@
 import Dispatch
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// A current value that publishes its changes to subscribers.
 ///
@@ -17,7 +17,8 @@ import Synchronization
 ///   observer that keeps a token creates no retain cycle with what it observes.
 ///
 /// Modelled on grpc-swift's broadcast sequence: one lock around the state, side effects
-/// (scheduling handlers) outside it.
+/// (scheduling handlers) outside it. The locks are pthread mutexes (NIO's lock box) rather
+/// than Synchronization.Mutex, whose futex ThreadSanitizer cannot see on Linux.
 public final class Observed<Value: Sendable>: Sendable {
     /// What a subscriber whose handler lags behind gets.
     public enum Delivery: Sendable {
@@ -33,30 +34,30 @@ public final class Observed<Value: Sendable>: Sendable {
         var nextID: UInt64 = 0
     }
 
-    private let state: Mutex<State>
+    private let state: NIOLockedValueBox<State>
     private let isDuplicate: (@Sendable (Value, Value) -> Bool)?
 
     /// Creates an observed value; every `send` is published.
     public init(_ initial: Value) {
-        state = Mutex(State(value: initial))
+        state = NIOLockedValueBox(State(value: initial))
         isDuplicate = nil
     }
 
     /// Creates an observed value that skips sends equal to the current value.
     public init(_ initial: Value) where Value: Equatable {
-        state = Mutex(State(value: initial))
+        state = NIOLockedValueBox(State(value: initial))
         isDuplicate = { $0 == $1 }
     }
 
     /// The current value.
-    public var value: Value { state.withLock { $0.value } }
+    public var value: Value { state.withLockedValue { $0.value } }
 
     /// The number of live subscriptions.
-    public var subscriberCount: Int { state.withLock { $0.subscribers.count } }
+    public var subscriberCount: Int { state.withLockedValue { $0.subscribers.count } }
 
     /// Replaces the current value and publishes it (unless it equals the current one).
     public func send(_ newValue: Value) {
-        let toSchedule: [Subscriber] = state.withLock { state in
+        let toSchedule: [Subscriber] = state.withLockedValue { state in
             if let isDuplicate, isDuplicate(state.value, newValue) { return [] }
             state.value = newValue
             // Enqueued under the lock so every inbox sees values in the order they became current.
@@ -67,7 +68,7 @@ public final class Observed<Value: Sendable>: Sendable {
 
     /// Changes the current value in place and publishes the result.
     public func update(_ change: (inout Value) -> Void) {
-        let toSchedule: [Subscriber] = state.withLock { state in
+        let toSchedule: [Subscriber] = state.withLockedValue { state in
             var newValue = state.value
             change(&newValue)
             if let isDuplicate, isDuplicate(state.value, newValue) { return [] }
@@ -93,7 +94,7 @@ public final class Observed<Value: Sendable>: Sendable {
     ) -> ObservationToken {
         let queue = queue ?? DispatchQueue(label: "recd.observed.subscriber", target: .global())
         let subscriber = Subscriber(queue: queue, delivery: delivery, handler: handler)
-        let (id, schedule) = state.withLock { state -> (UInt64, Bool) in
+        let (id, schedule) = state.withLockedValue { state -> (UInt64, Bool) in
             let id = state.nextID
             state.nextID += 1
             state.subscribers[id] = subscriber
@@ -102,7 +103,7 @@ public final class Observed<Value: Sendable>: Sendable {
         if schedule { subscriber.scheduleDrain() }
         return ObservationToken { [weak self] in
             subscriber.cancel()
-            _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) }
+            _ = self?.state.withLockedValue { $0.subscribers.removeValue(forKey: id) }
         }
     }
 
@@ -126,7 +127,7 @@ public final class Observed<Value: Sendable>: Sendable {
         let queue: DispatchQueue
         let delivery: Delivery
         let handler: @Sendable (Value) -> Void
-        private let inbox = Mutex(Inbox())
+        private let inbox = NIOLockedValueBox(Inbox())
 
         init(queue: DispatchQueue, delivery: Delivery, handler: @escaping @Sendable (Value) -> Void) {
             self.queue = queue
@@ -136,7 +137,7 @@ public final class Observed<Value: Sendable>: Sendable {
 
         /// Adds a value; returns true when the caller must schedule a drain.
         func enqueue(_ value: Value) -> Bool {
-            inbox.withLock { inbox in
+            inbox.withLockedValue { inbox in
                 guard !inbox.cancelled else { return false }
                 switch delivery {
                 case .latest: inbox.values = [value]
@@ -153,14 +154,14 @@ public final class Observed<Value: Sendable>: Sendable {
         }
 
         func cancel() {
-            inbox.withLock { $0.cancelled = true; $0.values = [] }
+            inbox.withLockedValue { $0.cancelled = true; $0.values = [] }
         }
 
-        private var isCancelled: Bool { inbox.withLock { $0.cancelled } }
+        private var isCancelled: Bool { inbox.withLockedValue { $0.cancelled } }
 
         private func drain() {
             while true {
-                let batch: [Value] = inbox.withLock { inbox in
+                let batch: [Value] = inbox.withLockedValue { inbox in
                     if inbox.cancelled || inbox.values.isEmpty {
                         inbox.draining = false
                         return []
@@ -181,16 +182,16 @@ public final class Observed<Value: Sendable>: Sendable {
 
 /// Keeps a subscription alive. Cancelling it, or releasing the last reference, ends it.
 public final class ObservationToken: Sendable {
-    private let onCancel: Mutex<(@Sendable () -> Void)?>
+    private let onCancel: NIOLockedValueBox<(@Sendable () -> Void)?>
 
     init(onCancel: @escaping @Sendable () -> Void) {
-        self.onCancel = Mutex(onCancel)
+        self.onCancel = NIOLockedValueBox(onCancel)
     }
 
     /// Ends the subscription. The handler is not called again once this returns, except for a
     /// call already running on the subscriber's queue. Safe to call from inside the handler.
     public func cancel() {
-        let action = onCancel.withLock { action in
+        let action = onCancel.withLockedValue { action in
             defer { action = nil }
             return action
         }

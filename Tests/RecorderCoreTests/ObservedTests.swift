@@ -2,15 +2,15 @@ import Dispatch
 import Foundation
 import RecdTestSupport
 import RecorderCore
-import Synchronization
+import NIOConcurrencyHelpers
 import Testing
 
 /// Collects delivered values, thread-safely.
 final class Collected<T: Sendable>: Sendable {
-    private let storage = Mutex<[T]>([])
-    func append(_ value: T) { storage.withLock { $0.append(value) } }
-    var values: [T] { storage.withLock { $0 } }
-    var count: Int { storage.withLock { $0.count } }
+    private let storage = NIOLockedValueBox<[T]>([])
+    func append(_ value: T) { storage.withLockedValue { $0.append(value) } }
+    var values: [T] { storage.withLockedValue { $0 } }
+    var count: Int { storage.withLockedValue { $0.count } }
 }
 
 @Suite("Observed")
@@ -70,12 +70,12 @@ struct ObservedTests {
     @Test func cancellingFromInsideTheHandlerStopsDelivery() {
         let observed = Observed(0)
         let received = Collected<Int>()
-        let tokenBox = Mutex<ObservationToken?>(nil)
+        let tokenBox = NIOLockedValueBox<ObservationToken?>(nil)
         let token = observed.subscribe(delivery: .every, sendingCurrent: false) { value in
             received.append(value)
-            if value == 3 { tokenBox.withLock { $0?.cancel() } }
+            if value == 3 { tokenBox.withLockedValue { $0?.cancel() } }
         }
-        tokenBox.withLock { $0 = token }
+        tokenBox.withLockedValue { $0 = token }
         for value in 1...10 { observed.send(value) }
         #expect(waitUntil { received.values.contains(3) })
         // Give any wrongly scheduled delivery time to happen.
