@@ -52,7 +52,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "ALSA", "RecdServer", "RecorderCore", "RecdProtocol", "Systemd",
+            "RecdServer", "RecorderCore", "RecdProtocol", "Systemd",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

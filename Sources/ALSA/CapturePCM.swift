@@ -1,6 +1,5 @@
 import CALSA
 import Glibc
-import Synchronization
 
 /// The sample formats recd captures in: interleaved, native endian.
 /// 24-bit audio arrives as `int32` (left-justified, as ALSA's S32 carries it).
@@ -212,24 +211,4 @@ extension CapturePCM {
         }
         return devices
     }
-}
-
-/// Where libasound's own diagnostics go (by default it prints them to stderr itself).
-public enum ALSALibraryMessages {
-    /// Receives libasound's function name, error code and formatted message.
-    public typealias Handler = @Sendable (_ function: String, _ error: Int32, _ message: String) -> Void
-
-    fileprivate static let handler = Mutex<Handler?>(nil)
-
-    /// Routes libasound's messages to `handler` (nil restores printing to stderr).
-    public static func route(to handler: Handler?) {
-        self.handler.withLock { $0 = handler }
-        recd_alsa_route_messages(handler == nil ? 0 : 1)
-    }
-}
-
-@_cdecl("recd_alsa_message")
-func recdALSAMessage(_ function: UnsafePointer<CChar>?, _ error: Int32, _ message: UnsafePointer<CChar>?) {
-    guard let handler = ALSALibraryMessages.handler.withLock({ $0 }) else { return }
-    handler(function.map { String(cString: $0) } ?? "-", error, message.map { String(cString: $0) } ?? "")
 }

@@ -37,8 +37,12 @@ final class CaptureSession: @unchecked Sendable {
     var frameLimit: Int64?
     let meter: LevelMeter?
     private let converter: FormatConverter?
-    private let syncIntervalFrames: Int64
+    /// Uptime nanoseconds between two syncs (wall clock: an unpaced device delivers an hour
+    /// of audio in seconds, and the point is to bound what a crash loses in time).
+    private let syncIntervalNanoseconds: UInt64
     private let syncQueue = DispatchQueue(label: "recd.capture.sync")
+    /// An fsync is queued or running: never queue another behind it.
+    private let syncPending = Atomic<Bool>(false)
     private let chunkFrames: Int
     private let buffer: UnsafeMutableRawPointer
 
@@ -73,7 +77,7 @@ final class CaptureSession: @unchecked Sendable {
         self.fileChannels = fileChannels
         self.frameLimit = frameLimit
         self.meter = metering ? LevelMeter(channels: fileChannels) : nil
-        self.syncIntervalFrames = Swift.max(1, Int64(syncInterval * Double(fileRate)))
+        self.syncIntervalNanoseconds = UInt64(Swift.max(0.001, syncInterval) * 1_000_000_000)
         // Read whole periods when the device paces us; larger chunks when it has more ready
         // (an unpaced device, or catching up), up to the device buffer.
         self.chunkFrames = Swift.max(configuration.periodFrames, Swift.min(configuration.bufferFrames, 8192))
@@ -172,7 +176,7 @@ final class CaptureSession: @unchecked Sendable {
         } catch {
             return .failed(RecorderError(.failedToBegin, "cannot start capture on '\(pcm.name)': \(error.reason)"))
         }
-        var sinceSync: Int64 = 0
+        var lastSync = Self.uptime()
         while true {
             switch request.withLock({ request in defer { request = .none }; return request }) {
             case .none, .resume: break
@@ -191,10 +195,10 @@ final class CaptureSession: @unchecked Sendable {
                 lastProgress.store(Self.uptime(), ordering: .relaxed)
                 if got == 0 { continue }
                 framesCaptured.add(Int64(got), ordering: .relaxed)
-                let written = try consume(frames: got)
-                sinceSync += Int64(written)
-                if sinceSync >= syncIntervalFrames {
-                    sinceSync = 0
+                try consume(frames: got)
+                let now = Self.uptime()
+                if now &- lastSync >= syncIntervalNanoseconds {
+                    lastSync = now
                     syncFile()
                 }
                 if let frameLimit, framesWritten.load(ordering: .relaxed) >= frameLimit {
@@ -268,15 +272,14 @@ final class CaptureSession: @unchecked Sendable {
         return .stopped
     }
 
-    /// Meters and writes one chunk; returns the frames written to the file.
-    private func consume(frames: Int) throws -> Int {
-        let before = framesWritten.load(ordering: .relaxed)
+    /// Meters and writes one chunk.
+    private func consume(frames: Int) throws {
         let channels = configuration.channels
         if let converter {
             try converter.convert(buffer, format: configuration.sampleFormat, frames: frames,
                                   meter: { samples in meter?.measure { $0.add(samples, channels: converter.outputChannels) } },
                                   output: { samples, count in try write(samples, frames: count) })
-            return Int(framesWritten.load(ordering: .relaxed) - before)
+            return
         }
         let samples = frames * channels
         switch configuration.sampleFormat {
@@ -296,7 +299,6 @@ final class CaptureSession: @unchecked Sendable {
             try writer.write(typed, frames: frames)
         }
         framesWritten.add(Int64(frames), ordering: .relaxed)
-        return frames
     }
 
     /// Writes converted frames, never past the frame limit.
@@ -314,6 +316,10 @@ final class CaptureSession: @unchecked Sendable {
     /// take longer than the device buffer lasts).
     private func syncFile() {
         writer.refreshHeader()
-        syncQueue.async { [self] in try? writer.sync() }
+        guard !syncPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        syncQueue.async { [self] in
+            try? writer.sync()
+            syncPending.store(false, ordering: .releasing)
+        }
     }
 }

@@ -1,4 +1,3 @@
-import ALSA
 import ArgumentParser
 import Foundation
 import Logging
@@ -94,13 +93,6 @@ struct Recd: AsyncParsableCommand {
         StandardErrorLogHandler.level.store(UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
         LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, journal: journal) }
         let logger = Logger(label: "recd")
-        // libasound's own messages join ours instead of raw stderr lines. At debug level: recd
-        // reports every failure itself, with its context, and some plugins repeat a message
-        // on every read.
-        let alsaLogger = Logger(label: "recd.alsa")
-        ALSALibraryMessages.route { function, _, message in
-            alsaLogger.debug("libasound: \(message)", metadata: ["alsa.function": "\(function)"])
-        }
 
         let policy: AccessPolicy
         let socketGroup: gid_t?
