@@ -109,17 +109,10 @@ public struct RecordingLibrary: Sendable {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
               attributes[.type] as? FileAttributeType == .typeRegular,
               let reader = try? SoundFileReader(path: path),
-              let format = Self.format(extension: (file as NSString).pathExtension, formatName: reader.info.formatName)
+              let format = AudioFileFormat.allCases.first(where: { $0.fileExtension == (file as NSString).pathExtension })
         else { return nil }
         return Entry(name: (file as NSString).deletingPathExtension, file: file, path: path, format: format,
                      info: reader.info, size: (attributes[.size] as? NSNumber)?.int64Value ?? 0,
                      modified: attributes[.modificationDate] as? Date ?? Date(timeIntervalSince1970: 0))
-    }
-
-    private static func format(extension fileExtension: String, formatName: String) -> AudioFileFormat? {
-        switch fileExtension {
-        case "ogg": .vorbis
-        default: AudioFileFormat.allCases.first { $0.fileExtension == fileExtension }
-        }
     }
 }
