@@ -239,7 +239,7 @@ struct Watch: ParsableCommand {
     var topics: [Topic] = []
     @Option(help: ArgumentHelp("Seconds between time and level updates at most.", valueName: "seconds"))
     var interval: Double = 0.1
-    @Option(help: ArgumentHelp("Exit once the recorder reaches this state (idle, preparing, recording, paused, stopping, finished, failed).", valueName: "state"))
+    @Option(help: ArgumentHelp("Exit once the recorder is in this state (idle, preparing, recording, paused, stopping, finished, failed) — at once if it already is.", valueName: "state"))
     var until: RecorderState.Name?
     @OptionGroup var options: ConnectionOptions
 
