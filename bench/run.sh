@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# make bench: measures recd against arecord, sox and MPD on this machine and writes
+# BENCHMARKS.md at the top of the tree. No sound card and no root needed: every device and
+# server is private to the run, in a temporary directory.
+#
+#   bash bench/run.sh BINDIR        (BINDIR holds release builds of recd and recctl)
+#
+# Devices (no sound card needed, see /work/shared/TESTING.md):
+#   benchfile   ALSA `file` PCM over `null`: unpaced, bit-exact, reads a generated 610 s signal
+#   benchlong   the same over a sparse file of zeros longer than 24 h (for the 24 h recording)
+#   benchshort  the same over a 10 s file (reads past its end make libasound complain)
+#   benchpaced  ALSA `pulse` PCM on a private PulseAudio null sink's monitor, real-time paced,
+#               with pink noise played into the sink by speaker-test
+#
+# Knobs (environment): BENCH_CAPTURE_REPS (5), BENCH_CAPTURE_SECONDS (600), BENCH_CALLS (5000),
+# BENCH_COLD_RUNS (200), BENCH_FANOUT_CLIENTS (1000), BENCH_FANOUT_SECONDS (30),
+# BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
+# BENCH_KEEP (1: keep the work directory), BENCH_OUT (BENCHMARKS.md).
+set -euo pipefail
+
+bin=$(cd "${1:?usage: run.sh BINDIR}" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+out=${BENCH_OUT:-$root/BENCHMARKS.md}
+capture_reps=${BENCH_CAPTURE_REPS:-5}
+capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
+calls=${BENCH_CALLS:-5000}
+cold_runs=${BENCH_COLD_RUNS:-200}
+fanout_clients=${BENCH_FANOUT_CLIENTS:-1000}
+fanout_seconds=${BENCH_FANOUT_SECONDS:-30}
+memory_hours=${BENCH_MEMORY_HOURS:-24}
+start_runs=${BENCH_START_RUNS:-15}
+profile=${BENCH_PROFILE:-1}
+
+for tool in python3 sox arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf; do
+    command -v "$tool" >/dev/null || { echo "run.sh: $tool is missing (make deps-bench)" >&2; exit 1; }
+done
+
+work=$(mktemp -d /tmp/recd-bench.XXXXXX)
+results=$work/results
+mkdir -p "$results"
+pids=()
+cleanup() {
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+started=$(date +%s)
+section() {  # section NAME COMMAND...: runs a step, records its wall time and the load around it
+    local name=$1 t0 load0
+    shift
+    say "$name"
+    load0=$(cut -d' ' -f1-3 /proc/loadavg)
+    t0=$(date +%s%N)
+    "$@"
+    printf '%s\t%d\t%s\t%s\n' "$name" $(( ($(date +%s%N) - t0) / 1000000000 )) "$load0" \
+        "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$results/sections.tsv"
+}
+
+# What was measured: the tree and the binaries.
+{
+    echo "commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "sources_modified=$(git -C "$root" status --porcelain -- Sources Package.swift 2>/dev/null | wc -l)"
+    echo "recd_version=$("$bin/recd" --version)"
+    echo "bindir=$bin"
+    echo "workdir=$work"
+    echo "started=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "quiet_loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$results/tree.env"
+
+say "Inputs in $work"
+# 610 s of 48 kHz/16-bit stereo: pink noise left, a 440 Hz sine right (FLAC sees real work).
+sox -n -r 48000 -c 2 -b 16 -e signed-integer -t raw "$work/input.raw" synth 610 pinknoise sine 440 vol 0.5
+head -c $((10 * 48000 * 4)) "$work/input.raw" >"$work/short.raw"
+# Zeros for the long recording: sparse, so it takes no disk and is read at memory speed.
+truncate -s $(( (memory_hours * 3600 + 600) * 48000 * 4 )) "$work/silence.raw"
+ls -ls "$work"/*.raw
+
+cat >"$work/alsa.conf" <<EOF
+pcm.benchfile  { type file  slave.pcm "null"  file "/dev/null"  infile "$work/input.raw"  format "raw" }
+pcm.benchlong  { type file  slave.pcm "null"  file "/dev/null"  infile "$work/silence.raw"  format "raw" }
+pcm.benchshort { type file  slave.pcm "null"  file "/dev/null"  infile "$work/short.raw"  format "raw" }
+pcm.benchpaced { type pulse  server "unix:$work/pulse/native"  device "benchsink.monitor" }
+EOF
+cp "$work/alsa.conf" "$results/alsa.conf"
+export ALSA_CONFIG_PATH=/usr/share/alsa/alsa.conf:$work/alsa.conf
+export PULSE_SERVER=unix:$work/pulse/native
+
+gcc -O2 -Wall -o "$work/first_frame" "$here/first_frame.c" -lasound
+gcc -O2 -Wall -shared -fPIC -o "$work/sigsuspend_shim.so" "$here/sigsuspend_shim.c"
+
+# 1000 clients need 1000 descriptors in recd and in the client processes.
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 8192 ]; then ulimit -n 8192; fi
+
+cd "$here"
+section "1. Capture cost ($capture_reps x $capture_seconds s per case)" \
+    python3 capture_cost.py "$bin" "$work" benchfile "$work/input.raw" "$capture_reps" "$capture_seconds" \
+    "$results/capture.json"
+
+section "2. Control round trip ($calls status calls; $cold_runs cold runs)" \
+    python3 control_rtt.py "$bin" "$work" benchfile "$calls" "$cold_runs" "$results/control.json"
+
+section "4. Memory ($memory_hours h of audio from the unpaced device)" \
+    python3 memory.py "$bin" "$work" benchlong benchshort "$memory_hours" 900 3 "$results/memory.json"
+
+say "A private PulseAudio server with a null sink"
+mkdir -p "$work/pulse"
+cat >"$work/pulse/pa.conf" <<EOF
+load-module module-native-protocol-unix auth-anonymous=1 socket=$work/pulse/native
+load-module module-null-sink sink_name=benchsink rate=48000 channels=2
+EOF
+HOME=$work/pulse XDG_RUNTIME_DIR=$work/pulse pulseaudio -n -F "$work/pulse/pa.conf" --daemonize=no \
+    --exit-idle-time=-1 --system=false --log-target=file:"$work/pulse/log" &
+pids+=($!)
+for _ in $(seq 200); do [ -S "$work/pulse/native" ] && break; sleep 0.05; done
+[ -S "$work/pulse/native" ] || { echo "PulseAudio did not start; see $work/pulse/log" >&2; exit 1; }
+pulseaudio --version >"$results/pulseaudio.version"
+
+tone() {  # tone [speaker-test options]: (re)starts the pink noise played into the sink
+    if [ -n "${tone_pid:-}" ]; then kill "$tone_pid"; wait "$tone_pid" 2>/dev/null || true; fi
+    speaker-test -D pulse -c 2 -r 48000 -t pink -l 0 "$@" >/dev/null 2>&1 &
+    tone_pid=$!
+    pids+=("$tone_pid")
+    sleep 1
+}
+
+# speaker-test's own default buffer makes the null sink render in blocks of up to 2 s, and a
+# new capture stream then waits for the next block: PulseAudio's start-up, not the client's.
+tone
+section "5a. PulseAudio's first frame with speaker-test's default buffer (plain ALSA client)" \
+    bash -c "'$work/first_frame' benchpaced 6 10000 500000 >'$results/first_frame_default_tone.jsonl'"
+# A 40 ms playback buffer keeps the sink rendering every 10 ms: what a live desktop does.
+tone -b 40000 -p 10000
+section "5. Start latency ($start_runs runs each)" \
+    python3 start_latency.py "$bin" "$work" benchpaced "$work/first_frame" "$start_runs" "$results/start.json"
+
+section "3. Fan-out ($fanout_clients subscribers, $fanout_seconds s)" \
+    python3 fanout.py "$bin" "$work" benchpaced \
+    "1:10:0.05,1:10:0.04,$fanout_clients:$fanout_seconds:0.05,$fanout_clients:$fanout_seconds:0.04,$fanout_clients:10:0.05:perf" \
+    2 "$results/fanout.json"
+
+if [ "$profile" = 1 ]; then
+    section "Profiles (callgrind)" \
+        python3 profile.py "$bin" "$work" benchfile "$work/sigsuspend_shim.so" 30 1000 "$results/profile.json"
+fi
+
+echo "total=$(( $(date +%s) - started ))" >>"$results/tree.env"
+say "Writing $out"
+python3 report.py "$results" "$out"
+# The raw figures, next to the scripts that made them.
+rm -rf "$here/results"
+cp -r "$results" "$here/results"
+echo "done in $(( $(date +%s) - started )) s"
