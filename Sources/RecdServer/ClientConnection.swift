@@ -46,6 +46,10 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
         let id: String
         let topics: Set<Topic>
         let interval: TimeAmount
+        /// What counts as "an interval later": 10 % less, so that with an interval equal to
+        /// the recorder's period every value goes out at once instead of being held back by a
+        /// few microseconds of timer jitter.
+        var minimumSpacing: TimeAmount { .nanoseconds(interval.nanoseconds * 9 / 10) }
         /// Nothing at or below these is sent again (the snapshot had it).
         var lastSeq: [Topic: UInt64] = [:]
         var lastSent: [Topic: NIODeadline] = [:]
@@ -276,7 +280,7 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
             guard var subscription = subscriptions[id], subscription.topics.contains(topic),
                   publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
             let now = NIODeadline.now()
-            if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.interval {
+            if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
                 subscription.pending[topic] = publication
                 if !subscription.flushScheduled.contains(topic) {

@@ -285,8 +285,7 @@ final class CaptureSession: @unchecked Sendable {
         switch configuration.sampleFormat {
         case .int16:
             let typed = buffer.assumingMemoryBound(to: Int16.self)
-            meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
-                                    scale: 1 / 32768, clipLimit: Int16.max) }
+            meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
             try writer.write(typed, frames: frames)
         case .int32:
             let typed = buffer.assumingMemoryBound(to: Int32.self)

@@ -36,6 +36,31 @@ struct LevelAccumulator {
         frames += frameCount
     }
 
+    /// The common case, 16-bit: integer arithmetic only (exact sums, no per-sample conversion),
+    /// scaled to -1...1 once per chunk. A sample at either extreme counts as clipped.
+    mutating func add(_ samples: UnsafeBufferPointer<Int16>, channels: Int) {
+        let frameCount = samples.count / channels
+        guard let base = samples.baseAddress else { return }
+        for channel in 0..<channels {
+            var sum: Int64 = 0
+            var peak: Int32 = 0
+            var clipped = 0
+            var pointer = base + channel
+            for _ in 0..<frameCount {
+                let sample = Int32(pointer.pointee)
+                let magnitude = sample < 0 ? -sample : sample
+                sum &+= Int64(sample &* sample)
+                peak = Swift.max(peak, magnitude)
+                clipped &+= magnitude >= 32767 ? 1 : 0
+                pointer += channels
+            }
+            sumOfSquares[channel] += Double(sum) * (1.0 / (32768.0 * 32768.0))
+            peaks[channel] = Swift.max(peaks[channel], Float(peak) * (1 / 32768))
+            clips += clipped
+        }
+        frames += frameCount
+    }
+
     mutating func add(_ samples: UnsafeBufferPointer<Float>, channels: Int) {
         let frameCount = samples.count / channels
         for channel in 0..<channels {

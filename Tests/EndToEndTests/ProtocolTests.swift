@@ -227,13 +227,14 @@ struct ProtocolTests {
         }
         let _: Recording = try control.call(.stop)
         // The recorder publishes currentTime every 0.1 s and levels every 0.05 s; at 0.5 s
-        // this subscription gets at most one of each per half second, the latest.
+        // this subscription gets at most one of each per half second (recd allows 10 % slack
+        // for timer jitter), the latest.
         let times = received.filter { $0.notification.topic == .currentTime }
         let levels = received.filter { $0.notification.topic == .levels }
         #expect(times.count >= 3 && times.count <= 7, "\(times.count) currentTime notifications")
         #expect(levels.count >= 3 && levels.count <= 7, "\(levels.count) levels notifications")
         for pair in zip(times, times.dropFirst()) {
-            #expect(pair.1.at.timeIntervalSince(pair.0.at) >= 0.45, "received \(pair.1.at.timeIntervalSince(pair.0.at)) s apart")
+            #expect(pair.1.at.timeIntervalSince(pair.0.at) >= 0.42, "received \(pair.1.at.timeIntervalSince(pair.0.at)) s apart")
             // Values in between were skipped: the sequence jumps.
             #expect(pair.1.notification.seq >= pair.0.notification.seq + 3)
         }
