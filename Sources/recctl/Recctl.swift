@@ -79,6 +79,29 @@ struct ConnectionOptions: ParsableArguments {
         }
     }
 
+    /// Shows a subscription's snapshot and then its notifications in `view` until `isDone` holds
+    /// for a state (checked on the snapshot's state too when `snapshotCounts`); returns that state.
+    func follow(_ connection: RecdConnection, _ subscription: SubscribeResult, in view: LiveView,
+                snapshotCounts: Bool, until isDone: (RecorderState) -> Bool) throws -> RecorderState {
+        defer { view.finish() }
+        for update in subscription.snapshot {
+            view.apply([update.value], seq: update.seq, timestamp: update.timestamp)
+            if snapshotCounts, case .state(let state) = update.value, isDone(state) { return state }
+        }
+        while true {
+            let notification: ChangedNotification.Params
+            do {
+                notification = try connection.nextNotification()
+            } catch {
+                view.finish()  // end the meter's line before the error
+                report(error)
+                throw Exit.cannotConnect
+            }
+            view.apply([notification.value], seq: notification.seq, timestamp: notification.timestamp)
+            if case .state(let state) = notification.value, isDone(state) { return state }
+        }
+    }
+
     /// pause, resume, cancel: call, then print the new state as JSON or as `describe` says.
     func changeState(_ method: RecdProtocol.Method, describe: (RecorderState) -> String) throws {
         let result: StateResult = try call(try connect(), method)
@@ -162,37 +185,22 @@ struct Start: ParsableCommand {
         guard let subscription else { return }
         // Progress is for people: on a pipe only the outcome is printed (or every event with --json).
         let view = LiveView(json: options.json, quiet: !options.json && !Output.isTerminal)
-        for update in subscription.snapshot { view.apply([update.value], seq: update.seq, timestamp: update.timestamp) }
+        // The snapshot shows the state before this start: only what follows can end the wait.
         var started = false
-        while true {
-            let notification: ChangedNotification.Params
-            do {
-                notification = try connection.nextNotification()
-            } catch {
-                view.finish()
-                options.report(error)
-                throw Exit.cannotConnect
-            }
-            view.apply([notification.value], seq: notification.seq, timestamp: notification.timestamp)
-            guard case .state(let state) = notification.value else { continue }
+        let final = try options.follow(connection, subscription, in: view, snapshotCounts: false) { state in
             if state.recording?.id == recording.id, state.isActive { started = true }
-            guard started || !state.isActive, state.recording?.id == recording.id || state == .idle else { continue }
-            switch state {
-            case .finished(let finished):
-                view.finish()
-                if !options.json { Output.line("finished \(finished.path) (\(Output.duration(finished.duration)))") }
-                return
-            case .failed(_, let error):
-                view.finish()
-                Output.error(error.message)
-                throw Exit.refused
-            case .idle:
-                view.finish()
-                Output.error("the recording was cancelled")
-                throw Exit.refused
-            default:
-                continue
-            }
+            guard started || !state.isActive, state.recording?.id == recording.id || state == .idle else { return false }
+            return !state.isActive
+        }
+        switch final {
+        case .finished(let finished):
+            if !options.json { Output.line("finished \(finished.path) (\(Output.duration(finished.duration)))") }
+        case .failed(_, let error):
+            Output.error(error.message)
+            throw Exit.refused
+        default:
+            Output.error("the recording was cancelled")
+            throw Exit.refused
         }
     }
 }
@@ -254,22 +262,7 @@ struct Watch: ParsableCommand {
         let subscription: SubscribeResult = try options.call(connection, .subscribe,
                                                             SubscribeParams(topics: topics.sorted(), interval: interval))
         let view = LiveView(json: options.json || !Output.isTerminal)
-        for update in subscription.snapshot {
-            view.apply([update.value], seq: update.seq, timestamp: update.timestamp)
-            if case .state(let state) = update.value, state.name == until { return view.finish() }
-        }
-        while true {
-            let notification: ChangedNotification.Params
-            do {
-                notification = try connection.nextNotification()
-            } catch {
-                view.finish()
-                options.report(error)
-                throw Exit.cannotConnect
-            }
-            view.apply([notification.value], seq: notification.seq, timestamp: notification.timestamp)
-            if case .state(let state) = notification.value, state.name == until { return view.finish() }
-        }
+        _ = try options.follow(connection, subscription, in: view, snapshotCounts: true) { $0.name == until }
     }
 }
 
