@@ -46,9 +46,9 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
         let id: String
         let topics: Set<Topic>
         let interval: TimeAmount
-        /// What counts as "an interval later": 10 % less, so that with an interval equal to
-        /// the recorder's period every value goes out at once instead of being held back by a
-        /// few microseconds of timer jitter.
+        /// What counts as "an interval later", and when a held-back value goes out: 10 % less
+        /// than the interval, so that with an interval equal to the recorder's period values are
+        /// not held back a whole period for a few milliseconds of timer jitter.
         var minimumSpacing: TimeAmount { .nanoseconds(interval.nanoseconds * 9 / 10) }
         /// Nothing at or below these is sent again (the snapshot had it).
         var lastSeq: [Topic: UInt64] = [:]
@@ -285,7 +285,7 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
                 subscription.pending[topic] = publication
                 if !subscription.flushScheduled.contains(topic) {
                     subscription.flushScheduled.insert(topic)
-                    eventLoop.scheduleTask(deadline: last + subscription.interval) { self.flush(topic, of: id) }
+                    eventLoop.scheduleTask(deadline: last + subscription.minimumSpacing) { self.flush(topic, of: id) }
                 }
                 subscriptions[id] = subscription
                 continue
