@@ -16,6 +16,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
+        .package(url: "https://github.com/apple/swift-system.git", from: "1.8.0"),
     ],
     targets: [
         // C libraries, found through pkg-config.
@@ -40,6 +41,7 @@ let package = Package(
             // A pthread lock for Observed: ThreadSanitizer cannot see Synchronization.Mutex's
             // futex on Linux and reports every access it guards as a race.
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // Codable wire types, shared by the daemon and the client. No NIO.
         .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
@@ -50,6 +52,7 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "SystemPackage", package: "swift-system"),
         ]),
         .executableTarget(name: "recd", dependencies: [
             "RecdServer", "RecorderCore", "RecdProtocol", "Systemd",

@@ -3,7 +3,7 @@ import Glibc
 import RecdProtocol
 
 /// Why a call to recd did not return a result.
-public enum ClientError: Error, CustomStringConvertible, Sendable {
+public enum ClientError: Error, CustomStringConvertible, Sendable, Equatable {
     /// No daemon listens at the path (or the socket cannot be reached).
     case cannotConnect(path: String, reason: String)
     /// The daemon answered with a JSON-RPC error.

@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import RecdProtocol
 
 /// Who is on the other end of a connection, from SO_PEERCRED (the kernel's word, not the client's).
@@ -36,16 +37,25 @@ public struct AccessPolicy: Sendable, Equatable {
     /// The peer's primary group and the supplementary groups its user is listed in.
     static func groups(of peer: PeerCredentials) -> Set<gid_t> {
         var groups: Set<gid_t> = [peer.gid]
-        guard let passwd = getpwuid(peer.uid), let name = passwd.pointee.pw_name else { return groups }
-        var count: Int32 = 64
-        var list = [gid_t](repeating: 0, count: Int(count))
-        if getgrouplist(name, peer.gid, &list, &count) < 0 {
-            list = [gid_t](repeating: 0, count: Int(count))
-            _ = getgrouplist(name, peer.gid, &list, &count)
+        // getpwuid_r is reentrant; getgrouplist walks NSS state that is not: one at a time.
+        nssLock.withLock { _ in
+            var passwd = passwd()
+            var result: UnsafeMutablePointer<passwd>?
+            var storage = [CChar](repeating: 0, count: 16_384)
+            guard getpwuid_r(peer.uid, &passwd, &storage, storage.count, &result) == 0, result != nil,
+                  let name = passwd.pw_name else { return }
+            var count: Int32 = 64
+            var list = [gid_t](repeating: 0, count: Int(count))
+            if getgrouplist(name, peer.gid, &list, &count) < 0 {
+                list = [gid_t](repeating: 0, count: Int(count))
+                _ = getgrouplist(name, peer.gid, &list, &count)
+            }
+            groups.formUnion(list.prefix(Int(max(0, count))))
         }
-        groups.formUnion(list.prefix(Int(max(0, count))))
         return groups
     }
+
+    private static let nssLock = Mutex(())
 
     /// Resolves user names or numeric uids; unknown names are reported, not ignored.
     public static func uids(_ names: [String]) throws(AccessPolicyError) -> Set<uid_t> {

@@ -2,45 +2,46 @@ import Dispatch
 import Foundation
 import Logging
 import NIOCore
+import NIOPosix
 import RecdProtocol
 import RecorderCore
+import Synchronization
 
 /// Settings and collaborators every connection shares.
 struct ConnectionContext: Sendable {
-    let executor: MethodExecutor
+    let recorder: Recorder
+    let version: String
     let hub: TopicHub
     let policy: AccessPolicy
-    /// Outbound messages a client may have queued before it is disconnected as too slow.
+    /// Bytes of answers and notifications a client may leave unread beyond its socket buffer
+    /// before it is disconnected as too slow.
     let outboundLimit: Int
+    /// Where blocking handlers and user look-ups run.
+    let threadPool: NIOThreadPool
     let logger: Logger
-    /// Where blocking methods run; each connection has a serial queue targeting it.
-    let operations: DispatchQueue
 }
 
-/// One client: parses request lines, answers them, and delivers its subscriptions.
-///
-/// All mutable state is touched on the channel's event loop only: `channelRead` runs there,
-/// publications and results of blocking methods hop there with `execute`.
-final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unchecked Sendable {
-    // @unchecked: every property below `peer` is confined to `eventLoop` (see above).
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-
-    let context: ConnectionContext
-    let eventLoop: EventLoop
+/// One client, run as a task: reads request lines in order, answers each before it reads the
+/// next (so answers leave in request order), and delivers its subscriptions' notifications in
+/// between. Everything it writes goes through one `Outbox`, drained by a writer that waits for
+/// the socket (NIO's write-buffer watermarks); `quiesce()` ends reading, and the connection
+/// closes once every answer already due has been written.
+final class ClientConnection: PublicationReceiver, Sendable {
+    let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
     let peer: PeerCredentials
-    let permissions: Set<Permission>
-    private let queue: DispatchQueue
-    private var logger: Logger
+    private let context: ConnectionContext
+    private let logger: Logger
+    private let outbox: Outbox
+    private let state = Mutex(State())
+    private static let subscriptionCounter = Atomic<Int>(0)
 
-    private var channel: Channel?
-    private var subscriptions: [String: Subscription] = [:]
-    private var outstandingWrites = 0
-    private var closing = false
-    /// Requests handed to `queue` and not answered yet. While there are any, every answer
-    /// takes the same path, so answers leave in the order requests arrived.
-    private var queuedRequests = 0
-    private static let subscriptionCounter = SubscriptionCounter()
+    private struct State {
+        var subscriptions: [String: Subscription] = [:]
+        /// Notifications that must wait for the answer being prepared (a subscribe's snapshot
+        /// comes first); nil when none are being held.
+        var heldBack: [ByteBuffer]?
+        var closing = false
+    }
 
     private struct Subscription {
         let id: String
@@ -57,227 +58,194 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
         var flushScheduled: Set<Topic> = []
     }
 
-    init(context: ConnectionContext, eventLoop: EventLoop, peer: PeerCredentials) {
-        self.context = context
-        self.eventLoop = eventLoop
+    init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials, context: ConnectionContext) {
+        self.channel = channel
         self.peer = peer
-        self.permissions = context.policy.permissions(of: peer)
-        self.queue = DispatchQueue(label: "recd.client", target: context.operations)
+        self.context = context
+        self.outbox = Outbox(limit: context.outboundLimit)
         var logger = context.logger
         logger[metadataKey: "client.uid"] = "\(peer.uid)"
         logger[metadataKey: "client.pid"] = "\(peer.pid)"
         self.logger = logger
     }
 
-    // MARK: Channel events
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        channel = context.channel
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let line = unwrapInboundIn(data)
-        handle(line: Array(line.readableBytesView))
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        closing = true
-        subscriptions.removeAll()
-        self.context.hub.remove(self)
-        context.fireChannelInactive()
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: Error) {
-        if error is ByteToMessageDecoderError.PayloadTooLargeError {
-            logger.warning("request line too long; closing")
-            send(error: .invalidRequest("request line exceeds \(JSONRPC.maximumLineLength) bytes; closing the connection"), id: nil)
-        } else if !(error is ChannelError) {
-            logger.debug("connection error", metadata: ["error": "\(error)"])
+    /// Serves the client until it leaves, breaks the protocol fatally, is too slow, or the
+    /// server quiesces. Never throws: one client's failure ends only that client.
+    func run() async {
+        do {
+            try await channel.executeThenClose { inbound, outbound in
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        do {
+                            try await self.outbox.drain(into: outbound)
+                        } catch {
+                            self.close()  // the socket failed: stop reading too
+                        }
+                    }
+                    await self.readRequests(inbound)
+                    // Whatever is already due is written; then the writer ends and we close.
+                    self.outbox.finish()
+                    await group.waitForAll()
+                }
+            }
+        } catch {
+            logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
-        closeAfterPendingWrites()
+        state.withLock { $0.closing = true; $0.subscriptions.removeAll() }
+        context.hub.remove(self)
+    }
+
+    /// Stops reading requests; answers to those already read are still written.
+    func quiesce() {
+        channel.channel.close(mode: .input, promise: nil)
+    }
+
+    /// Closes at once, whatever is unwritten (a client that did not read in time at shutdown).
+    func close() {
+        channel.channel.close(promise: nil)
     }
 
     // MARK: Requests
 
-    private static let allowedMembers: Set<String> = ["jsonrpc", "id", "method", "params"]
-
-    private func handle(line: [UInt8]) {
-        guard !closing else { return }
-        if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return }  // blank lines are harmless
-        guard line.count <= JSONRPC.maximumLineLength else {
-            // NIO bounds what it buffers of an unfinished line; a whole line that arrived at once
-            // is measured here.
-            logger.warning("request line too long; closing")
-            inOrder { self.send(error: .invalidRequest("request line exceeds \(JSONRPC.maximumLineLength) bytes; closing the connection"), id: nil) }
-            return closeAfterPendingWrites()
-        }
-        let value: JSONValue
+    private func readRequests(_ inbound: NIOAsyncChannelInboundStream<ByteBuffer>) async {
+        let permissions = await resolvePermissions()
         do {
-            value = try JSONDecoder().decode(JSONValue.self, from: Data(line))
-        } catch {
-            return reply(error: .parseError("not valid JSON: \(Self.describeParseError(error))"), id: nil)
-        }
-        guard case .object(let members) = value else {
-            if case .array = value { return reply(error: .invalidRequest("batch requests are not supported; send one request per line"), id: nil) }
-            return reply(error: .invalidRequest("a request must be a JSON object"), id: nil)
-        }
-        let id: RPCID?
-        switch members["id"] {
-        case nil, .null?: id = nil
-        case .string(let string)?: id = .string(string)
-        case .number(let number)? where number.rounded() == number && abs(number) < 9e15: id = .number(Int64(number))
-        default: return reply(error: .invalidRequest("'id' must be a string or an integer"), id: nil)
-        }
-        // A request without an id is a notification: JSON-RPC sends it no answer, not even an error.
-        let answered = members["id"] != nil
-        func fail(_ error: RPCError) {
-            if answered { reply(error: error, id: id) }
-        }
-        guard members["jsonrpc"] == .string(JSONRPC.version) else {
-            return fail(.invalidRequest("'jsonrpc' must be \"2.0\""))
-        }
-        if let unknown = members.keys.sorted().first(where: { !Self.allowedMembers.contains($0) }) {
-            return fail(.invalidRequest("unknown member '\(unknown)' in request"))
-        }
-        guard case .string(let name)? = members["method"] else {
-            return fail(.invalidRequest("'method' must be a string"))
-        }
-        guard let method = RecdProtocol.Method(rawValue: name) else {
-            return fail(.methodNotFound(name))
-        }
-        guard permissions.contains(method.permission) else {
-            logger.notice("request refused", metadata: ["request.method": "\(name)", "permission": "\(method.permission.rawValue)"])
-            return fail(.permissionDenied(method: name, permission: method.permission.rawValue))
-        }
-        let params = members["params"]
-        switch params {
-        case nil, .null?:
-            break
-        case .object(let object)?:
-            if let unknown = object.keys.sorted().first(where: { !method.parameterNames.contains($0) }) {
-                let accepted = method.parameterNames.sorted().joined(separator: ", ")
-                return fail(.invalidParams("unknown parameter '\(unknown)' for '\(name)'"
-                                           + (accepted.isEmpty ? " (it takes none)" : " (accepted: \(accepted))")))
+            for try await line in inbound {
+                guard await handle(line: line.readableBytesView, permissions: permissions) else { return }
             }
-        default:
-            return fail(.invalidParams("params must be an object with named members"))
+        } catch is ByteToMessageDecoderError.PayloadTooLargeError {
+            // NIO bounds what it buffers of an unfinished line.
+            refuseLongLine()
+        } catch {
+            logger.debug("connection read failed", metadata: ["error": "\(error)"])
         }
-        logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(id?.description ?? "-")"])
+    }
 
-        switch method {
-        case .subscribe:
-            inOrder { self.subscribe(params: params, id: id) }
-        case .unsubscribe:
-            inOrder { self.unsubscribe(params: params, id: id) }
-        case .status, .version:
-            // Reads observed values only: answered on the event loop unless answers are queued.
-            let executor = context.executor
-            inOrder { self.respond(id: id) { () throws(RPCError) in try executor.execute(method, params: params) } }
-        default:
-            // May block (finalizing a file, reading a directory): off the event loop, in order.
-            let executor = context.executor
-            queuedRequests += 1
-            queue.async {
-                let outcome: Result<any Encodable & Sendable, RPCError> = Result { () throws(RPCError) in
-                    try executor.execute(method, params: params)
+    /// Answers one line. False when the connection must close after what is due is written.
+    private func handle(line: ByteBufferView, permissions: Set<Permission>) async -> Bool {
+        switch RequestParser.parse(line) {
+        case .blank:
+            return true
+        case .unreadable(let error):
+            if line.count > JSONRPC.maximumLineLength {
+                refuseLongLine()
+                return false
+            }
+            send(answer: Self.encode(ErrorResponse(id: nil, error: error)))
+        case .single(let item):
+            send(answer: await answer(item, permissions: permissions))
+        case .batch(let items):
+            var answers: [String] = []
+            for item in items {
+                if let answer = await answer(item, permissions: permissions) { answers.append(answer) }
+            }
+            // A batch of notifications gets nothing at all, not an empty array.
+            send(answer: answers.isEmpty ? nil : "[" + answers.joined(separator: ",") + "]")
+        }
+        return true
+    }
+
+    private func refuseLongLine() {
+        logger.warning("request line too long; closing")
+        send(answer: Self.encode(ErrorResponse(id: nil, error: .invalidRequest(
+            "request line exceeds \(JSONRPC.maximumLineLength) bytes; closing the connection"))))
+    }
+
+    /// Runs one request through the dispatch table; returns its encoded answer, if it gets one.
+    private func answer(_ item: RequestItem, permissions: Set<Permission>) async -> String? {
+        guard case .request(let request) = item else { return item.errorResponse.map(Self.encode) }
+        let name = request.method.rawValue
+        let outcome: Result<any Encodable & Sendable, RPCError>
+        if !permissions.contains(request.method.permission) {
+            logger.notice("request refused", metadata: ["request.method": "\(name)",
+                                                        "permission": "\(request.method.permission.rawValue)"])
+            outcome = .failure(.permissionDenied(method: name, permission: request.method.permission.rawValue))
+        } else if let handler = MethodTable.handlers[request.method] {
+            logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(request.id?.description ?? "-")"])
+            let requestContext = RequestContext(recorder: context.recorder, version: context.version, connection: self)
+            let params = request.params
+            let run: @Sendable () -> Result<any Encodable & Sendable, RPCError> = {
+                Result { () throws(RPCError) in try handler.run(requestContext, params) }
+            }
+            if handler.blocking {
+                do {
+                    outcome = try await context.threadPool.runIfActive(run)
+                } catch {
+                    outcome = .failure(RPCError(code: RPCErrorCode.internalError, message: "recd is shutting down",
+                                                data: .init(code: "internalError")))
                 }
-                self.eventLoop.execute {
-                    self.queuedRequests -= 1
-                    self.respond(id: id) { () throws(RPCError) in try outcome.get() }
-                }
+            } else {
+                outcome = run()
             }
+        } else {
+            outcome = .failure(RPCError(code: RPCErrorCode.internalError, message: "no handler for '\(name)'",
+                                        data: .init(code: "internalError")))
+        }
+        // A notification is never answered, not even when it failed.
+        guard !request.isNotification else { return nil }
+        switch outcome {
+        case .success(let result): return Self.encode(OutgoingResponse(id: request.id, result: result))
+        case .failure(let error): return Self.encode(ErrorResponse(id: request.id, error: error))
         }
     }
 
-    /// Runs `body` on the event loop now, or after the queued requests when there are any.
-    private func inOrder(_ body: @escaping @Sendable () -> Void) {
-        guard queuedRequests > 0 else { return body() }
-        queuedRequests += 1
-        queue.async {
-            self.eventLoop.execute {
-                self.queuedRequests -= 1
-                body()
-            }
-        }
+    /// The peer's permissions; user and group look-ups may block (NSS), so off the cooperative pool.
+    private func resolvePermissions() async -> Set<Permission> {
+        let policy = context.policy
+        let peer = peer
+        return (try? await context.threadPool.runIfActive { policy.permissions(of: peer) }) ?? [.observe]
     }
 
-    private func reply(error: RPCError, id: RPCID?) {
-        inOrder { self.send(error: error, id: id) }
-    }
+    // MARK: Subscriptions (called by the dispatch table)
 
-    private func respond(id: RPCID?, _ body: () throws(RPCError) -> any Encodable & Sendable) {
-        do {
-            let result = try body()
-            guard let id else { return }  // a notification: no answer
-            send(line: Self.encode(OutgoingResponse(id: id, result: result)))
-        } catch {
-            send(error: error, id: id)
-        }
-    }
-
-    private func send(error: RPCError, id: RPCID?) {
-        send(line: Self.encode(ErrorResponse(id: id, error: error)))
-    }
-
-    // MARK: Subscriptions
-
-    private func subscribe(params: JSONValue?, id: RPCID?) {
-        let request: SubscribeParams
-        do {
-            request = try decode(SubscribeParams.self, params) ?? SubscribeParams()
-        } catch {
-            return send(error: error, id: id)
-        }
+    func subscribe(_ request: SubscribeParams) throws(RPCError) -> SubscribeResult {
         let topics = Set(request.topics ?? Topic.allCases)
-        guard !topics.isEmpty else { return send(error: .invalidParams("'topics' must name at least one topic"), id: id) }
+        guard !topics.isEmpty else { throw .invalidParams("'topics' must name at least one topic") }
         let interval = request.interval ?? SubscribeParams.defaultInterval
         guard interval.isFinite, interval >= SubscribeParams.minimumInterval, interval <= 3600 else {
-            return send(error: .invalidParams("'interval' must be between \(SubscribeParams.minimumInterval) and 3600 seconds"), id: id)
+            throw .invalidParams("'interval' must be between \(SubscribeParams.minimumInterval) and 3600 seconds")
         }
-        let subscriptionID = Self.subscriptionCounter.next()
-        var subscription = Subscription(id: subscriptionID, topics: topics, interval: .nanoseconds(Int64(interval * 1e9)))
-        let allTopics = subscriptions.values.reduce(topics) { $0.union($1.topics) }
-        let snapshot = context.hub.add(self, topics: allTopics).filter { topics.contains($0.update.topic) }
-        let now = NIODeadline.now()
-        for publication in snapshot {
-            subscription.lastSeq[publication.update.topic] = publication.update.seq
-            subscription.lastSent[publication.update.topic] = now
+        let id = String(Self.subscriptionCounter.add(1, ordering: .relaxed).newValue)
+        let snapshot = state.withLock { state -> [Publication] in
+            var subscription = Subscription(id: id, topics: topics, interval: .nanoseconds(Int64(interval * 1e9)))
+            let allTopics = state.subscriptions.values.reduce(topics) { $0.union($1.topics) }
+            // Registered and snapshotted at once; changes after it wait for this answer.
+            let snapshot = context.hub.add(self, topics: allTopics).filter { topics.contains($0.update.topic) }
+            let now = NIODeadline.now()
+            for publication in snapshot {
+                subscription.lastSeq[publication.update.topic] = publication.update.seq
+                subscription.lastSent[publication.update.topic] = now
+            }
+            state.subscriptions[id] = subscription
+            if state.heldBack == nil { state.heldBack = [] }
+            return snapshot
         }
-        subscriptions[subscriptionID] = subscription
-        logger.debug("subscribed", metadata: ["subscription.id": "\(subscriptionID)", "subscription.topics": "\(topics.sorted())"])
-        guard let id else { return }
-        let result = SubscribeResult(subscription: subscriptionID, topics: topics.sorted(), interval: interval,
-                                     snapshot: snapshot.map(\.update))
-        send(line: Self.encode(OutgoingResponse(id: id, result: result)))
+        logger.debug("subscribed", metadata: ["subscription.id": "\(id)", "subscription.topics": "\(topics.sorted())"])
+        return SubscribeResult(subscription: id, topics: topics.sorted(), interval: interval, snapshot: snapshot.map(\.update))
     }
 
-    private func unsubscribe(params: JSONValue?, id: RPCID?) {
-        let request: UnsubscribeParams
-        do {
-            guard let decoded = try decode(UnsubscribeParams.self, params) else {
-                return send(error: .invalidParams("'subscription' is required"), id: id)
-            }
-            request = decoded
-        } catch {
-            return send(error: error, id: id)
+    func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult {
+        let remaining = state.withLock { state -> Set<Topic>? in
+            guard state.subscriptions.removeValue(forKey: request.subscription) != nil else { return nil }
+            return state.subscriptions.values.reduce([]) { $0.union($1.topics) }
         }
-        guard subscriptions.removeValue(forKey: request.subscription) != nil else {
-            return send(error: .invalidParams("no subscription '\(request.subscription)' on this connection"), id: id)
+        guard let remaining else {
+            throw .invalidParams("no subscription '\(request.subscription)' on this connection")
         }
-        context.hub.update(self, topics: subscriptions.values.reduce([]) { $0.union($1.topics) })
-        respond(id: id) { UnsubscribeResult(subscription: request.subscription) }
+        context.hub.update(self, topics: remaining)
+        return UnsubscribeResult(subscription: request.subscription)
     }
 
     /// Called by the hub on its own queue.
     func receive(_ publication: Publication) {
-        eventLoop.execute { self.deliver(publication) }
+        state.withLock { state in deliver(publication, state: &state) }
     }
 
-    private func deliver(_ publication: Publication) {
-        guard !closing else { return }
+    private func deliver(_ publication: Publication, state: inout State) {
+        guard !state.closing else { return }
         let topic = publication.update.topic
-        for id in subscriptions.keys {
-            guard var subscription = subscriptions[id], subscription.topics.contains(topic),
+        for id in state.subscriptions.keys {
+            guard var subscription = state.subscriptions[id], subscription.topics.contains(topic),
                   publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
             let now = NIODeadline.now()
             if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.minimumSpacing {
@@ -285,9 +253,11 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
                 subscription.pending[topic] = publication
                 if !subscription.flushScheduled.contains(topic) {
                     subscription.flushScheduled.insert(topic)
-                    eventLoop.scheduleTask(deadline: last + subscription.minimumSpacing) { self.flush(topic, of: id) }
+                    channel.channel.eventLoop.scheduleTask(deadline: last + subscription.minimumSpacing) {
+                        self.state.withLock { state in self.flush(topic, of: id, state: &state) }
+                    }
                 }
-                subscriptions[id] = subscription
+                state.subscriptions[id] = subscription
                 continue
             }
             if !topic.isContinuous {
@@ -295,81 +265,113 @@ final class ClientConnection: ChannelInboundHandler, PublicationReceiver, @unche
                 // currentTime before the state that ends the recording.
                 for (pendingTopic, pending) in subscription.pending.sorted(by: { $0.key < $1.key })
                 where pending.update.seq > subscription.lastSeq[pendingTopic] ?? 0 {
-                    send(pending, on: &subscription, at: now)
+                    send(pending, on: &subscription, at: now, state: &state)
                 }
                 subscription.pending.removeAll()
             }
-            send(publication, on: &subscription, at: now)
-            subscriptions[id] = subscription
+            send(publication, on: &subscription, at: now, state: &state)
+            state.subscriptions[id] = subscription
         }
     }
 
-    private func flush(_ topic: Topic, of id: String) {
-        guard !closing, var subscription = subscriptions[id] else { return }
+    private func flush(_ topic: Topic, of id: String, state: inout State) {
+        guard !state.closing, var subscription = state.subscriptions[id] else { return }
         subscription.flushScheduled.remove(topic)
         if let publication = subscription.pending.removeValue(forKey: topic),
            publication.update.seq > subscription.lastSeq[topic] ?? 0 {
-            send(publication, on: &subscription, at: .now())
+            send(publication, on: &subscription, at: .now(), state: &state)
         }
-        subscriptions[id] = subscription
+        state.subscriptions[id] = subscription
     }
 
-    private func send(_ publication: Publication, on subscription: inout Subscription, at now: NIODeadline) {
+    private func send(_ publication: Publication, on subscription: inout Subscription, at now: NIODeadline,
+                      state: inout State) {
         subscription.lastSeq[publication.update.topic] = publication.update.seq
         subscription.lastSent[publication.update.topic] = now
-        send(line: "{\"jsonrpc\":\"2.0\",\"method\":\"changed\",\"params\":{\"subscription\":\"\(subscription.id)\","
-             + publication.members + "}}")
+        let line = Self.buffer("{\"jsonrpc\":\"2.0\",\"method\":\"changed\",\"params\":{\"subscription\":\"\(subscription.id)\","
+                               + publication.members + "}}")
+        if state.heldBack != nil {
+            state.heldBack!.append(line)
+        } else {
+            enqueue(line, state: &state)
+        }
     }
 
     // MARK: Writing
 
-    /// Queues one line. A client with more than `outboundLimit` lines unwritten is not reading:
-    /// it is disconnected rather than allowed to hold memory or slow anyone down.
-    private func send(line: String) {
-        guard !closing, let channel else { return }
-        outstandingWrites += 1
-        if outstandingWrites > context.outboundLimit {
-            logger.warning("client not reading; disconnecting", metadata: ["client.queued": "\(outstandingWrites)"])
-            closing = true
-            channel.close(promise: nil)
-            return
+    /// Queues an answer (if any), then the notifications that waited for it.
+    private func send(answer: String?) {
+        state.withLock { state in
+            if let answer { enqueue(Self.buffer(answer), state: &state) }
+            for line in state.heldBack ?? [] { enqueue(line, state: &state) }
+            state.heldBack = nil
         }
-        var buffer = channel.allocator.buffer(capacity: line.utf8.count + 1)
+    }
+
+    private func enqueue(_ line: ByteBuffer, state: inout State) {
+        guard !state.closing else { return }
+        if !outbox.send(line) {
+            // Not reading: it may not hold memory or anyone's time. No message: it would not read it.
+            logger.warning("client not reading; disconnecting", metadata: ["client.queuedBytes": "\(outbox.queuedBytes)"])
+            state.closing = true
+            close()
+        }
+    }
+
+    private static func buffer(_ line: String) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(line.utf8.count + 1)
         buffer.writeString(line)
         buffer.writeInteger(UInt8(ascii: "\n"))
-        channel.writeAndFlush(buffer).whenComplete { _ in self.outstandingWrites -= 1 }
+        return buffer
     }
 
-    /// Closes once what is queued has been written (used after a fatal protocol error and at shutdown).
-    func closeAfterPendingWrites() {
-        eventLoop.execute {
-            guard let channel = self.channel, !self.closing else { return }
-            self.closing = true
-            channel.writeAndFlush(channel.allocator.buffer(capacity: 0)).whenComplete { _ in
-                channel.close(promise: nil)
-            }
-        }
-    }
-
-    private static func encode(_ value: some Encodable) -> String {
+    static func encode(_ value: some Encodable) -> String {
         do {
             return String(decoding: try WireCoding.encoder().encode(value), as: UTF8.self)
         } catch {
             return #"{"error":{"code":-32603,"message":"cannot encode the answer"},"id":null,"jsonrpc":"2.0"}"#
         }
     }
+}
 
-    private static func describeParseError(_ error: Error) -> String {
-        if case DecodingError.dataCorrupted(let context) = error {
-            return (context.underlyingError as NSError?)?.userInfo[NSDebugDescriptionErrorKey] as? String ?? context.debugDescription
+/// What waits to be written to one client, in order, counted in bytes.
+final class Outbox: Sendable {
+    private let stream: AsyncStream<ByteBuffer>
+    private let continuation: AsyncStream<ByteBuffer>.Continuation
+    private let bytes = Atomic<Int>(0)
+    private let limit: Int
+
+    init(limit: Int) {
+        self.limit = limit
+        (stream, continuation) = AsyncStream.makeStream()
+    }
+
+    var queuedBytes: Int { bytes.load(ordering: .relaxed) }
+
+    /// Queues `line`; false if that would put more than `limit` bytes in the queue.
+    func send(_ line: ByteBuffer) -> Bool {
+        guard bytes.add(line.readableBytes, ordering: .relaxed).newValue <= limit else { return false }
+        continuation.yield(line)
+        return true
+    }
+
+    /// Nothing more will be queued: `drain` returns once the rest is written.
+    func finish() { continuation.finish() }
+
+    /// Writes the queue to the socket in order, waiting while the socket's buffer is full.
+    func drain(into outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>) async throws {
+        for await line in stream {
+            let size = line.readableBytes
+            try await outbound.write(line)
+            bytes.subtract(size, ordering: .relaxed)
         }
-        return "\(error)"
     }
 }
 
-/// A response whose result is any Encodable.
+/// A response whose result is any Encodable; `id` null for a request whose id was null.
 private struct OutgoingResponse: Encodable {
-    let id: RPCID
+    let id: RPCID?
     let result: any Encodable & Sendable
 
     private enum CodingKeys: String, CodingKey { case jsonrpc, id, result }
@@ -381,11 +383,3 @@ private struct OutgoingResponse: Encodable {
         try container.encode(result, forKey: .result)
     }
 }
-
-/// Subscription ids unique for the daemon's lifetime.
-private final class SubscriptionCounter: Sendable {
-    private let value = Synchronization.Atomic<Int>(0)
-    func next() -> String { String(value.add(1, ordering: .relaxed).newValue) }
-}
-
-import Synchronization

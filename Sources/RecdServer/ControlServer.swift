@@ -7,6 +7,7 @@ import NIOPosix
 import RecdProtocol
 import RecorderCore
 import Synchronization
+import SystemPackage
 
 /// Where the server listens.
 public enum ListenTarget: Sendable, Equatable {
@@ -18,9 +19,10 @@ public enum ListenTarget: Sendable, Equatable {
 
 public struct ServerLimits: Sendable, Equatable {
     public var maxClients: Int
+    /// Bytes that may wait for one client beyond its socket buffer (see `ConnectionContext`).
     public var outboundLimit: Int
 
-    public init(maxClients: Int = 64, outboundLimit: Int = 1024) {
+    public init(maxClients: Int = 64, outboundLimit: Int = 1 << 20) {
         self.maxClients = maxClients
         self.outboundLimit = outboundLimit
     }
@@ -38,94 +40,164 @@ public enum ServerError: Error, CustomStringConvertible {
     }
 }
 
-/// recd's JSON-RPC server on a Unix stream socket (SwiftNIO).
+/// recd's JSON-RPC server on a Unix stream socket, as structured tasks (NIOAsyncChannel).
 ///
-/// Each connection gets NIO's line splitter (with the 64 KiB limit) and a `ClientConnection`;
-/// a failing client closes only itself. Connections beyond `maxClients` get an error and close.
+/// `listen` binds; `serve` accepts connections and runs each as a child task of one discarding
+/// task group until `shutdown`, which stops accepting, lets every connection write the answers
+/// already due, and returns once they are all closed. A failing client closes only itself.
+/// Connections beyond `maxClients` get an error and close.
 public final class ControlServer: Sendable {
+    private typealias Accepted = (channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials)
+
     private let group: EventLoopGroup
-    private let connectionContext: ConnectionContext
+    private let context: ConnectionContext
     private let limits: ServerLimits
     private let logger: Logger
-    private let state = Mutex<(channel: Channel?, clients: [ObjectIdentifier: ClientConnection], path: String?)>((nil, [:], nil))
+    private let state = Mutex(State())
+    /// Signalled when `serve` has returned: every connection is closed.
+    private let served = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    private struct State {
+        var listener: NIOAsyncChannel<Accepted, Never>?
+        var clients: [ObjectIdentifier: ClientConnection] = [:]
+        var path: String?
+        var shuttingDown = false
+    }
 
     public init(recorder: Recorder, version: String, policy: AccessPolicy, limits: ServerLimits,
                 group: EventLoopGroup, logger: Logger) {
         self.group = group
         self.limits = limits
         self.logger = logger
-        connectionContext = ConnectionContext(
-            executor: MethodExecutor(recorder: recorder, version: version), hub: TopicHub(recorder: recorder),
-            policy: policy, outboundLimit: limits.outboundLimit, logger: logger,
-            operations: DispatchQueue(label: "recd.operations", attributes: .concurrent))
+        let threadPool = NIOThreadPool(numberOfThreads: 4)
+        threadPool.start()
+        context = ConnectionContext(recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
+                                    policy: policy, outboundLimit: limits.outboundLimit, threadPool: threadPool,
+                                    logger: logger)
     }
 
     /// The number of connected clients.
     public var clientCount: Int { state.withLock { $0.clients.count } }
 
-    /// Starts listening; returns once connections are accepted.
-    public func start(_ target: ListenTarget) async throws {
-        let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 256)
-            .childChannelInitializer { [self] channel in initialize(channel) }
-        let channel: Channel
+    /// Starts listening; returns once connections can be accepted (`serve` accepts them).
+    public func listen(_ target: ListenTarget) async throws {
+        let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 256)
+        let initializer: @Sendable (Channel) -> EventLoopFuture<Accepted> = { channel in
+            Self.peerCredentials(of: channel).flatMapThrowing { peer in
+                try channel.pipeline.syncOperations.addHandler(
+                    ByteToMessageHandler(NIOSplitLinesMessageDecoder(omittingEmptySubsequences: true),
+                                         maximumBufferSize: JSONRPC.maximumLineLength))
+                return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), peer)
+            }
+        }
+        let listener: NIOAsyncChannel<Accepted, Never>
         switch target {
         case .descriptor(let fd):
-            channel = try await bootstrap.withBoundSocket(fd).get()
+            listener = try await bootstrap.bind(fd, childChannelInitializer: initializer)
             logger.info("listening on the socket systemd passed", metadata: ["socket.fd": "\(fd)"])
         case .path(let path, let mode, let group):
             try Self.prepare(path: path)
             do {
-                channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                listener = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true,
+                                                    childChannelInitializer: initializer)
             } catch {
                 throw ServerError.cannotBind(path, "\(error)")
             }
             if chmod(path, mode) != 0 || (group.map { chown(path, uid_t.max, $0) } ?? 0) != 0 {
                 logger.warning("cannot set the socket's mode or group", metadata: ["socket.path": "\(path)",
-                                                                                  "error": "\(String(cString: strerror(errno)))"])
+                                                                                  "error": "\(Errno(rawValue: errno))"])
             }
             state.withLock { $0.path = path }
             logger.info("listening", metadata: ["socket.path": "\(path)"])
         }
-        state.withLock { $0.channel = channel }
+        state.withLock { $0.listener = listener }
     }
 
-    /// Makes every queued notification reach the clients' outbound queues, then closes every
-    /// connection once its queue is written, and the listening socket.
-    public func shutdown() async {
-        connectionContext.hub.drain()
-        let (channel, clients, path) = state.withLock { ($0.channel, Array($0.clients.values), $0.path) }
-        for client in clients { client.closeAfterPendingWrites() }
-        try? await channel?.close()
+    /// Accepts and serves connections until `shutdown`; returns when every one has closed.
+    public func serve() async {
+        defer {
+            let waiters = served.withLock { served in
+                served.done = true
+                defer { served.waiters = [] }
+                return served.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+        guard let listener = state.withLock({ $0.listener }) else { return }
+        await withDiscardingTaskGroup { group in
+            do {
+                try await listener.executeThenClose { inbound in
+                    for try await accepted in inbound {
+                        guard let client = admit(accepted) else {
+                            group.addTask { await self.refuse(accepted.channel) }
+                            continue
+                        }
+                        group.addTask {
+                            await client.run()
+                            _ = self.state.withLock { $0.clients.removeValue(forKey: ObjectIdentifier(client)) }
+                        }
+                    }
+                }
+            } catch {
+                logger.error("accepting connections failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// Registers a connection unless the server is full or stopping (one check-and-insert).
+    private func admit(_ accepted: Accepted) -> ClientConnection? {
+        let client = ClientConnection(channel: accepted.channel, peer: accepted.peer, context: context)
+        let admitted = state.withLock { state -> Bool in
+            guard !state.shuttingDown, state.clients.count < limits.maxClients else { return false }
+            state.clients[ObjectIdentifier(client)] = client
+            return true
+        }
+        return admitted ? client : nil
+    }
+
+    /// Tells a client over the limit why, then closes its connection.
+    private func refuse(_ channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>) async {
+        logger.warning("client limit reached; refusing a connection", metadata: ["server.maxClients": "\(limits.maxClients)"])
+        let error = ErrorResponse(id: nil, error: RPCError(code: RPCErrorCode.tooManyClients,
+            message: "recd serves at most \(limits.maxClients) clients; try again later", data: .init(code: "tooManyClients")))
+        try? await channel.executeThenClose { _, outbound in
+            var buffer = ByteBuffer(string: ClientConnection.encode(error))
+            buffer.writeInteger(UInt8(ascii: "\n"))
+            try await outbound.write(buffer)
+        }
+    }
+
+    /// Stops accepting, lets each connection finish the request it is on and write every
+    /// answer and notification already due, then closes it; after `grace` seconds whatever
+    /// is left is closed regardless (a client that does not read). Returns when `serve` has.
+    public func shutdown(grace: Double = 2) async {
+        context.hub.drain()
+        let (listener, clients, path) = state.withLock { state in
+            state.shuttingDown = true
+            return (state.listener, Array(state.clients.values), state.path)
+        }
+        try? await listener?.channel.close()
         if let path { unlink(path) }
+        for client in clients { client.quiesce() }
+        let stragglers = group.next().scheduleTask(in: .nanoseconds(Int64(grace * 1e9))) { [self] in
+            let remaining = state.withLock { Array($0.clients.values) }
+            if !remaining.isEmpty {
+                logger.warning("closing clients that did not take their answers", metadata: ["clients": "\(remaining.count)"])
+            }
+            for client in remaining { client.close() }
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = served.withLock { served in
+                if !served.done { served.waiters.append(continuation) }
+                return served.done
+            }
+            if done { continuation.resume() }
+        }
+        stragglers.cancel()
+        try? await context.threadPool.shutdownGracefully()
     }
 
-    private func initialize(_ channel: Channel) -> EventLoopFuture<Void> {
-        let accepted = state.withLock { state -> ObjectIdentifier? in
-            guard state.clients.count < limits.maxClients else { return nil }
-            return ObjectIdentifier(channel)
-        }
-        guard accepted != nil else {
-            logger.warning("client limit reached; refusing a connection", metadata: ["server.maxClients": "\(limits.maxClients)"])
-            return channel.eventLoop.makeCompletedFuture {
-                try channel.pipeline.syncOperations.addHandler(RefusingHandler(maxClients: limits.maxClients))
-            }
-        }
-        return peerCredentials(of: channel).flatMap { [self] peer in
-            let client = ClientConnection(context: connectionContext, eventLoop: channel.eventLoop, peer: peer)
-            let id = ObjectIdentifier(client)
-            state.withLock { $0.clients[id] = client }
-            channel.closeFuture.whenComplete { [self] _ in _ = state.withLock { $0.clients.removeValue(forKey: id) } }
-            return channel.eventLoop.makeCompletedFuture {
-                try channel.pipeline.syncOperations.addHandler(
-                    ByteToMessageHandler(NIOSplitLinesMessageDecoder(omittingEmptySubsequences: true),
-                                         maximumBufferSize: JSONRPC.maximumLineLength))
-                try channel.pipeline.syncOperations.addHandler(client)
-            }
-        }
-    }
-
-    private func peerCredentials(of channel: Channel) -> EventLoopFuture<PeerCredentials> {
+    private static func peerCredentials(of channel: Channel) -> EventLoopFuture<PeerCredentials> {
         guard let provider = channel as? SocketOptionProvider else {
             return channel.eventLoop.makeFailedFuture(ChannelError.operationUnsupported)
         }
@@ -160,22 +232,3 @@ private struct KernelPeerCredentials: Sendable {
     var gid: gid_t = 0
 }
 
-/// Tells a client over the limit why, then closes its connection.
-private final class RefusingHandler: ChannelInboundHandler, Sendable {
-    typealias InboundIn = ByteBuffer
-    let maxClients: Int
-
-    init(maxClients: Int) { self.maxClients = maxClients }
-
-    func channelActive(context: ChannelHandlerContext) {
-        let error = ErrorResponse(id: nil, error: RPCError(code: RPCErrorCode.tooManyClients,
-            message: "recd serves at most \(maxClients) clients; try again later", data: .init(code: "tooManyClients")))
-        var buffer = context.channel.allocator.buffer(capacity: 256)
-        buffer.writeBytes((try? WireCoding.encoder().encode(error)) ?? Data())
-        buffer.writeInteger(UInt8(ascii: "\n"))
-        let channel = context.channel
-        context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in channel.close(promise: nil) }
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}  // nothing it says matters
-}

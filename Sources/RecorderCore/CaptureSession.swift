@@ -61,6 +61,9 @@ final class CaptureSession: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
     let isPaused = Atomic<Bool>(false)
     private let startedFlag = Atomic<Bool>(false)
+    /// Who may use `writer` (and the converter): the capture thread until it ends or is abandoned.
+    private let fileAccess = Mutex<FileAccess>(.captureThread)
+    private enum FileAccess { case captureThread, abandoned }
 
     /// Whether the capture thread has been started.
     var started: Bool { startedFlag.load(ordering: .acquiring) }
@@ -118,10 +121,14 @@ final class CaptureSession: @unchecked Sendable {
 
     /// Asks the thread to pause; returns once it has stopped the device. Frames written up to
     /// then are all the file holds until `resume()`.
-    func pause() {
+    func pause() throws(RecorderError) {
         guard !isEnded else { return }
         request.withLock { $0 = .pause }
-        awaitAcknowledgement()
+        guard awaitAcknowledgement() else {
+            request.withLock { $0 = .none }
+            throw RecorderError(.deviceLost, "capture on '\(pcm.name)' is not responding (stuck in the device driver); "
+                                + "stop the recording to keep what was written")
+        }
     }
 
     /// Restarts the device after `pause()`; throws `failedToResume` if it will not start.
@@ -129,18 +136,26 @@ final class CaptureSession: @unchecked Sendable {
         guard !isEnded else { return }
         request.withLock { $0 = .resume }
         wake.signal()
-        awaitAcknowledgement()
+        guard awaitAcknowledgement() else {
+            throw RecorderError(.failedToResume, "capture on '\(pcm.name)' is not responding (stuck in the device driver)")
+        }
         if let error = resumeError.withLock({ $0 }) { throw error }
     }
 
-    /// Asks the thread to finish (flushing the converter) and waits for it.
-    func stop() -> CaptureOutcome {
+    /// Asks the thread to finish (flushing the converter) and waits for it, at most `timeout`
+    /// seconds. A thread still stuck in the driver then is abandoned: it will never touch the
+    /// file again, so the file can be finalized with what was written.
+    func stop(timeout: Double) -> CaptureOutcome {
         if !isEnded {
             let wasPaused = isPaused.load(ordering: .acquiring)
             request.withLock { $0 = .stop }
             if wasPaused { wake.signal() }
         }
-        return join()
+        if let outcome = join(timeout: timeout) { return outcome }
+        abandon()
+        return .failed(RecorderError(.deviceLost,
+            "capture on '\(pcm.name)' did not stop within \(timeout) s (stuck in the device driver); "
+            + "the file keeps the \(framesWritten.load(ordering: .acquiring)) frames written before"))
     }
 
     /// Waits for the thread to end and returns how it ended.
@@ -150,12 +165,30 @@ final class CaptureSession: @unchecked Sendable {
         return outcome.withLock { $0! }
     }
 
+    /// `join()`, giving up after `timeout` seconds (nil).
+    func join(timeout: Double) -> CaptureOutcome? {
+        guard finished.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success else { return nil }
+        finished.signal()
+        return outcome.withLock { $0! }
+    }
+
+    /// Takes the file away from a thread that does not end: once this returns, the thread
+    /// writes nothing more (it checks under the same lock before every write), and ends
+    /// quietly whenever the driver lets it go. The PCM stays open until then.
+    private func abandon() {
+        fileAccess.withLock { $0 = .abandoned }
+    }
+
     /// Waits for the thread to act on a request, unless it ends first (a frame limit reached
-    /// or the device lost at the same moment).
-    private func awaitAcknowledgement() {
+    /// or the device lost at the same moment). False if it did neither within 5 s: the thread
+    /// is stuck in the driver.
+    private func awaitAcknowledgement() -> Bool {
+        let deadline = DispatchTime.now() + .seconds(5)
         while acknowledged.wait(timeout: .now() + .milliseconds(50)) == .timedOut {
-            if isEnded { return }
+            if isEnded { return true }
+            if DispatchTime.now() >= deadline { return false }
         }
+        return true
     }
 
     private var isEnded: Bool { outcome.withLock { $0 != nil } }
@@ -195,12 +228,10 @@ final class CaptureSession: @unchecked Sendable {
                 lastProgress.store(Self.uptime(), ordering: .relaxed)
                 if got == 0 { continue }
                 framesCaptured.add(Int64(got), ordering: .relaxed)
-                try consume(frames: got)
                 let now = Self.uptime()
-                if now &- lastSync >= syncIntervalNanoseconds {
-                    lastSync = now
-                    syncFile()
-                }
+                let sync = now &- lastSync >= syncIntervalNanoseconds
+                if sync { lastSync = now }
+                guard try writeToFile(frames: got, sync: sync) else { return .stopped }
                 if let frameLimit, framesWritten.load(ordering: .relaxed) >= frameLimit {
                     return .limitReached
                 }
@@ -263,13 +294,27 @@ final class CaptureSession: @unchecked Sendable {
     private func finish() -> CaptureOutcome {
         guard let converter else { return .stopped }
         do {
-            try converter.flush { samples, frames in try write(samples, frames: frames) }
+            try fileAccess.withLock { access in
+                guard case .captureThread = access else { return }
+                try converter.flush { samples, frames in try write(samples, frames: frames) }
+            }
         } catch let error as SndfileError {
             return .failed(.saving(error))
         } catch {
             return .failed(RecorderError(.unknown, "flushing the converter failed: \(error)"))
         }
         return .stopped
+    }
+
+    /// Meters and writes one chunk, unless the file was taken away (false): a stop that timed
+    /// out while this thread was stuck in the driver.
+    private func writeToFile(frames: Int, sync: Bool) throws -> Bool {
+        try fileAccess.withLock { access in
+            guard case .captureThread = access else { return false }
+            try consume(frames: frames)
+            if sync { syncFile() }
+            return true
+        }
     }
 
     /// Meters and writes one chunk.

@@ -31,12 +31,15 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public var captureSampleRate: Int?
     /// Capture this many channels whatever the file's count, mixing in software.
     public var captureChannels: Int?
+    /// Seconds `stop`, `cancel` and shutdown wait for the capture thread; one stuck in the
+    /// driver longer is abandoned and the file finalized with what it wrote.
+    public var stopTimeout: Double
 
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
                 timeInterval: Double = 0.1, levelsInterval: Double = 0.05, meteringEnabled: Bool = true,
                 syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5,
-                captureSampleRate: Int? = nil, captureChannels: Int? = nil) {
+                captureSampleRate: Int? = nil, captureChannels: Int? = nil, stopTimeout: Double = 5) {
         self.device = device
         self.recordingsDirectory = recordingsDirectory
         self.defaultSettings = defaultSettings
@@ -48,6 +51,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
         self.bufferTime = bufferTime
         self.captureSampleRate = captureSampleRate
         self.captureChannels = captureChannels
+        self.stopTimeout = stopTimeout
     }
 }
 
@@ -144,7 +148,7 @@ public final class Recorder: @unchecked Sendable {
             guard case .recording(let recording) = state.value, let session else {
                 throw .invalidState("pause", state.value)
             }
-            session.pause()
+            try session.pause()
             publishTime(of: session, rate: recording.sampleRate)
             if session.isPaused.load(ordering: .acquiring) {
                 state.send(.paused(recording))
@@ -163,7 +167,7 @@ public final class Recorder: @unchecked Sendable {
                 try session.resume()
             } catch {
                 // The capture thread has ended; finalize now so the state says why.
-                _ = finalize(session, outcome: session.join())
+                _ = finalize(session, outcome: session.stop(timeout: configuration.stopTimeout))
                 throw error
             }
             state.send(.recording(recording))
@@ -181,7 +185,7 @@ public final class Recorder: @unchecked Sendable {
             let outcome: CaptureOutcome
             if session.started {
                 state.send(.stopping(recording))
-                outcome = session.stop()
+                outcome = session.stop(timeout: configuration.stopTimeout)
             } else {
                 cancelStartTimer()
                 outcome = .stopped
@@ -198,7 +202,7 @@ public final class Recorder: @unchecked Sendable {
             guard let session, let recording = current, state.value.isActive else {
                 throw .invalidState("cancel", state.value)
             }
-            if session.started { _ = session.stop() } else { cancelStartTimer() }
+            if session.started { _ = session.stop(timeout: configuration.stopTimeout) } else { cancelStartTimer() }
             stopTimers()
             try? session.closeFile()
             unlink(recording.partialPath)
@@ -220,6 +224,20 @@ public final class Recorder: @unchecked Sendable {
             let (seconds, attoseconds) = maximumSilence.components
             return silence <= UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
         }
+    }
+
+    /// Runs `body` on the recorder's queue, where no recording starts, splits or finishes
+    /// meanwhile, with the file name (`take.wav`) the recording in progress will have: what
+    /// renaming or deleting recordings must leave alone.
+    public func withRecordingsDirectory<T, E: Error>(
+        _ body: (RecordingLibrary, _ activeFile: String?) throws(E) -> T
+    ) throws(E) -> T {
+        let result: Result<T, E> = control.sync {
+            let library = RecordingLibrary(directory: configuration.recordingsDirectory)
+            let active = current.map { ($0.path as NSString).lastPathComponent }
+            return Result { () throws(E) in try body(library, active) }
+        }
+        return try result.get()
     }
 
     // MARK: On the control queue
@@ -375,12 +393,19 @@ public final class Recorder: @unchecked Sendable {
         }
         recording.frames = session.framesWritten.load(ordering: .acquiring)
         recording.endedAt = Date()
-        // Even after a failure the file holds everything captured: keep it under its name.
-        if rename(recording.partialPath, recording.path) == 0 {
+        // Even after a failure the file holds everything captured: keep it under its name, or
+        // under a numbered one if something took that name meanwhile (never replace a file).
+        do throws(RecorderError) {
+            let path = try RecordingLibrary.moveIntoPlace(recording.partialPath, preferred: recording.path)
+            if path != recording.path {
+                logger.warning("recording's name was taken; saved under another", metadata: [
+                    "recording.id": "\(recording.id)", "recording.path": "\(path)", "recording.wanted": "\(recording.path)"])
+                recording.path = path
+                recording.name = ((path as NSString).lastPathComponent as NSString).deletingPathExtension
+            }
             Self.syncDirectory(of: recording.path)
-        } else {
-            let reason = Self.reason(errno)
-            failure = failure ?? RecorderError(.failedToSave, "cannot rename \(recording.partialPath) to \(recording.path): \(reason)")
+        } catch {
+            failure = failure ?? error
         }
         publishTime(of: session, rate: recording.sampleRate)
         clearSession()

@@ -3,6 +3,7 @@ import Glibc
 import Logging
 import RecorderModel
 import Sndfile
+import SystemPackage
 
 /// The finished recordings in the recordings directory: list, inspect, delete, rename, and
 /// recover what a crash left behind.
@@ -56,7 +57,7 @@ public struct RecordingLibrary: Sendable {
     /// Deletes a recording's file.
     public func delete(_ entry: Entry) throws(RecorderError) {
         if unlink(entry.path) != 0 {
-            throw RecorderError(.failedToSave, "cannot delete \(entry.path): \(String(cString: strerror(errno)))")
+            throw RecorderError(.failedToSave, "cannot delete \(entry.path): \(Errno(rawValue: errno))")
         }
     }
 
@@ -65,13 +66,11 @@ public struct RecordingLibrary: Sendable {
         try RecordingName.validate(newName)
         let file = newName + "." + entry.format.fileExtension
         let target = directory + "/" + file
-        // link + unlink: link fails with EEXIST instead of silently replacing a file.
-        if link(entry.path, target) != 0 {
-            let error = errno
-            if error == EEXIST { throw RecorderError(.invalidSettings, "a recording named '\(file)' already exists") }
-            throw RecorderError(.failedToSave, "cannot rename \(entry.path) to \(target): \(String(cString: strerror(error)))")
+        switch Self.renameWithoutReplacing(entry.path, target) {
+        case .success: break
+        case .failure(.fileExists): throw RecorderError(.invalidSettings, "a recording named '\(file)' already exists")
+        case .failure(let error): throw RecorderError(.failedToSave, "cannot rename \(entry.path) to \(target): \(error)")
         }
-        unlink(entry.path)
         guard let renamed = self.entry(file: file) else {
             throw RecorderError(.unknown, "renamed \(entry.path) to \(target) but cannot read it back")
         }
@@ -79,23 +78,65 @@ public struct RecordingLibrary: Sendable {
     }
 
     /// Files a crashed recorder left as `<name>.<ext>.part`: they are playable up to the last
-    /// sync, so give them their final name (unless that is taken). Returns the recovered paths.
+    /// sync, so give them their final name, or a numbered one when that is taken. Only the
+    /// holder of the directory's lock may call this: another daemon's `.part` is a live file.
+    /// Returns the recovered paths.
     public func recoverPartialFiles(logger: Logger) -> [String] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
         var recovered: [String] = []
-        for partial in names where partial.hasSuffix(".part") && !partial.hasPrefix(".") {
-            let final = String(partial.dropLast(5))
+        for partial in names.sorted() where partial.hasSuffix(".part") && !partial.hasPrefix(".") {
             let source = directory + "/" + partial
-            let target = directory + "/" + final
-            guard !FileManager.default.fileExists(atPath: target), link(source, target) == 0 else {
-                logger.warning("unfinished recording left as it is", metadata: ["recording.path": "\(source)"])
-                continue
+            let wanted = String(source.dropLast(5))
+            do throws(RecorderError) {
+                let target = try Self.moveIntoPlace(source, preferred: wanted)
+                recovered.append(target)
+                logger.notice("recovered unfinished recording", metadata: ["recording.path": "\(target)"])
+                if target != wanted {
+                    logger.warning("recording's name was taken; saved under another",
+                                   metadata: ["recording.path": "\(target)", "recording.wanted": "\(wanted)"])
+                }
+            } catch {
+                logger.warning("unfinished recording left as it is", metadata: ["recording.path": "\(source)",
+                                                                              "error": "\(error.message)"])
             }
-            unlink(source)
-            recovered.append(target)
-            logger.notice("recovered unfinished recording", metadata: ["recording.path": "\(target)"])
         }
         return recovered
+    }
+
+    /// Renames `source` to `preferred`, or to `name-2.ext`, `name-3.ext`, ... when that exists:
+    /// never over another file, whoever created it. Returns the path it got.
+    public static func moveIntoPlace(_ source: String, preferred: String) throws(RecorderError) -> String {
+        let directory = (preferred as NSString).deletingLastPathComponent
+        let file = (preferred as NSString).lastPathComponent
+        let base = (file as NSString).deletingPathExtension
+        let fileExtension = (file as NSString).pathExtension
+        for counter in 1...10_000 {
+            let candidate = counter == 1 ? preferred
+                : "\(directory)/\(base)-\(counter)" + (fileExtension.isEmpty ? "" : "." + fileExtension)
+            switch renameWithoutReplacing(source, candidate) {
+            case .success: return candidate
+            case .failure(.fileExists): continue
+            case .failure(let error):
+                throw RecorderError(.failedToSave, "cannot rename \(source) to \(candidate): \(error)")
+            }
+        }
+        throw RecorderError(.failedToSave, "cannot rename \(source): every numbered name of \(preferred) is taken")
+    }
+
+    /// rename(2) that fails with EEXIST instead of replacing: renameat2's RENAME_NOREPLACE, or
+    /// on a filesystem without it, link + unlink (vfat has neither: an existence check then).
+    private static func renameWithoutReplacing(_ source: String, _ target: String) -> Result<Void, Errno> {
+        if renameat2(AT_FDCWD, source, AT_FDCWD, target, renameNoReplace) == 0 { return .success(()) }
+        let error = Errno(rawValue: errno)
+        guard error == .invalidArgument || error == .notSupported else { return .failure(error) }
+        if link(source, target) == 0 {
+            unlink(source)
+            return .success(())
+        }
+        let linkError = Errno(rawValue: errno)
+        guard linkError == .notPermitted || linkError == .notSupported else { return .failure(linkError) }
+        if access(target, F_OK) == 0 { return .failure(.fileExists) }
+        return Glibc.rename(source, target) == 0 ? .success(()) : .failure(Errno(rawValue: errno))
     }
 
     private func fileNames() -> [String] {
@@ -116,3 +157,10 @@ public struct RecordingLibrary: Sendable {
                      modified: attributes[.modificationDate] as? Date ?? Date(timeIntervalSince1970: 0))
     }
 }
+
+/// glibc's renameat2 (2.28+), which Glibc's module map hides behind _GNU_SOURCE.
+@_silgen_name("renameat2")
+private func renameat2(_ oldDirectory: Int32, _ oldPath: UnsafePointer<CChar>, _ newDirectory: Int32,
+                       _ newPath: UnsafePointer<CChar>, _ flags: UInt32) -> Int32
+/// RENAME_NOREPLACE from <linux/fs.h>.
+private let renameNoReplace: UInt32 = 1

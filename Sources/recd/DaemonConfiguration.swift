@@ -20,13 +20,14 @@ struct DaemonConfiguration: Equatable, Sendable {
     var syncInterval = 1.0
     var captureSampleRate: Int?
     var captureChannels: Int?
+    var stopTimeout = 5.0
 
     var meteringEnabled = true
     var levelsInterval = 0.05
     var timeInterval = 0.1
 
     var maxClients = 64
-    var clientQueueLimit = 1024
+    var clientQueueBytes = 1 << 20
     var socketMode: mode_t = 0o660
     var socketGroup = ""
     var controlUsers: [String] = []
@@ -59,7 +60,8 @@ struct DaemonConfiguration: Equatable, Sendable {
         RecorderConfiguration(device: device, recordingsDirectory: recordingsDirectory, defaultSettings: recording,
                               timeInterval: timeInterval, levelsInterval: levelsInterval, meteringEnabled: meteringEnabled,
                               syncInterval: syncInterval, periodTime: periodTime, bufferTime: bufferTime,
-                              captureSampleRate: captureSampleRate, captureChannels: captureChannels)
+                              captureSampleRate: captureSampleRate, captureChannels: captureChannels,
+                              stopTimeout: stopTimeout)
     }
 
     // MARK: The TOML file
@@ -105,11 +107,12 @@ struct DaemonConfiguration: Equatable, Sendable {
         try reader.read("capture.sync_interval", in: 0.01...3600, "seconds") { (value: Double) in syncInterval = value }
         try reader.read("capture.sample_rate", in: 1000...768_000, "Hz") { (value: Int) in captureSampleRate = value }
         try reader.read("capture.channels", in: 1...32) { (value: Int) in captureChannels = value }
+        try reader.read("capture.stop_timeout", in: 0.1...60, "seconds") { (value: Double) in stopTimeout = value }
         try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
         try reader.read("metering.levels_interval", in: 0.005...60, "seconds") { (value: Double) in levelsInterval = value }
         try reader.read("metering.time_interval", in: 0.005...60, "seconds") { (value: Double) in timeInterval = value }
         try reader.read("server.max_clients", in: 1...100_000) { (value: Int) in maxClients = value }
-        try reader.read("server.client_queue_limit", in: 16...1_000_000) { (value: Int) in clientQueueLimit = value }
+        try reader.read("server.client_queue_bytes", in: 4096...(1 << 30), "bytes") { (value: Int) in clientQueueBytes = value }
         try reader.read("server.socket_mode") { (value: String) throws(ConfigurationError) in
             guard let mode = mode_t(value, radix: 8), mode <= 0o777 else {
                 throw reader.invalid("server.socket_mode", "must be an octal mode like \"0660\"")

@@ -105,6 +105,16 @@ struct Recd: AsyncParsableCommand {
             throw ExitCode(78)
         }
 
+        // Before any file in the directory is touched: its .part files may be another daemon's.
+        let directoryLock: RecordingsDirectoryLock
+        do {
+            directoryLock = try RecordingsDirectoryLock(directory: configuration.recordingsDirectory)
+        } catch {
+            logger.critical("recordings directory in use", metadata: ["error": "\(error)"])
+            FileHandle.standardError.write(Data("recd: \(error)\n".utf8))
+            throw ExitCode(75)  // EX_TEMPFAIL
+        }
+        defer { withExtendedLifetime(directoryLock) {} }
         let recorder = Recorder(configuration: configuration.recorderConfiguration, logger: Logger(label: "recd.recorder"))
         _ = RecordingLibrary(directory: configuration.recordingsDirectory).recoverPartialFiles(logger: logger)
 
@@ -121,15 +131,20 @@ struct Recd: AsyncParsableCommand {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: min(2, System.coreCount))
         let server = ControlServer(recorder: recorder, version: recdVersion, policy: policy,
                                    limits: ServerLimits(maxClients: configuration.maxClients,
-                                                        outboundLimit: configuration.clientQueueLimit),
+                                                        outboundLimit: configuration.clientQueueBytes),
                                    group: group, logger: Logger(label: "recd.server"))
         let command = self
         let service = RecdService(recorder: recorder, server: server, listenTarget: listenTarget, reload: {
             do {
-                let reloaded = try command.loadConfiguration()
+                var reloaded = try command.loadConfiguration()
                 if reloaded.socketPath != configuration.socketPath || reloaded.maxClients != configuration.maxClients
                     || reloaded.controlUsers != configuration.controlUsers || reloaded.controlGroups != configuration.controlGroups {
                     logger.warning("server settings (socket, clients, access) change only on restart")
+                }
+                if reloaded.recordingsDirectory != configuration.recordingsDirectory {
+                    // The directory lock and crash recovery belong to the directory recd started with.
+                    logger.warning("the recordings directory changes only on restart")
+                    reloaded.recordingsDirectory = configuration.recordingsDirectory
                 }
                 return reloaded
             } catch {

@@ -20,30 +20,38 @@ struct RecdService: Service {
     let logger: Logger
 
     func run() async throws {
-        try await server.start(listenTarget)
+        try await server.listen(listenTarget)
         // Ready only once clients can connect (MPD does the same).
         Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
         logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
 
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await reportStatus() }
-            group.addTask { await feedWatchdog() }
-            group.addTask { await reloadOnHangup() }
-            try? await gracefulShutdown()
-            group.cancelAll()
+        await withDiscardingTaskGroup { serving in
+            serving.addTask { await server.serve() }
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await reportStatus() }
+                group.addTask { await feedWatchdog() }
+                group.addTask { await reloadOnHangup() }
+                try? await gracefulShutdown()
+                group.cancelAll()
+            }
+            await shutDown()
         }
-        await shutDown()
     }
 
-    /// Stop the recording (finalizing its file), let subscribers see the final state, close.
+    /// Stop the recording (finalizing its file), let subscribers see the final state, then
+    /// close every connection once what is due to it is written.
     private func shutDown() async {
         Systemd.notify("STOPPING=1\nSTATUS=stopping")
         logger.notice("shutting down")
         if recorder.state.value.isActive {
-            // Finalizing a long file can take a while: ask systemd for more time as we go.
+            // Finalizing a long file can take a while: ask systemd for more time, but only while
+            // capture is still making progress. A capture thread stuck in the driver gets no
+            // extension: stop gives up on it after capture.stop_timeout anyway.
             let extender = Task {
                 while !Task.isCancelled {
-                    Systemd.notify("EXTEND_TIMEOUT_USEC=5000000")
+                    if recorder.captureIsHealthy(maximumSilence: .seconds(2)) {
+                        Systemd.notify("EXTEND_TIMEOUT_USEC=5000000")
+                    }
                     try? await Task.sleep(for: .seconds(2))
                 }
             }

@@ -109,6 +109,17 @@ extension RecdConnection {
         return object
     }
 
+    /// Whether the server closes the connection (end of file) within `timeout` seconds without
+    /// sending another line. False on a line, and on a timeout: silence is not a close.
+    func closesWithoutAnotherLine(within timeout: Double) -> Bool {
+        do {
+            _ = try readLine(timeout: timeout)
+            return false
+        } catch {
+            return error == .closed
+        }
+    }
+
     /// Sends a raw line and returns the next answer that is not a notification.
     func exchange(_ line: String, timeout: Double = 10) throws -> [String: Any] {
         try send(line + "\n")

@@ -89,7 +89,6 @@ struct ProtocolTests {
         let client = try daemon.connect()
         let cases: [(String, Int, String?)] = [
             ("{not json", -32700, "parseError"),
-            ("[1,2]", -32600, "invalidRequest"),
             ("\"text\"", -32600, "invalidRequest"),
             (#"{"id":1,"method":"status"}"#, -32600, "invalidRequest"),
             (#"{"jsonrpc":"2.0","id":2,"method":7}"#, -32600, "invalidRequest"),
@@ -250,9 +249,17 @@ struct ProtocolTests {
         _ = try client.nextNotification(timeout: 10)
         let result: UnsubscribeResult = try client.call(.unsubscribe, UnsubscribeParams(subscription: subscription.subscription))
         #expect(result.subscription == subscription.subscription)
-        // Drain what was already on its way, then expect silence.
+        // Drain what was already on its way, then expect silence on a connection that still
+        // answers (a closed one would be silent too).
         while (try? client.nextNotification(timeout: 0.3)) != nil {}
-        #expect(throws: ClientError.self) { try client.nextNotification(timeout: 1.0) }
+        do {
+            let notification = try client.nextNotification(timeout: 1.0)
+            Issue.record("a notification after unsubscribe: \(notification)")
+        } catch {
+            #expect(error == .timedOut, "\(error)")
+        }
+        let stillThere: StatusResult = try client.call(.status)
+        #expect(stillThere.state.name == .recording)
         let _: Recording = try control.call(.stop)
     }
 
@@ -292,7 +299,7 @@ struct ProtocolTests {
 
     @Test func aClientThatNeverReadsBlocksNothingAndIsDisconnected() throws {
         let server = try PulseServer()
-        let daemon = try Daemon(device: TestDevices.paced(server), config: "[server]\nclient_queue_limit = 64\n")
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[server]\nclient_queue_bytes = 65536\n")
         // A client that subscribes at the highest rate and then never reads.
         let stuck = try daemon.connect()
         try stuck.send(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"interval":0.01}}"# + "\n")
@@ -341,7 +348,7 @@ struct ProtocolTests {
         let tooLong = try huge.nextObject()
         #expect(tooLong.errorCode == -32600)
         #expect(tooLong.errorMessage?.contains("65536") == true)
-        #expect(throws: ClientError.self) { _ = try huge.readLine(timeout: 5) }
+        #expect(huge.closesWithoutAnotherLine(within: 10), "the server closes the connection")
 
         // Half a line, then disconnect.
         do {
@@ -375,7 +382,7 @@ struct ProtocolTests {
         let refusal = try third.nextObject()
         #expect(refusal.errorCode == -32003)
         #expect(refusal.errorDataCode == "tooManyClients")
-        #expect(throws: ClientError.self) { _ = try third.readLine(timeout: 5) }
+        #expect(third.closesWithoutAnotherLine(within: 10), "the server closes the connection")
         // Once one leaves, there is room again.
         withExtendedLifetime(first) {}
         _ = consume first

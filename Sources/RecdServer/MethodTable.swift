@@ -1,0 +1,220 @@
+import ALSA
+import Foundation
+import RecdProtocol
+import RecorderCore
+
+/// What a method handler works with: the recorder, and the connection it answers (for the
+/// methods that act on the connection itself).
+struct RequestContext: Sendable {
+    let recorder: Recorder
+    let version: String
+    let connection: ClientConnection
+}
+
+/// How one method is answered.
+struct MethodHandler: Sendable {
+    typealias Body = @Sendable (RequestContext, JSONValue?) throws(RPCError) -> any Encodable & Sendable
+
+    /// May block (finalizing a file, reading a directory, opening a device): awaited on the
+    /// server's thread pool, never on an event loop or the cooperative pool.
+    let blocking: Bool
+    /// Runs the method with params that passed `RequestParser`'s member check.
+    let run: Body
+
+    static func inline(_ run: @escaping Body) -> MethodHandler { MethodHandler(blocking: false, run: run) }
+    static func blocking(_ run: @escaping Body) -> MethodHandler { MethodHandler(blocking: true, run: run) }
+}
+
+/// The one place a method name becomes an action. Permissions are `Method.permission`,
+/// checked by the connection before a handler runs.
+enum MethodTable {
+    static let handlers: [RecdProtocol.Method: MethodHandler] = [
+        .status: .inline { context, _ throws(RPCError) in status(of: context.recorder) },
+        .version: .inline { context, _ throws(RPCError) in
+            VersionResult(version: context.version, protocolRevision: JSONRPC.protocolRevision)
+        },
+        .subscribe: .inline { context, params throws(RPCError) in
+            try context.connection.subscribe(try decode(SubscribeParams.self, params) ?? SubscribeParams())
+        },
+        .unsubscribe: .inline { context, params throws(RPCError) in
+            try context.connection.unsubscribe(try required(UnsubscribeParams.self, params))
+        },
+        .start: .blocking { context, params throws(RPCError) in
+            let recorder = context.recorder
+            let params = try decode(StartParams.self, params) ?? StartParams()
+            let settings = params.settings(over: recorder.configuration.defaultSettings)
+            return try recorderCall { () throws(RecorderError) in
+                try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at)
+            }
+        },
+        .pause: .blocking { context, _ throws(RPCError) in
+            try recorderCall { () throws(RecorderError) in try context.recorder.pause() }
+            return StateResult(state: context.recorder.state.value)
+        },
+        .resume: .blocking { context, _ throws(RPCError) in
+            try recorderCall { () throws(RecorderError) in try context.recorder.resume() }
+            return StateResult(state: context.recorder.state.value)
+        },
+        .stop: .blocking { context, _ throws(RPCError) in
+            try recorderCall { () throws(RecorderError) in try context.recorder.stop() }
+        },
+        .cancel: .blocking { context, _ throws(RPCError) in
+            try recorderCall { () throws(RecorderError) in try context.recorder.cancel() }
+            return StateResult(state: context.recorder.state.value)
+        },
+        .recordingsList: .blocking { context, _ throws(RPCError) in
+            RecordingsListResult(recordings: library(of: context.recorder).list().map(file))
+        },
+        .recordingsInfo: .blocking { context, params throws(RPCError) in
+            let params = try required(RecordingNameParams.self, params)
+            return file(try find(params.name, in: library(of: context.recorder)))
+        },
+        .recordingsDelete: .blocking { context, params throws(RPCError) in
+            let params = try required(RecordingNameParams.self, params)
+            // On the recorder's queue: no recording starts or finishes in between.
+            return try context.recorder.withRecordingsDirectory { library, active throws(RPCError) in
+                let entry = try find(params.name, in: library)
+                if entry.file == active {
+                    throw rpcError(RecorderError(.invalidState, "'\(entry.file)' is being recorded; stop it first"))
+                }
+                try recorderCall { () throws(RecorderError) in try library.delete(entry) }
+                return DeleteResult(deleted: entry.file)
+            }
+        },
+        .recordingsRename: .blocking { context, params throws(RPCError) in
+            let params = try required(RenameParams.self, params)
+            return try context.recorder.withRecordingsDirectory { library, active throws(RPCError) in
+                let entry = try find(params.from, in: library)
+                // "meeting.flac" as the new name of a FLAC file means "meeting".
+                let suffix = "." + entry.format.fileExtension
+                let newName = params.to.hasSuffix(suffix) ? String(params.to.dropLast(suffix.count)) : params.to
+                if entry.file == active {
+                    throw rpcError(RecorderError(.invalidState, "'\(entry.file)' is being recorded; stop it first"))
+                }
+                if newName + suffix == active {
+                    throw rpcError(RecorderError(.invalidSettings,
+                        "'\(newName + suffix)' is the name of the recording in progress; choose another name"))
+                }
+                return file(try recorderCall { () throws(RecorderError) in try library.rename(entry, to: newName) })
+            }
+        },
+        .devicesList: .blocking { context, _ throws(RPCError) in
+            let devices = CapturePCM.captureDevices().map {
+                DeviceInfo(name: $0.name, description: $0.description, direction: $0.direction)
+            }
+            return DevicesResult(current: context.recorder.configuration.device, devices: devices)
+        },
+    ]
+
+    static func status(of recorder: Recorder) -> StatusResult {
+        let configuration = recorder.configuration
+        let state = recorder.state.value
+        return StatusResult(
+            state: state, currentTime: recorder.currentTime.value, error: recorder.error.value,
+            levels: recorder.levels.value, recording: recorder.recording.value,
+            device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
+            statistics: recorder.statistics.value, settings: configuration.defaultSettings,
+            recordingsDirectory: configuration.recordingsDirectory)
+    }
+
+    private static func library(of recorder: Recorder) -> RecordingLibrary {
+        RecordingLibrary(directory: recorder.configuration.recordingsDirectory)
+    }
+
+    private static func find(_ name: String, in library: RecordingLibrary) throws(RPCError) -> RecordingLibrary.Entry {
+        do {
+            return try library.find(name)
+        } catch {
+            switch error {
+            case .notFound: throw .notFound(error.description)
+            case .ambiguous: throw .invalidParams(error.description)
+            }
+        }
+    }
+
+    private static func recorderCall<T>(_ body: () throws(RecorderError) -> T) throws(RPCError) -> T {
+        do {
+            return try body()
+        } catch {
+            throw rpcError(error)
+        }
+    }
+
+    static func rpcError(_ error: RecorderError) -> RPCError {
+        RPCError(code: RPCErrorCode.recorderError, message: error.message, data: .init(code: error.code.rawValue))
+    }
+
+    static func file(_ entry: RecordingLibrary.Entry) -> RecordingFile {
+        RecordingFile(name: entry.name, file: entry.file, path: entry.path, format: entry.format,
+                      duration: entry.info.duration, frames: entry.info.frames, sampleRate: entry.info.sampleRate,
+                      channels: entry.info.channels, size: entry.size, modified: entry.modified)
+    }
+
+    private static func required<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError) -> T {
+        guard let value = try decode(type, params) else { throw .invalidParams("params are required") }
+        return value
+    }
+}
+
+/// Decodes params that passed the member check into their typed form.
+func decode<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError) -> T? {
+    guard let params, params != .null else { return nil }
+    do {
+        let data = try WireCoding.encoder().encode(params)
+        return try WireCoding.decoder().decode(T.self, from: data)
+    } catch let error as DecodingError {
+        throw .invalidParams(describe(error))
+    } catch {
+        throw .invalidParams("\(error)")
+    }
+}
+
+/// A DecodingError in one sentence naming the member and, for enumerations, the values allowed.
+func describe(_ error: DecodingError) -> String {
+    func path(_ context: DecodingError.Context) -> String {
+        var text = ""
+        for key in context.codingPath {
+            if let index = key.intValue { text += "[\(index)]" } else { text += (text.isEmpty ? "" : ".") + key.stringValue }
+        }
+        return text.isEmpty ? "params" : "'" + text + "'"
+    }
+    func member(_ context: DecodingError.Context) -> String? {
+        context.codingPath.last(where: { $0.intValue == nil })?.stringValue
+    }
+    /// What a member must be, by name, when the decoder's own words would name Swift types.
+    func expectation(_ context: DecodingError.Context) -> String? {
+        switch member(context) {
+        case "format": "one of " + AudioFileFormat.allCases.map(\.rawValue).joined(separator: ", ")
+        case "quality": "one of " + RecordingQuality.allCases.map(\.rawValue).joined(separator: ", ")
+        case "topics": "a list of topics: " + Topic.allCases.map(\.rawValue).joined(separator: ", ")
+        case "sampleRate", "channels", "bitDepth", "bitRate": "an integer"
+        case "duration", "interval": "a number of seconds"
+        case "at": "an RFC 3339 time (2026-11-21T09:30:00Z) or seconds since 1970"
+        case "name", "from", "to", "subscription": "a string"
+        default: nil
+        }
+    }
+    switch error {
+    case .typeMismatch(let type, let context):
+        return "\(path(context)) must be \(expectation(context) ?? describeType(type))"
+    case .valueNotFound(let type, let context):
+        return "\(path(context)) must be \(expectation(context) ?? describeType(type)), not null"
+    case .keyNotFound(let key, _):
+        return "'\(key.stringValue)' is required"
+    case .dataCorrupted(let context):
+        if let expected = expectation(context) { return "\(path(context)) must be \(expected)" }
+        return "\(path(context)): \(context.debugDescription)"
+    @unknown default:
+        return "\(error)"
+    }
+}
+
+private func describeType(_ type: Any.Type) -> String {
+    switch type {
+    case is String.Type: "a string"
+    case is Int.Type, is Int64.Type, is UInt64.Type: "an integer"
+    case is Double.Type: "a number"
+    case is Bool.Type: "true or false"
+    default: "\(type)"
+    }
+}
