@@ -78,6 +78,8 @@ let package = Package(
             "RecorderCore", "ALSA", "Sndfile", "RecdTestSupport",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ]),
+        .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
+        .testTarget(name: "RecdServerTests", dependencies: ["RecdServer", "RecdProtocol", "RecorderCore"]),
         .testTarget(name: "EndToEndTests", dependencies: ["RecdClient", "RecdProtocol", "Sndfile", "RecdTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,276 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Sndfile
+import Testing
+
+/// The control server's guarantees through the real binary and socket: all of JSON-RPC 2.0,
+/// no lost answers, no race that loses a recording, bounded stops.
+@Suite("recd control server")
+struct ControlServerTests {
+    let inputs = TemporaryDirectory()
+
+    /// The next line as parsed JSON (an object or an array).
+    func nextValue(_ connection: RecdConnection, timeout: Double = 10) throws -> Any {
+        try JSONSerialization.jsonObject(with: try connection.readLine(timeout: timeout), options: [.fragmentsAllowed])
+    }
+
+    func ids(_ answers: Any) -> [String] {
+        ((answers as? [[String: Any]]) ?? []).map { answer in
+            switch answer["id"] {
+            case let string as String: string
+            case let number as Int: String(number)
+            default: "null"
+            }
+        }
+    }
+
+    // MARK: JSON-RPC 2.0 (the specification's section 7, method names adapted)
+
+    @Test func theSpecificationsExamplesGetTheSpecificationsAnswers() throws {
+        let daemon = try Daemon(device: "null")
+        let client = try daemon.connect()
+
+        // Named params; a notification gets nothing.
+        let info = try client.exchange(#"{"jsonrpc": "2.0", "method": "recordings.info", "params": {"name": "none"}, "id": 3}"#)
+        #expect(info["id"] as? Int == 3)
+        #expect(info.errorCode == -32002)
+        try client.send(#"{"jsonrpc": "2.0", "method": "version"}"# + "\n")
+        // A non-existent method.
+        let missing = try client.exchange(#"{"jsonrpc": "2.0", "method": "foobar", "id": "1"}"#)
+        #expect(missing["id"] as? String == "1")
+        #expect(missing.errorCode == -32601)
+        // Invalid JSON.
+        let invalidJSON = try client.exchange(#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#)
+        #expect(invalidJSON.errorCode == -32700)
+        #expect(invalidJSON["id"] is NSNull)
+        // An invalid Request object: answered although it has no id, with "id": null.
+        let invalid = try client.exchange(#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#)
+        #expect(invalid.errorCode == -32600)
+        #expect(invalid["id"] is NSNull)
+        // A batch that is not JSON: one error.
+        try client.send(#"[{"jsonrpc": "2.0", "method": "status", "id": "1"}, {"jsonrpc": "2.0", "method"]"# + "\n")
+        let batchParse = try #require(try nextValue(client) as? [String: Any])
+        #expect(batchParse.errorCode == -32700)
+        // An empty array: one error, not an array.
+        try client.send("[]\n")
+        let empty = try #require(try nextValue(client) as? [String: Any])
+        #expect(empty.errorCode == -32600)
+        #expect(empty["id"] is NSNull)
+        // A batch of invalid requests: one error each, in an array.
+        try client.send("[1]\n")
+        #expect((try nextValue(client) as? [[String: Any]])?.map(\.errorCode) == [-32600])
+        try client.send("[1,2,3]\n")
+        #expect((try nextValue(client) as? [[String: Any]])?.map(\.errorCode) == [-32600, -32600, -32600])
+        // A mixed batch: answers for the requests and the invalid ones, none for the notifications.
+        try client.send("""
+            [{"jsonrpc": "2.0", "method": "status", "id": "1"}, \
+            {"jsonrpc": "2.0", "method": "version"}, \
+            {"jsonrpc": "2.0", "method": "recordings.list", "id": "2"}, \
+            {"foo": "boo"}, \
+            {"jsonrpc": "2.0", "method": "foo.get", "params": {"name": "myself"}, "id": "5"}, \
+            {"jsonrpc": "2.0", "method": "version", "id": "9"}]
+
+            """)
+        let mixed = try #require(try nextValue(client) as? [[String: Any]])
+        #expect(ids(mixed) == ["1", "2", "null", "5", "9"])
+        #expect(mixed.map(\.errorCode) == [nil, nil, -32600, -32601, nil])
+        #expect(((mixed[4]["result"] as? [String: Any])?["version"] as? String) == RecdVersion.current)
+        // A batch of notifications only: nothing at all. The next answer is the next request's.
+        try client.send(#"[{"jsonrpc": "2.0", "method": "version"}, {"jsonrpc": "2.0", "method": "stop"}]"# + "\n")
+        let after = try client.exchange(#"{"jsonrpc":"2.0","id":"after","method":"version"}"#)
+        #expect(after["id"] as? String == "after")
+    }
+
+    @Test func aNotificationThatFailsGetsNoAnswer() throws {
+        let daemon = try Daemon(device: "null")
+        let client = try daemon.connect()
+        // Each would be an error as a request: not possible while idle, unknown, bad params.
+        try client.send(#"{"jsonrpc":"2.0","method":"stop"}"# + "\n")
+        try client.send(#"{"jsonrpc":"2.0","method":"nosuch"}"# + "\n")
+        try client.send(#"{"jsonrpc":"2.0","method":"start","params":{"sampleRate":"fast"}}"# + "\n")
+        let answer = try client.exchange(#"{"jsonrpc":"2.0","id":"after","method":"version"}"#)
+        #expect(answer["id"] as? String == "after", "\(answer)")
+    }
+
+    @Test func aSubscribeInABatchAnswersBeforeItsFirstNotification() throws {
+        let input = writeCounterInput(inputs, seconds: 3)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        let client = try daemon.connect()
+        try client.send(#"[{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topics":["state"]}},{"jsonrpc":"2.0","id":2,"method":"start","params":{"duration":0.5}}]"# + "\n")
+        let batch = try #require(try nextValue(client) as? [[String: Any]])
+        #expect(ids(batch) == ["1", "2"])
+        #expect(batch.map(\.errorCode) == [nil, nil])
+        // Then the states, in order, after the snapshot the answer carried.
+        var names: [String] = []
+        while names.last != "finished" {
+            let notification = try client.nextNotification(timeout: 20)
+            if case .state(let state) = notification.value { names.append(state.name.rawValue) }
+        }
+        #expect(names == ["preparing", "recording", "finished"])
+    }
+
+    // MARK: No lost answers
+
+    @Test func answersQueuedBehindABlockingRequestSurviveALineTooLong() throws {
+        let daemon = try Daemon(device: "null")
+        let client = try daemon.connect()
+        // Several requests that block (directory reads, device lists), then a line over the
+        // limit, in one write: every answer comes, in order, then the error, then the close.
+        var bytes = Array((1...5).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"\#($0 % 2 == 0 ? "devices.list" : "recordings.list")"}"# + "\n" }.joined().utf8)
+        bytes += [UInt8](repeating: UInt8(ascii: "a"), count: 70_000)
+        try client.send(raw: bytes)
+        for id in 1...5 {
+            let answer = try client.nextObject()
+            #expect(answer["id"] as? Int == id)
+            #expect(answer["result"] != nil)
+        }
+        let tooLong = try client.nextObject()
+        #expect(tooLong.errorCode == -32600)
+        #expect(tooLong.errorMessage?.contains("65536") == true)
+        #expect(client.closesWithoutAnotherLine(within: 10))
+    }
+
+    @Test func shutdownWritesEveryAnswerAlreadyDueBeforeClosing() throws {
+        let daemon = try Daemon(device: "null")
+        let client = try daemon.connect()
+        let _: StatusResult = try client.call(.status)
+        // Pipeline many blocking requests, then stop the daemon while it works through them.
+        let count = 300
+        try client.send(raw: Array((1...count).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"recordings.list"}"# + "\n" }.joined().utf8))
+        let first = try client.nextObject()
+        #expect(first["id"] as? Int == 1)
+        daemon.process.signal(SIGTERM)
+        // Whatever was answered arrives whole and in order, and then the connection closes:
+        // an end of file, not a truncated line or a silence.
+        var next = 2
+        while true {
+            do {
+                let line = try client.readLine(timeout: 20)
+                let answer = try #require(try JSONSerialization.jsonObject(with: line) as? [String: Any])
+                #expect(answer["id"] as? Int == next)
+                #expect(answer["result"] != nil || answer.errorCode != nil)
+                next += 1
+            } catch {
+                #expect((error as? ClientError) == .closed, "after \(next - 1) answers: \(error)")
+                break
+            }
+        }
+        #expect(daemon.process.wait(timeout: 30) == 0)
+    }
+
+    // MARK: No race loses a recording
+
+    @Test func theRecordingInProgressCannotBeRenamedOntoDeletedOrRenamed() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "keep", format: .wav, duration: 0.5))
+        #expect(waitUntil(timeout: 20) { ((try? client.call(.status) as StatusResult)?.state.name) == .finished })
+        let active: Recording = try client.call(.start, StartParams(name: "active", format: .wav))
+
+        for (from, to) in [("active", "other"), ("active.wav.part", "other")] {
+            let away = try client.exchange(#"{"jsonrpc":"2.0","id":2,"method":"recordings.rename","params":{"from":"\#(from)","to":"\#(to)"}}"#)
+            #expect(away.errorCode != nil, "\(away)")
+        }
+        let delete = try client.exchange(#"{"jsonrpc":"2.0","id":3,"method":"recordings.delete","params":{"name":"active.wav.part"}}"#)
+        #expect(delete.errorCode != nil, "\(delete)")
+        #expect(FileManager.default.fileExists(atPath: active.partialPath))
+        let onto = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"recordings.rename","params":{"from":"keep","to":"active.wav"}}"#)
+        #expect(onto.errorDataCode == "invalidSettings", "\(onto)")
+        #expect(onto.errorMessage?.contains("in progress") == true)
+        #expect(FileManager.default.fileExists(atPath: daemon.recordings + "/keep.wav"))
+
+        let stopped: Recording = try client.call(.stop)
+        #expect(stopped.path == active.path)
+        let keep = try SoundFileReader(path: daemon.recordings + "/keep.wav")
+        #expect(keep.info.frames == 24000, "keep.wav is still the first recording")
+        #expect(try SoundFileReader(path: active.path).info.frames == stopped.frames)
+    }
+
+    @Test func finalizingNeverReplacesAFileThatTookTheRecordingsName() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let active: Recording = try client.call(.start, StartParams(name: "taken", format: .wav))
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 0.2 })
+        // Another program writes a file under the name the recording will get.
+        let foreign = Data("someone else's file".utf8)
+        try foreign.write(to: URL(fileURLWithPath: active.path))
+        let stopped: Recording = try client.call(.stop)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: active.path)) == foreign, "the other file is untouched")
+        #expect(stopped.path == daemon.recordings + "/taken-2.wav")
+        #expect(stopped.name == "taken-2")
+        #expect(try SoundFileReader(path: stopped.path).info.frames == stopped.frames)
+        #expect(daemon.log.contains("recording's name was taken; saved under another"))
+    }
+
+    @Test func aSecondDaemonOnTheSameDirectoryExitsAtOnceAndTheFirstRecordingSurvives() throws {
+        let server = try PulseServer()
+        let first = try Daemon(device: TestDevices.paced(server))
+        let client = try first.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "first", format: .wav))
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 0.3 })
+
+        // Another socket, the same recordings directory.
+        let second = try Daemon(device: "null", recordings: first.recordings, waitForSocket: false)
+        let status = second.process.wait(timeout: 20)
+        #expect(status == 75, "exit status \(String(describing: status))")
+        #expect(second.log.contains("pid \(first.process.pid)"), "\(second.log)")
+        #expect(second.log.contains(first.recordings))
+        #expect(FileManager.default.fileExists(atPath: started.partialPath), "the live .part was not touched")
+
+        let stopped: Recording = try client.call(.stop)
+        #expect(stopped.path == started.path)
+        #expect(try SoundFileReader(path: started.path).info.frames == stopped.frames)
+        let final: StatusResult = try client.call(.status)
+        #expect(final.state.name == .finished)
+        // Once the first is gone, a daemon may take the directory.
+        #expect(first.terminate() == 0)
+        let third = try Daemon(device: "null", recordings: first.recordings)
+        let _: StatusResult = try third.connect().call(.status)
+    }
+
+    // MARK: Bounded waits
+
+    @Test func aCaptureThreadStuckInTheDriverHoldsUpNeitherStopNorShutdown() throws {
+        // The file plugin reads its input with a blocking read(2): from a FIFO whose writer
+        // sends a second of audio and then nothing, capture blocks inside libasound for good.
+        let fifo = inputs.file("stuck.fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        // The shell opens the FIFO itself: posix_spawn would block the test until a reader comes.
+        let writer = try ChildProcess("/bin/sh", ["-c", "exec >\"$0\"; head -c 192000 /dev/urandom; exec sleep 600", fifo],
+                                      environment: ProcessInfo.processInfo.environment)
+        defer { writer.signal(SIGKILL) }
+        let daemon = try Daemon(device: TestDevices.file(fifo), config: "[capture]\nstop_timeout = 1.0\n")
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "stuck", format: .wav, sampleRate: 48000, channels: 2))
+        #expect(waitUntil(timeout: 20) { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) >= 0.5 })
+        let begun = Date()
+        let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"stop"}"#, timeout: 30)
+        let waited = Date().timeIntervalSince(begun)
+        #expect(waited >= 1 && waited < 10, "stop took \(waited) s")
+        // Stop gave up on the thread: the file holds what was written, the failure is published.
+        let result = try #require(answer["result"], "\(answer)")
+        let recording = try WireCoding.decoder().decode(Recording.self, from: JSONSerialization.data(withJSONObject: result))
+        let status: StatusResult = try client.call(.status)
+        #expect(status.state.name == .failed)
+        #expect(status.error?.code == .deviceLost)
+        #expect(status.error?.message.contains("did not stop within 1.0 s") == true, "\(String(describing: status.error))")
+        #expect(recording.path == started.path)
+        #expect(recording.frames >= 24000)
+        #expect(try SoundFileReader(path: started.path).info.frames == recording.frames)
+        #expect(daemon.log.contains("recording failed"))
+        // The daemon still serves and records. A second recording blocks at its first read
+        // (the FIFO is empty); SIGTERM still finalizes it and exits well within TimeoutStopSec.
+        let second: Recording = try client.call(.start, StartParams(name: "second", format: .wav, sampleRate: 48000, channels: 2))
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.state.name) == .recording })
+        let exitBegun = Date()
+        #expect(daemon.terminate(timeout: 20) == 0)
+        #expect(Date().timeIntervalSince(exitBegun) < 10)
+        #expect(FileManager.default.fileExists(atPath: second.path), "\(daemon.log)")
+        #expect(!FileManager.default.fileExists(atPath: second.partialPath))
+    }
+}

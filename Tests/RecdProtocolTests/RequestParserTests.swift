@@ -1,0 +1,104 @@
+import RecdProtocol
+import Testing
+
+/// The request parser on its own: JSON-RPC 2.0's rules and recd's, without a socket.
+@Suite("request parser")
+struct RequestParserTests {
+    func parse(_ line: String) -> ParsedLine { RequestParser.parse(Array(line.utf8)) }
+
+    func request(_ line: String) -> ParsedRequest? {
+        if case .single(.request(let request)) = parse(line) { return request }
+        return nil
+    }
+
+    func error(_ line: String) -> (code: Int, id: RPCID?, answered: Bool)? {
+        if case .single(.invalid(let error, let id, let answered)) = parse(line) { return (error.code, id, answered) }
+        return nil
+    }
+
+    @Test func aRequestHasItsIdMethodAndParams() {
+        let parsed = request(#"{"jsonrpc":"2.0","id":7,"method":"recordings.info","params":{"name":"take"}}"#)
+        #expect(parsed == ParsedRequest(id: .number(7), isNotification: false, method: .recordingsInfo,
+                                        params: .object(["name": .string("take")])))
+    }
+
+    @Test func withoutAnIdItIsANotificationAndANullIdIsNot() {
+        #expect(request(#"{"jsonrpc":"2.0","method":"status"}"#)?.isNotification == true)
+        let nullID = request(#"{"jsonrpc":"2.0","id":null,"method":"status"}"#)
+        #expect(nullID?.isNotification == false)
+        #expect(nullID?.id == nil)
+    }
+
+    @Test func invalidRequestsAreAnsweredEvenWithoutAnIdAndWithANullIdWhenUnreadable() {
+        // The specification's own example: method not a string, params not structured.
+        let invalid = error(#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#)
+        #expect(invalid?.code == -32600)
+        #expect(invalid?.id == nil)
+        #expect(invalid?.answered == true)
+        #expect(error(#"{"jsonrpc":"2.0","id":"x","method":"status","extra":1}"#).map { ($0.code, $0.id) } ?? (0, nil) == (-32600, .string("x")))
+        #expect(error(#"{"jsonrpc":"1.0","id":3,"method":"status"}"#)?.code == -32600)
+        #expect(error(#"{"jsonrpc":"2.0","id":1.5,"method":"status"}"#).map { ($0.code, $0.id) } ?? (0, .number(0)) == (-32600, nil))
+        #expect(error(#"{"jsonrpc":"2.0","id":2,"method":"status","params":"bar"}"#)?.code == -32600)
+    }
+
+    @Test func aFailingNotificationIsNeverAnswered() {
+        #expect(error(#"{"jsonrpc":"2.0","method":"nosuch"}"#).map { ($0.code, $0.answered) } ?? (0, true) == (-32601, false))
+        #expect(error(#"{"jsonrpc":"2.0","method":"start","params":{"bogus":1}}"#).map { ($0.code, $0.answered) } ?? (0, true) == (-32602, false))
+        #expect(error(#"{"jsonrpc":"2.0","id":1,"method":"nosuch"}"#).map { ($0.code, $0.answered) } ?? (0, false) == (-32601, true))
+    }
+
+    @Test func paramsAreNamedAndCheckedAgainstTheMethod() {
+        #expect(error(#"{"jsonrpc":"2.0","id":1,"method":"start","params":[1]}"#)?.code == -32602)
+        #expect(error(#"{"jsonrpc":"2.0","id":1,"method":"status","params":{"x":1}}"#)?.code == -32602)
+        // An empty array is what generic clients send for "no params".
+        #expect(request(#"{"jsonrpc":"2.0","id":1,"method":"status","params":[]}"#)?.params == nil)
+    }
+
+    @Test func unreadableLinesGetOneErrorWithNullId() {
+        guard case .unreadable(let invalidJSON) = parse(#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#) else {
+            Issue.record("invalid JSON is not one error"); return
+        }
+        #expect(invalidJSON.code == -32700)
+        guard case .unreadable(let empty) = parse("[]") else { Issue.record("[] is not one error"); return }
+        #expect(empty.code == -32600)
+        guard case .unreadable(let notJSON) = parse(#"[{"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"}, {"jsonrpc": "2.0", "method"]"#) else {
+            Issue.record("invalid JSON in a batch is not one parse error"); return
+        }
+        #expect(notJSON.code == -32700)
+        guard case .unreadable(let long) = parse(String(repeating: " ", count: 10) + "\"" + String(repeating: "a", count: JSONRPC.maximumLineLength) + "\"") else {
+            Issue.record("an over-long line is not refused"); return
+        }
+        #expect(long.code == -32600)
+        #expect(parse("  \t") == .blank)
+    }
+
+    @Test func aBatchIsCheckedElementByElement() {
+        guard case .batch(let three) = parse("[1,2,3]") else { Issue.record("[1,2,3] is not a batch"); return }
+        #expect(three.map(\.errorResponse?.error.code) == [-32600, -32600, -32600])
+        #expect(three.allSatisfy { $0.errorResponse?.id == nil })
+
+        let mixed = #"""
+            [{"jsonrpc": "2.0", "method": "status", "id": "1"},
+             {"jsonrpc": "2.0", "method": "version"},
+             {"jsonrpc": "2.0", "method": "recordings.list", "id": "2"},
+             {"foo": "boo"},
+             {"jsonrpc": "2.0", "method": "foo.get", "params": {"name": "myself"}, "id": "5"},
+             {"jsonrpc": "2.0", "method": "devices.list", "id": "9"}]
+            """#
+        guard case .batch(let items) = parse(mixed.replacingOccurrences(of: "\n", with: " ")) else {
+            Issue.record("not a batch"); return
+        }
+        #expect(items.count == 6)
+        #expect(items[0] == .request(ParsedRequest(id: .string("1"), isNotification: false, method: .status, params: nil)))
+        #expect(items[1] == .request(ParsedRequest(id: nil, isNotification: true, method: .version, params: nil)))
+        #expect(items[3].errorResponse?.error.code == -32600)
+        #expect(items[3].errorResponse?.id == nil)
+        #expect(items[4].errorResponse?.error.code == -32601)
+        #expect(items[4].errorResponse?.id == .string("5"))
+        guard case .batch(let notifications) = parse(#"[{"jsonrpc":"2.0","method":"status"},{"jsonrpc":"2.0","method":"nosuch"}]"#) else {
+            Issue.record("not a batch"); return
+        }
+        #expect(notifications.allSatisfy { $0.errorResponse == nil })
+    }
+}
+
