@@ -81,7 +81,10 @@ public final class ControlServer: Sendable {
 
     /// Starts listening; returns once connections can be accepted (`serve` accepts them).
     public func listen(_ target: ListenTarget) async throws {
+        // What NIO itself buffers for a client whose socket is full, before writes wait: the
+        // rest waits in the connection's outbox, counted against `outboundLimit`.
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 256)
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: 8 * 1024, high: 32 * 1024))
         let initializer: @Sendable (Channel) -> EventLoopFuture<Accepted> = { channel in
             Self.peerCredentials(of: channel).flatMapThrowing { peer in
                 try channel.pipeline.syncOperations.addHandler(

@@ -299,7 +299,7 @@ struct ProtocolTests {
 
     @Test func aClientThatNeverReadsBlocksNothingAndIsDisconnected() throws {
         let server = try PulseServer()
-        let daemon = try Daemon(device: TestDevices.paced(server), config: "[server]\nclient_queue_bytes = 65536\n")
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[server]\nclient_queue_bytes = 16384\n")
         // A client that subscribes at the highest rate and then never reads.
         let stuck = try daemon.connect()
         try stuck.send(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"interval":0.01}}"# + "\n")
@@ -312,17 +312,22 @@ struct ProtocolTests {
             #expect(Date().timeIntervalSince(started) < 1)
             usleep(100_000)
         }
-        // Flood it with levels until its queue overflows: the daemon drops it.
+        // It also pipelines requests whose answers it never reads: its socket buffer fills,
+        // then its queue; then the daemon drops it (and the send may fail once it has).
+        try? stuck.send(raw: Array(String(repeating: #"{"jsonrpc":"2.0","id":2,"method":"status"}"# + "\n", count: 3000).utf8))
         let other = try daemon.connect()
         #expect(waitUntil(timeout: 60) {
             // The stuck client's socket buffer fills, then its queue; then recd closes it.
             let _: StatusResult? = try? other.call(.status, timeout: 2)
             return daemon.log.contains("client not reading; disconnecting")
         }, "\(daemon.log)")
+        // The recording went on meanwhile and goes on.
+        #expect(waitUntil(timeout: 20) { ((try? control.call(.status) as StatusResult)?.currentTime ?? 0) > 1.0 })
         let recording: Recording = try control.call(.stop)
         let status: StatusResult = try control.call(.status)
         #expect(status.statistics.xruns == 0)
         #expect(recording.frames > 48000)
+        #expect(try SoundFileReader(path: recording.path).info.frames == recording.frames)
     }
 
     @Test func malformedInputGetsErrorsWhileARecordingGoesOnIntact() throws {
