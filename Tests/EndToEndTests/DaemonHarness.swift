@@ -63,6 +63,11 @@ final class Daemon {
 
     func connect() throws -> RecdConnection { try RecdConnection(path: socket) }
 
+    /// The files in the recordings directory but recd's own (its lock file).
+    func recordingFiles() throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: recordings).filter { !$0.hasPrefix(".") }.sorted()
+    }
+
     /// Sends a signal and waits for the exit; returns the exit status.
     @discardableResult
     func terminate(_ signal: Int32 = SIGTERM, timeout: Double = 30) -> Int32? {

@@ -355,7 +355,7 @@ struct RecctlTests {
         let removed = try recctl(daemon, "rm", "a", "b.wav")
         #expect(removed.status == 0, "\(removed.stderr)")
         #expect(lines(removed.stdout) == ["deleted a.wav", "deleted b.wav"])
-        #expect(try FileManager.default.contentsOfDirectory(atPath: daemon.recordings) == ["c.wav"])
+        #expect(try daemon.recordingFiles() == ["c.wav"])
 
         // A missing name fails the command; the others are still deleted.
         let partly = try recctl(daemon, "rm", "missing", "c", "--json")
@@ -365,7 +365,7 @@ struct RecctlTests {
         #expect(try decode(ErrorResponse.self, output[0]).error.code == RPCErrorCode.notFound)
         #expect(try decode(DeleteResult.self, output[1]).deleted == "c.wav")
         #expect(partly.stderr.contains("recctl: no recording named 'missing'"), "\(partly.stderr)")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: daemon.recordings).isEmpty)
+        #expect(try daemon.recordingFiles().isEmpty)
     }
 
     @Test func mvRenamesARecordingKeepingItsFormat() throws {
@@ -379,7 +379,7 @@ struct RecctlTests {
         #expect(file.file == "kept.flac")
         #expect(file.path == daemon.recordings + "/kept.flac")
         #expect(file.frames == 9600)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: daemon.recordings) == ["kept.flac"])
+        #expect(try daemon.recordingFiles() == ["kept.flac"])
         #expect(try recctl(daemon, "mv", "draft", "other").status == 1)
     }
 
