@@ -10,12 +10,13 @@ BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsox
 TEST_PACKAGES  = alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
 
-.PHONY: help deps deps-bench build release test test-tsan check-units check-install demo bench install uninstall clean
+.PHONY: help deps deps-bench build release test test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
 	@echo "make build    debug build of recd and recctl"
 	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install"
+	@echo "make fuzz     fuzz the request parser and configuration reader (FUZZ_SECONDS, default 600)"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
 	@echo "make bench    measure recd against arecord, sox and MPD; writes BENCHMARKS.md"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
@@ -47,11 +48,35 @@ release: deps
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	$(MAKE) --no-print-directory test-tsan check-units check-install
+	$(MAKE) --no-print-directory test-tsan fuzz-smoke check-units check-install
 
-# The observation type under the thread sanitizer (its own build folder).
+# The recorder, the observation type, the parser and the server's dispatch under the thread
+# sanitizer (its own build folder). The end-to-end suites run the daemon as a separate
+# process, so the recorder and server code they drive is covered by the unit suites here.
 test-tsan: deps
-	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan --filter Observed
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
+	  --filter 'RecorderCoreTests|RecdProtocolTests|RecdServerTests'
+
+# libFuzzer over the request parser and the configuration reader (Sources/recd-fuzz).
+# `make fuzz FUZZ_SECONDS=1800` for a long run; new inputs go to .build-fuzz/corpus, crashes
+# to .build-fuzz/ (add a crash to Tests/fuzz/corpus once it is fixed).
+FUZZ_SECONDS ?= 600
+FUZZ_BIN      = .build-fuzz/release/recd-fuzz
+fuzz-build: deps
+	$(SWIFT) build -c release --sanitize=fuzzer -Xswiftc -parse-as-library -Xswiftc -DFUZZING \
+	  --scratch-path .build-fuzz --product recd-fuzz
+
+fuzz: fuzz-build
+	mkdir -p .build-fuzz/corpus
+	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/corpus Tests/fuzz/corpus
+
+# A short fuzzing run (part of make test): the seed corpus, then 30 s of new inputs.
+fuzz-smoke: fuzz-build
+	$(SWIFT) build --product recd-fuzz
+	"$$($(SWIFT) build --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30
 
 check-units: build
 	Tests/units/check-units.sh "$$($(SWIFT) build --show-bin-path)/recd"

@@ -72,6 +72,14 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
+        // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
+        // plainly, it replays a corpus. Its DaemonConfiguration.swift is a link to recd's.
+        .executableTarget(name: "recd-fuzz", dependencies: [
+            "RecdProtocol", "RecorderCore",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "TOMLKit", package: "TOMLKit"),
+        ]),
+
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),
         .testTarget(name: "RecorderCoreTests", dependencies: [

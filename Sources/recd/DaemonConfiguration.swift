@@ -66,8 +66,28 @@ struct DaemonConfiguration: Equatable, Sendable {
 
     // MARK: The TOML file
 
+    /// toml++ (inside TOMLKit) asserts, aborting the process, on a table header that does not
+    /// start with a key (`[{`, `[ =`): found by fuzzing. Refuse those here with a clear error.
+    static func checkTableHeaders(_ text: String, file: String) throws(ConfigurationError) {
+        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            var rest = line.drop { $0 == " " || $0 == "\t" }
+            guard rest.first == "[" else { continue }
+            rest = rest.dropFirst()
+            if rest.first == "[" { rest = rest.dropFirst() }
+            rest = rest.drop { $0 == " " || $0 == "\t" }
+            guard let first = rest.first else { continue }
+            let startsKey = first.isASCII && (first.isLetter || first.isNumber || first == "_" || first == "-")
+                || first == "\"" || first == "'" || first == "]"
+            if !startsKey {
+                throw ConfigurationError(file: file, line: index + 1, key: nil,
+                                         message: "a table header must be a name in brackets, like [recording]")
+            }
+        }
+    }
+
     /// Applies the keys in `text` (read from `file`) over the current values.
     mutating func apply(toml text: String, file: String) throws(ConfigurationError) {
+        try Self.checkTableHeaders(text, file: file)
         let table: TOMLTable
         do {
             table = try TOMLTable(string: text)

@@ -179,6 +179,9 @@ struct SystemdTests {
         ("[recording\nformat = \"wav\"\n", "recd.toml:1"),
         ("[capture]\nbuffer_time = -1\n", "recd.toml:2: capture.buffer_time: must be between"),
         ("[recording]\nformat = \"flac\"\nbit_depth = 32\n", "recd.toml:1: recording: flac takes a bitDepth of 16, 24"),
+        // Found by fuzzing: toml++ aborted on these instead of reporting them.
+        ("[recording]\n[{\"format\": 1}]\n", "recd.toml:2: a table header must be a name in brackets"),
+        ("[[ =]]\n", "recd.toml:1: a table header must be a name in brackets"),
     ])
     func aBadConfigurationIsAClearErrorNamingFileLineAndKey(text: String, expected: String) throws {
         let directory = TemporaryDirectory()
