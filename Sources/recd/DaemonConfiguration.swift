@@ -69,15 +69,18 @@ struct DaemonConfiguration: Equatable, Sendable {
     /// toml++ (inside TOMLKit) asserts, aborting the process, on a table header that does not
     /// start with a key (`[{`, `[ =`): found by fuzzing. Refuse those here with a clear error.
     static func checkTableHeaders(_ text: String, file: String) throws(ConfigurationError) {
-        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            var rest = line.drop { $0 == " " || $0 == "\t" }
-            guard rest.first == "[" else { continue }
+        // Bytes, not Characters: "[" followed by a combining mark is one Character.
+        let blank: Set<UInt8> = [0x20, 0x09]
+        for (index, line) in text.utf8.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
+            var rest = line.drop { blank.contains($0) }
+            guard rest.first == UInt8(ascii: "[") else { continue }
             rest = rest.dropFirst()
-            if rest.first == "[" { rest = rest.dropFirst() }
-            rest = rest.drop { $0 == " " || $0 == "\t" }
+            if rest.first == UInt8(ascii: "[") { rest = rest.dropFirst() }
+            rest = rest.drop { blank.contains($0) }
             guard let first = rest.first else { continue }
-            let startsKey = first.isASCII && (first.isLetter || first.isNumber || first == "_" || first == "-")
-                || first == "\"" || first == "'" || first == "]"
+            let startsKey = (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first | 0x20)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
+                || [UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "\""), UInt8(ascii: "'"), UInt8(ascii: "]")].contains(first)
             if !startsKey {
                 throw ConfigurationError(file: file, line: index + 1, key: nil,
                                          message: "a table header must be a name in brackets, like [recording]")
