@@ -1,6 +1,7 @@
 import ALSA
 import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 import RecorderModel
 import Sndfile
 import Synchronization
@@ -24,7 +25,7 @@ enum CaptureOutcome: Sendable, Equatable {
 final class CaptureSession: @unchecked Sendable {
     // @unchecked: `pcm`, `writer`, `converter` and the buffers are used by the capture thread
     // only, after `start()` and until `finished` is signalled; the control thread touches the
-    // writer again only after that (in `finalize`). Everything shared is atomic or in a Mutex.
+    // writer again only after that (in `finalize`). Everything shared is atomic or behind a lock.
 
     private enum Request: Sendable { case none, pause, resume, stop }
 
@@ -53,16 +54,16 @@ final class CaptureSession: @unchecked Sendable {
     let framesLost = Atomic<Int64>(0)
     /// Uptime (ns) of the last successful read: the watchdog's proof of progress.
     let lastProgress = Atomic<UInt64>(0)
-    private let request = Mutex<Request>(.none)
+    private let request = NIOLockedValueBox<Request>(.none)
     private let acknowledged = DispatchSemaphore(value: 0)
     private let wake = DispatchSemaphore(value: 0)
-    private let resumeError = Mutex<RecorderError?>(nil)
-    private let outcome = Mutex<CaptureOutcome?>(nil)
+    private let resumeError = NIOLockedValueBox<RecorderError?>(nil)
+    private let outcome = NIOLockedValueBox<CaptureOutcome?>(nil)
     private let finished = DispatchSemaphore(value: 0)
     let isPaused = Atomic<Bool>(false)
     private let startedFlag = Atomic<Bool>(false)
     /// Who may use `writer` (and the converter): the capture thread until it ends or is abandoned.
-    private let fileAccess = Mutex<FileAccess>(.captureThread)
+    private let fileAccess = NIOLockedValueBox<FileAccess>(.captureThread)
     private enum FileAccess { case captureThread, abandoned }
 
     /// Whether the capture thread has been started.

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import RecorderModel
 import Synchronization
 
@@ -90,11 +91,11 @@ final class LevelMeter: Sendable {
         var totalClips = 0
     }
     let channels: Int
-    private let state: Mutex<State>
+    private let state: NIOLockedValueBox<State>
 
     init(channels: Int) {
         self.channels = channels
-        state = Mutex(State(accumulator: LevelAccumulator(channels: channels)))
+        state = NIOLockedValueBox(State(accumulator: LevelAccumulator(channels: channels)))
     }
 
     func measure(_ body: (inout LevelAccumulator) -> Void) {

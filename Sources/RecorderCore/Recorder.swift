@@ -1,6 +1,7 @@
 import ALSA
 import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 import Logging
 import RecorderModel
 import Sndfile
@@ -64,7 +65,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
 /// `currentTime` and `levels` are published by timers on a third queue.
 public final class Recorder: @unchecked Sendable {
     // @unchecked: `session`, `current` and the timers are touched only on `control`, a serial
-    // queue; `activeSession` (read by the watchdog) and `configurationState` are Mutexes;
+    // queue; `activeSession` (read by the watchdog) and `configurationState` are behind locks;
     // everything else is immutable or Sendable.
 
     /// idle → preparing → recording ⇄ paused → stopping → finished (or failed).
@@ -83,8 +84,8 @@ public final class Recorder: @unchecked Sendable {
     private let logger: Logger
     private let control = DispatchQueue(label: "recd.recorder.control")
     private let timerQueue = DispatchQueue(label: "recd.recorder.timer")
-    private let configurationState: Mutex<RecorderConfiguration>
-    private let activeSession = Mutex<CaptureSession?>(nil)
+    private let configurationState: NIOLockedValueBox<RecorderConfiguration>
+    private let activeSession = NIOLockedValueBox<CaptureSession?>(nil)
 
     private var session: CaptureSession?
     private var current: Recording?
@@ -92,7 +93,7 @@ public final class Recorder: @unchecked Sendable {
     private var startTimer: DispatchSourceTimer?
 
     public init(configuration: RecorderConfiguration, logger: Logger = Logger(label: "recd.recorder")) {
-        self.configurationState = Mutex(configuration)
+        self.configurationState = NIOLockedValueBox(configuration)
         self.logger = logger
     }
 

@@ -77,7 +77,7 @@ struct DaemonConfiguration: Equatable, Sendable {
             rest = rest.dropFirst()
             if rest.first == UInt8(ascii: "[") { rest = rest.dropFirst() }
             rest = rest.drop { blank.contains($0) }
-            guard let first = rest.first else { continue }
+            let first = rest.first ?? 0x0A  // "[" at the end of a line: toml++ asserts on that too
             let startsKey = (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first | 0x20)
                 || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
                 || [UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "\""), UInt8(ascii: "'"), UInt8(ascii: "]")].contains(first)
