@@ -69,9 +69,11 @@ struct DaemonConfiguration: Equatable, Sendable {
     /// toml++ (inside TOMLKit) asserts, aborting the process, on a table header that does not
     /// start with a key (`[{`, `[ =`): found by fuzzing. Refuse those here with a clear error.
     static func checkTableHeaders(_ text: String, file: String) throws(ConfigurationError) {
-        // Bytes, not Characters: "[" followed by a combining mark is one Character.
+        // Bytes, not Characters: "[" followed by a combining mark is one Character. toml++
+        // skips a byte-order mark first, so do we.
         let blank: Set<UInt8> = [0x20, 0x09]
-        for (index, line) in text.utf8.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
+        let bytes = text.utf8.starts(with: [0xEF, 0xBB, 0xBF]) ? text.utf8.dropFirst(3) : text.utf8.dropFirst(0)
+        for (index, line) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
             var rest = line.drop { blank.contains($0) }
             guard rest.first == UInt8(ascii: "[") else { continue }
             rest = rest.dropFirst()
