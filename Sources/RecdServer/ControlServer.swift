@@ -131,8 +131,14 @@ public final class ControlServer: Sendable {
             do {
                 try await listener.executeThenClose { inbound in
                     for try await accepted in inbound {
-                        guard let client = admit(accepted) else {
+                        let client: ClientConnection
+                        switch admit(accepted) {
+                        case .admitted(let admitted): client = admitted
+                        case .full:
                             group.addTask { await self.refuse(accepted.channel) }
+                            continue
+                        case .shuttingDown:
+                            try? await accepted.channel.channel.close()
                             continue
                         }
                         group.addTask {
@@ -147,15 +153,17 @@ public final class ControlServer: Sendable {
         }
     }
 
+    private enum Admission { case admitted(ClientConnection), full, shuttingDown }
+
     /// Registers a connection unless the server is full or stopping (one check-and-insert).
-    private func admit(_ accepted: Accepted) -> ClientConnection? {
+    private func admit(_ accepted: Accepted) -> Admission {
         let client = ClientConnection(channel: accepted.channel, peer: accepted.peer, context: context)
-        let admitted = state.withLock { state -> Bool in
-            guard !state.shuttingDown, state.clients.count < limits.maxClients else { return false }
+        return state.withLock { state in
+            if state.shuttingDown { return .shuttingDown }
+            guard state.clients.count < limits.maxClients else { return .full }
             state.clients[ObjectIdentifier(client)] = client
-            return true
+            return .admitted(client)
         }
-        return admitted ? client : nil
     }
 
     /// Tells a client over the limit why, then closes its connection.
