@@ -233,6 +233,9 @@ private final class KeyReader {
     func rejectUnknownKeys() throws(ConfigurationError) {
         let sections = Set(used.compactMap { $0.contains(".") ? String($0.split(separator: ".")[0]) : nil })
         for key in table.keys.sorted() {
+            if key.isEmpty {
+                throw ConfigurationError(file: file, line: nil, key: nil, message: "an empty key ('' = …) is not a setting")
+            }
             if sections.contains(key), let nested = table[key]?.table {
                 for inner in nested.keys.sorted() where !used.contains(key + "." + inner) {
                     throw ConfigurationError(file: file, line: line(of: key + "." + inner), key: key + "." + inner, message: "unknown key")
@@ -252,7 +255,7 @@ private final class KeyReader {
     func line(of key: String) -> Int? {
         let parts = key.split(separator: ".").map(String.init)
         let section = parts.count > 1 ? parts[0] : nil
-        let name = parts.last!
+        guard let name = parts.last else { return nil }  // an empty key ('' = 1): fuzzing found the crash
         var current: String?
         for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.trimmingCharacters(in: .whitespaces)

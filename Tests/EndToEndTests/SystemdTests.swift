@@ -182,6 +182,7 @@ struct SystemdTests {
         // Found by fuzzing: toml++ aborted on these instead of reporting them.
         ("[recording]\n[{\"format\": 1}]\n", "recd.toml:2: a table header must be a name in brackets"),
         ("[[ =]]\n", "recd.toml:1: a table header must be a name in brackets"),
+        ("'' = ''\n", "recd.toml: an empty key ('' = …) is not a setting"),
     ])
     func aBadConfigurationIsAClearErrorNamingFileLineAndKey(text: String, expected: String) throws {
         let directory = TemporaryDirectory()
