@@ -246,7 +246,9 @@ struct ControlServerTests {
         let writer = try ChildProcess("/bin/sh", ["-c", "exec >\"$0\"; head -c 192000 /dev/urandom; exec sleep 600", fifo],
                                       environment: ProcessInfo.processInfo.environment)
         defer { writer.signal(SIGKILL) }
-        let daemon = try Daemon(device: TestDevices.file(fifo), config: "[capture]\nstop_timeout = 1.0\n")
+        let notify = try NotifyListener()
+        let daemon = try Daemon(device: TestDevices.file(fifo), config: "[capture]\nstop_timeout = 1.0\n",
+                                environment: ["NOTIFY_SOCKET": notify.path])
         let client = try daemon.connect()
         let started: Recording = try client.call(.start, StartParams(name: "stuck", format: .wav, sampleRate: 48000, channels: 2))
         #expect(waitUntil(timeout: 20) { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) >= 0.5 })
@@ -274,5 +276,9 @@ struct ControlServerTests {
         #expect(Date().timeIntervalSince(exitBegun) < 10)
         #expect(FileManager.default.fileExists(atPath: second.path), "\(daemon.log)")
         #expect(!FileManager.default.fileExists(atPath: second.partialPath))
+        // systemd is not asked for more time again and again while nothing progresses.
+        let told = notify.receive(for: 0.5).map(\.1)
+        #expect(told.contains { $0.contains("STOPPING=1") }, "\(told)")
+        #expect(told.filter { $0.contains("EXTEND_TIMEOUT_USEC") }.count <= 1, "\(told)")
     }
 }
