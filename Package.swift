@@ -87,7 +87,13 @@ let package = Package(
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ]),
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
-        .testTarget(name: "RecdServerTests", dependencies: ["RecdServer", "RecdProtocol", "RecorderCore"]),
+        .testTarget(name: "RecdServerTests", dependencies: [
+            "RecdServer", "RecdProtocol", "RecorderCore",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOEmbedded", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "EndToEndTests", dependencies: ["RecdClient", "RecdProtocol", "Sndfile", "RecdTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

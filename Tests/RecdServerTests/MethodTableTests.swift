@@ -1,3 +1,7 @@
+import Logging
+import NIOCore
+import NIOEmbedded
+import NIOPosix
 @testable import RecdServer
 import RecdProtocol
 import RecorderCore
@@ -35,5 +39,58 @@ struct MethodTableTests {
         #expect(start?.name == "x")
         #expect(start?.duration == 1)
         #expect(throws: RPCError.self) { try decode(StartParams.self, .object(["sampleRate": .string("fast")])) }
+    }
+}
+
+/// Handlers run through the table with a connection on an embedded channel: no socket.
+@Suite("method handlers")
+struct MethodHandlerTests {
+    let directory = "/tmp/recd-method-table-\(UInt32.random(in: 0...UInt32.max))"
+    let recorder: Recorder
+    let context: RequestContext
+
+    init() throws {
+        recorder = Recorder(configuration: RecorderConfiguration(device: "null", recordingsDirectory: directory))
+        let channel = EmbeddedChannel()
+        let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+        let connectionContext = ConnectionContext(
+            recorder: recorder, version: "test", hub: TopicHub(recorder: recorder), policy: AccessPolicy(),
+            outboundLimit: 1 << 20, threadPool: NIOThreadPool.singleton, logger: Logger(label: "test"))
+        let connection = ClientConnection(channel: asyncChannel, peer: PeerCredentials(pid: 1, uid: 0, gid: 0),
+                                          context: connectionContext)
+        context = RequestContext(recorder: recorder, version: "test", connection: connection)
+    }
+
+    func run(_ method: RecdProtocol.Method, _ params: JSONValue? = nil) -> Result<any Encodable & Sendable, RPCError> {
+        Result { () throws(RPCError) in try MethodTable.handlers[method]!.run(context, params) }
+    }
+
+    func error(_ method: RecdProtocol.Method, _ params: JSONValue? = nil) -> RPCError? {
+        if case .failure(let error) = run(method, params) { return error }
+        return nil
+    }
+
+    @Test func versionAndStatusAnswerFromTheRecorder() throws {
+        let version = try #require(try run(.version).get() as? VersionResult)
+        #expect(version.version == "test")
+        let status = try #require(try run(.status).get() as? StatusResult)
+        #expect(status.state == .idle)
+    }
+
+    @Test func subscribeSnapshotsEveryTopicAndUnsubscribeForgetsIt() throws {
+        let subscribed = try #require(try run(.subscribe).get() as? SubscribeResult)
+        #expect(Set(subscribed.snapshot.map(\.topic)) == Set(Topic.allCases))
+        #expect(error(.subscribe, .object(["interval": .number(0)]))?.code == RPCErrorCode.invalidParams)
+        #expect(error(.subscribe, .object(["topics": .array([])]))?.code == RPCErrorCode.invalidParams)
+        let unsubscribe = JSONValue.object(["subscription": .string(subscribed.subscription)])
+        #expect((try run(.unsubscribe, unsubscribe).get() as? UnsubscribeResult)?.subscription == subscribed.subscription)
+        #expect(error(.unsubscribe, unsubscribe)?.code == RPCErrorCode.invalidParams, "only once")
+    }
+
+    @Test func recordingsAreLookedUpInTheRecordingsDirectory() throws {
+        #expect(error(.recordingsInfo, .object(["name": .string("missing")]))?.code == RPCErrorCode.notFound)
+        #expect(error(.recordingsDelete, .object(["name": .string("../etc/passwd")]))?.code == RPCErrorCode.notFound)
+        #expect(error(.recordingsInfo)?.code == RPCErrorCode.invalidParams, "params are required")
+        #expect(error(.pause)?.data?.code == "invalidState")
     }
 }
