@@ -215,6 +215,21 @@ struct SystemdTests {
         let third: Recording = try client.call(.start, StartParams(name: "three", duration: 0.1))
         #expect(third.format == .flac)
         #expect(daemon.process.isRunning)
+        #expect(waitUntil { (try? client.call(.status) as StatusResult)?.state.name == .finished })
+
+        // A file that makes the TOML parser abort (found by fuzzing) is read in a child process:
+        // the daemon, and the recording it is making, carry on.
+        try "[recording]\nformat = \"wav\"\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        let live: Recording = try client.call(.start, StartParams(name: "live", format: .wav, sampleRate: 48000, channels: 2))
+        try "a =8000-11-22T[tt10:YY\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        daemon.process.signal(SIGHUP)
+        #expect(waitUntil { daemon.log.contains("the configuration parser crashed") }, "\(daemon.log)")
+        #expect(daemon.process.isRunning)
+        let status: StatusResult = try client.call(.status)
+        #expect(status.state.name == .recording)
+        let stopped: Recording = try client.call(.stop)
+        #expect(stopped.path == live.path)
+        #expect(try SoundFileReader(path: live.path).info.frames == stopped.frames)
     }
 
     // MARK: Access
