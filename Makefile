@@ -74,13 +74,13 @@ fuzz: fuzz-build
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/corpus Tests/fuzz/corpus
 
 # A short fuzzing run (part of make test): the seed corpus replayed through both readers by
-# the plain build, then 2 000 000 new inputs for the request parser from a fixed seed (about
+# the plain build, then 500 000 new inputs for the request parser from a fixed seed (about
 # 20 s). The configuration reader is fuzzed by `make fuzz` (see Sources/recd-fuzz/Fuzz.swift).
 fuzz-smoke: fuzz-build
 	$(SWIFT) build --product recd-fuzz
 	"$$($(SWIFT) build --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
 	rm -rf .build-fuzz/smoke && mkdir -p .build-fuzz/smoke
-	RECD_FUZZ=parser SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=2000000 -timeout=10 -rss_limit_mb=2048 \
+	RECD_FUZZ=parser SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=500000 -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/smoke Tests/fuzz/corpus
 
 check-units: build
