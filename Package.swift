@@ -48,6 +48,8 @@ let package = Package(
         // The Unix-socket JSON-RPC server.
         .target(name: "RecdServer", dependencies: [
             "RecorderCore", "RecdProtocol",
+            // Locks ThreadSanitizer can see (pthread mutexes), as in RecorderCore.
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Glibc
 import Synchronization
 import RecdProtocol
@@ -38,7 +39,7 @@ public struct AccessPolicy: Sendable, Equatable {
     static func groups(of peer: PeerCredentials) -> Set<gid_t> {
         var groups: Set<gid_t> = [peer.gid]
         // getpwuid_r is reentrant; getgrouplist walks NSS state that is not: one at a time.
-        nssLock.withLock { _ in
+        nssLock.withLockedValue { _ in
             var passwd = passwd()
             var result: UnsafeMutablePointer<passwd>?
             var storage = [CChar](repeating: 0, count: 16_384)
@@ -55,7 +56,7 @@ public struct AccessPolicy: Sendable, Equatable {
         return groups
     }
 
-    private static let nssLock = Mutex(())
+    private static let nssLock = NIOLockedValueBox(())
 
     /// Resolves user names or numeric uids; unknown names are reported, not ignored.
     public static func uids(_ names: [String]) throws(AccessPolicyError) -> Set<uid_t> {

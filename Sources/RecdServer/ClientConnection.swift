@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Dispatch
 import Foundation
 import Logging
@@ -32,7 +33,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private let context: ConnectionContext
     private let logger: Logger
     private let outbox: Outbox
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     private static let subscriptionCounter = Atomic<Int>(0)
 
     private struct State {
@@ -91,7 +92,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
-        state.withLock { $0.closing = true; $0.subscriptions.removeAll() }
+        state.withLockedValue { $0.closing = true; $0.subscriptions.removeAll() }
         context.hub.remove(self)
     }
 
@@ -206,7 +207,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
             throw .invalidParams("'interval' must be between \(SubscribeParams.minimumInterval) and 3600 seconds")
         }
         let id = String(Self.subscriptionCounter.add(1, ordering: .relaxed).newValue)
-        let snapshot = state.withLock { state -> [Publication] in
+        let snapshot = state.withLockedValue { state -> [Publication] in
             var subscription = Subscription(id: id, topics: topics, interval: .nanoseconds(Int64(interval * 1e9)))
             let allTopics = state.subscriptions.values.reduce(topics) { $0.union($1.topics) }
             // Registered and snapshotted at once; changes after it wait for this answer.
@@ -225,7 +226,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
     }
 
     func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult {
-        let remaining = state.withLock { state -> Set<Topic>? in
+        let remaining = state.withLockedValue { state -> Set<Topic>? in
             guard state.subscriptions.removeValue(forKey: request.subscription) != nil else { return nil }
             return state.subscriptions.values.reduce([]) { $0.union($1.topics) }
         }
@@ -238,7 +239,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     /// Called by the hub on its own queue.
     func receive(_ publication: Publication) {
-        state.withLock { state in deliver(publication, state: &state) }
+        state.withLockedValue { state in deliver(publication, state: &state) }
     }
 
     private func deliver(_ publication: Publication, state: inout State) {
@@ -254,7 +255,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
                 if !subscription.flushScheduled.contains(topic) {
                     subscription.flushScheduled.insert(topic)
                     channel.channel.eventLoop.scheduleTask(deadline: last + subscription.minimumSpacing) {
-                        self.state.withLock { state in self.flush(topic, of: id, state: &state) }
+                        self.state.withLockedValue { state in self.flush(topic, of: id, state: &state) }
                     }
                 }
                 state.subscriptions[id] = subscription
@@ -301,7 +302,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     /// Queues an answer (if any), then the notifications that waited for it.
     private func send(answer: String?) {
-        state.withLock { state in
+        state.withLockedValue { state in
             if let answer { enqueue(Self.buffer(answer), state: &state) }
             for line in state.heldBack ?? [] { enqueue(line, state: &state) }
             state.heldBack = nil

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Dispatch
 import Foundation
 import Glibc
@@ -53,9 +54,9 @@ public final class ControlServer: Sendable {
     private let context: ConnectionContext
     private let limits: ServerLimits
     private let logger: Logger
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     /// Signalled when `serve` has returned: every connection is closed.
-    private let served = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let served = NIOLockedValueBox<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     private struct State {
         var listener: NIOAsyncChannel<Accepted, Never>?
@@ -77,7 +78,7 @@ public final class ControlServer: Sendable {
     }
 
     /// The number of connected clients.
-    public var clientCount: Int { state.withLock { $0.clients.count } }
+    public var clientCount: Int { state.withLockedValue { $0.clients.count } }
 
     /// Starts listening; returns once connections can be accepted (`serve` accepts them).
     public func listen(_ target: ListenTarget) async throws {
@@ -110,23 +111,23 @@ public final class ControlServer: Sendable {
                 logger.warning("cannot set the socket's mode or group", metadata: ["socket.path": "\(path)",
                                                                                   "error": "\(Errno(rawValue: errno))"])
             }
-            state.withLock { $0.path = path }
+            state.withLockedValue { $0.path = path }
             logger.info("listening", metadata: ["socket.path": "\(path)"])
         }
-        state.withLock { $0.listener = listener }
+        state.withLockedValue { $0.listener = listener }
     }
 
     /// Accepts and serves connections until `shutdown`; returns when every one has closed.
     public func serve() async {
         defer {
-            let waiters = served.withLock { served in
+            let waiters = served.withLockedValue { served in
                 served.done = true
                 defer { served.waiters = [] }
                 return served.waiters
             }
             for waiter in waiters { waiter.resume() }
         }
-        guard let listener = state.withLock({ $0.listener }) else { return }
+        guard let listener = state.withLockedValue({ $0.listener }) else { return }
         await withDiscardingTaskGroup { group in
             do {
                 try await listener.executeThenClose { inbound in
@@ -143,7 +144,7 @@ public final class ControlServer: Sendable {
                         }
                         group.addTask {
                             await client.run()
-                            _ = self.state.withLock { $0.clients.removeValue(forKey: ObjectIdentifier(client)) }
+                            _ = self.state.withLockedValue { $0.clients.removeValue(forKey: ObjectIdentifier(client)) }
                         }
                     }
                 }
@@ -158,7 +159,7 @@ public final class ControlServer: Sendable {
     /// Registers a connection unless the server is full or stopping (one check-and-insert).
     private func admit(_ accepted: Accepted) -> Admission {
         let client = ClientConnection(channel: accepted.channel, peer: accepted.peer, context: context)
-        return state.withLock { state in
+        return state.withLockedValue { state in
             if state.shuttingDown { return .shuttingDown }
             guard state.clients.count < limits.maxClients else { return .full }
             state.clients[ObjectIdentifier(client)] = client
@@ -183,7 +184,7 @@ public final class ControlServer: Sendable {
     /// is left is closed regardless (a client that does not read). Returns when `serve` has.
     public func shutdown(grace: Double = 2) async {
         context.hub.drain()
-        let (listener, clients, path) = state.withLock { state in
+        let (listener, clients, path) = state.withLockedValue { state in
             state.shuttingDown = true
             return (state.listener, Array(state.clients.values), state.path)
         }
@@ -191,14 +192,14 @@ public final class ControlServer: Sendable {
         if let path { unlink(path) }
         for client in clients { client.quiesce() }
         let stragglers = group.next().scheduleTask(in: .nanoseconds(Int64(grace * 1e9))) { [self] in
-            let remaining = state.withLock { Array($0.clients.values) }
+            let remaining = state.withLockedValue { Array($0.clients.values) }
             if !remaining.isEmpty {
                 logger.warning("closing clients that did not take their answers", metadata: ["clients": "\(remaining.count)"])
             }
             for client in remaining { client.close() }
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = served.withLock { served in
+            let done = served.withLockedValue { served in
                 if !served.done { served.waiters.append(continuation) }
                 return served.done
             }

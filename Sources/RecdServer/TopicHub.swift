@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Dispatch
 import Foundation
 import RecdProtocol
@@ -29,9 +30,9 @@ final class TopicHub: Sendable {
         var receivers: [ObjectIdentifier: (receiver: any PublicationReceiver, topics: Set<Topic>)] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     private let queue = DispatchQueue(label: "recd.hub")
-    private let tokens: Mutex<[ObservationToken]> = Mutex([])
+    private let tokens: NIOLockedValueBox<[ObservationToken]> = NIOLockedValueBox([])
 
     init(recorder: Recorder) {
         // Discrete topics: every change, in order. Continuous ones: the latest when we lag.
@@ -42,7 +43,7 @@ final class TopicHub: Sendable {
             recorder.currentTime.subscribe(on: queue) { [weak self] in self?.publish(.currentTime($0)) },
             recorder.levels.subscribe(on: queue) { [weak self] in self?.publish(.levels($0)) },
         ]
-        tokens.withLock { $0 = observations }
+        tokens.withLockedValue { $0 = observations }
         // Each subscription delivers its current value first; wait for those so that every
         // topic has a snapshot before the first client asks.
         queue.sync {}
@@ -53,7 +54,7 @@ final class TopicHub: Sendable {
 
     private func publish(_ value: TopicValue) {
         let timestamp = Date().timeIntervalSince1970
-        let (publication, receivers) = state.withLock { state -> (Publication, [any PublicationReceiver]) in
+        let (publication, receivers) = state.withLockedValue { state -> (Publication, [any PublicationReceiver]) in
             let seq = (state.seq[value.topic] ?? 0) + 1
             state.seq[value.topic] = seq
             let update = TopicUpdate(value: value, seq: seq, timestamp: timestamp)
@@ -68,7 +69,7 @@ final class TopicHub: Sendable {
     /// Registers `receiver` for `topics` and returns their current values. No publication can
     /// fall between the snapshot and the registration.
     func add(_ receiver: any PublicationReceiver, topics: Set<Topic>) -> [Publication] {
-        state.withLock { state in
+        state.withLockedValue { state in
             let id = ObjectIdentifier(receiver)
             let existing = state.receivers[id]?.topics ?? []
             state.receivers[id] = (receiver, existing.union(topics))
@@ -78,17 +79,17 @@ final class TopicHub: Sendable {
 
     /// Sets the topics `receiver` gets (removing it when empty).
     func update(_ receiver: any PublicationReceiver, topics: Set<Topic>) {
-        state.withLock { state in
+        state.withLockedValue { state in
             let id = ObjectIdentifier(receiver)
             if topics.isEmpty { state.receivers[id] = nil } else { state.receivers[id] = (receiver, topics) }
         }
     }
 
     func remove(_ receiver: any PublicationReceiver) {
-        _ = state.withLock { $0.receivers.removeValue(forKey: ObjectIdentifier(receiver)) }
+        _ = state.withLockedValue { $0.receivers.removeValue(forKey: ObjectIdentifier(receiver)) }
     }
 
-    var receiverCount: Int { state.withLock { $0.receivers.count } }
+    var receiverCount: Int { state.withLockedValue { $0.receivers.count } }
 
     private static let encoder = WireCoding.encoder()
 
