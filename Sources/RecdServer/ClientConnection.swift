@@ -1,7 +1,7 @@
-import NIOConcurrencyHelpers
 import Dispatch
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import RecdProtocol

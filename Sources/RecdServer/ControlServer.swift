@@ -1,8 +1,8 @@
-import NIOConcurrencyHelpers
 import Dispatch
 import Foundation
 import Glibc
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import RecdProtocol

@@ -1,6 +1,6 @@
-import NIOConcurrencyHelpers
 import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 import RecdProtocol
 import RecorderCore
 import Synchronization
