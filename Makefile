@@ -50,13 +50,12 @@ test: deps
 	$(SWIFT) test --skip-build
 	$(MAKE) --no-print-directory test-tsan fuzz-smoke check-units check-install
 
-# The recorder, the observation type, the parser and the server's dispatch under the thread
-# sanitizer (its own build folder). The end-to-end suites run the daemon as a separate
-# process, so the recorder and server code they drive is covered by the unit suites here.
+# Every test again under the thread sanitizer (its own build folder): the recorder, Observed,
+# the parser and dispatch in process, and the end-to-end suites against a recd that is itself
+# built with TSan; halt_on_error makes any report fail the test that provoked it.
 test-tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
-	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
-	  --filter 'RecorderCoreTests|RecdProtocolTests|RecdServerTests'
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan
 
 # libFuzzer over the request parser and the configuration reader (Sources/recd-fuzz).
 # `make fuzz FUZZ_SECONDS=1800` for a long run; new inputs go to .build-fuzz/corpus, crashes
