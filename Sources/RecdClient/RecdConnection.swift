@@ -165,7 +165,11 @@ public final class RecdConnection {
                 if errno == EINTR || errno == EAGAIN { continue }
                 throw .closed
             }
-            if count == 0 { throw .closed }
+            if count == 0 {
+                // An end of file in the middle of a line: the answer was cut short.
+                if !buffer.isEmpty { throw .malformed("the connection closed in the middle of a line") }
+                throw .closed
+            }
             buffer.append(contentsOf: chunk[..<count])
         }
     }

@@ -17,8 +17,10 @@ struct ConnectionContext: Sendable {
     /// Bytes of answers and notifications a client may leave unread beyond its socket buffer
     /// before it is disconnected as too slow.
     let outboundLimit: Int
-    /// Where blocking handlers and user look-ups run.
+    /// Where blocking handlers run.
     let threadPool: NIOThreadPool
+    /// Where user and group look-ups (NSS, which may block) run.
+    let lookups: NIOThreadPool
     let logger: Logger
 }
 
@@ -34,13 +36,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private let logger: Logger
     private let outbox: Outbox
     private let state = NIOLockedValueBox(State())
+    private let shutdown = NIOLockedValueBox<(quiesced: Bool, released: Bool, waiter: CheckedContinuation<Void, Never>?)>(
+        (false, false, nil))
     private static let subscriptionCounter = Atomic<Int>(0)
 
     private struct State {
         var subscriptions: [String: Subscription] = [:]
         /// Notifications that must wait for the answer being prepared (a subscribe's snapshot
         /// comes first); nil when none are being held.
-        var heldBack: [ByteBuffer]?
+        var heldBack: [(subscription: String, line: ByteBuffer)]?
         var closing = false
     }
 
@@ -79,11 +83,19 @@ final class ClientConnection: PublicationReceiver, Sendable {
                     group.addTask {
                         do {
                             try await self.outbox.drain(into: outbound)
+                            // Handed to NIO is not yet written: wait for the socket to take
+                            // the last byte before executeThenClose closes the channel.
+                            self.outbox.beginFinalFlush()
+                            try await self.channel.channel.writeAndFlush(ByteBuffer()).get()
                         } catch {
                             self.close()  // the socket failed: stop reading too
                         }
+                        self.outbox.markWritten()
                     }
                     await self.readRequests(inbound)
+                    // Quiesced by the server: notifications still come (the recording's last
+                    // states) until the server lets the connection go.
+                    await self.awaitRelease()
                     // Whatever is already due is written; then the writer ends and we close.
                     self.outbox.finish()
                     await group.waitForAll()
@@ -96,10 +108,37 @@ final class ClientConnection: PublicationReceiver, Sendable {
         context.hub.remove(self)
     }
 
-    /// Stops reading requests; answers to those already read are still written.
+    /// Stops reading requests; answers to those already read are still written, and
+    /// notifications still delivered, until `release()`.
     func quiesce() {
+        shutdown.withLockedValue { $0.quiesced = true }
         channel.channel.close(mode: .input, promise: nil)
     }
+
+    /// After `quiesce`: write what is due and close.
+    func release() {
+        let waiter = shutdown.withLockedValue { state in
+            state.released = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    private func awaitRelease() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let wait = shutdown.withLockedValue { state in
+                guard state.quiesced, !state.released else { return false }
+                state.waiter = continuation
+                return true
+            }
+            if !wait { continuation.resume() }
+        }
+    }
+
+    /// Whether the client has been given something to read and has not read any of it for
+    /// `seconds` (at shutdown such a client is closed rather than waited for).
+    func isStalled(for seconds: Double) -> Bool { outbox.isStalled(for: seconds) }
 
     /// Closes at once, whatever is unwritten (a client that did not read in time at shutdown).
     func close() {
@@ -113,6 +152,8 @@ final class ClientConnection: PublicationReceiver, Sendable {
         do {
             for try await line in inbound {
                 guard await handle(line: line.readableBytesView, permissions: permissions) else { return }
+                // Backpressure: no next request while the client leaves its answers unread.
+                await outbox.waitForRoom()
             }
         } catch is ByteToMessageDecoderError.PayloadTooLargeError {
             // NIO bounds what it buffers of an unfinished line.
@@ -194,7 +235,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private func resolvePermissions() async -> Set<Permission> {
         let policy = context.policy
         let peer = peer
-        return (try? await context.threadPool.runIfActive { policy.permissions(of: peer) }) ?? [.observe]
+        return (try? await context.lookups.runIfActive { policy.permissions(of: peer) }) ?? [.observe]
     }
 
     // MARK: Subscriptions (called by the dispatch table)
@@ -228,6 +269,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
     func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult {
         let remaining = state.withLockedValue { state -> Set<Topic>? in
             guard state.subscriptions.removeValue(forKey: request.subscription) != nil else { return nil }
+            state.heldBack?.removeAll { $0.subscription == request.subscription }
             return state.subscriptions.values.reduce([]) { $0.union($1.topics) }
         }
         guard let remaining else {
@@ -292,7 +334,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         let line = Self.buffer("{\"jsonrpc\":\"2.0\",\"method\":\"changed\",\"params\":{\"subscription\":\"\(subscription.id)\","
                                + publication.members + "}}")
         if state.heldBack != nil {
-            state.heldBack!.append(line)
+            state.heldBack!.append((subscription.id, line))
         } else {
             enqueue(line, state: &state)
         }
@@ -300,18 +342,20 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     // MARK: Writing
 
-    /// Queues an answer (if any), then the notifications that waited for it.
+    /// Queues an answer (if any), then the notifications that waited for it. An answer is
+    /// always queued, however large: reading stops until the client takes it (`waitForRoom`).
     private func send(answer: String?) {
         state.withLockedValue { state in
-            if let answer { enqueue(Self.buffer(answer), state: &state) }
-            for line in state.heldBack ?? [] { enqueue(line, state: &state) }
+            if let answer, !state.closing { outbox.send(Self.buffer(answer), limited: false) }
+            for (_, line) in state.heldBack ?? [] { enqueue(line, state: &state) }
             state.heldBack = nil
         }
     }
 
+    /// Queues a notification, unless the client has left too much unread.
     private func enqueue(_ line: ByteBuffer, state: inout State) {
         guard !state.closing else { return }
-        if !outbox.send(line) {
+        if !outbox.send(line, limited: true) {
             // Not reading: it may not hold memory or anyone's time. No message: it would not read it.
             logger.warning("client not reading; disconnecting", metadata: ["client.queuedBytes": "\(outbox.queuedBytes)"])
             state.closing = true
@@ -340,21 +384,49 @@ final class ClientConnection: PublicationReceiver, Sendable {
 final class Outbox: Sendable {
     private let stream: AsyncStream<ByteBuffer>
     private let continuation: AsyncStream<ByteBuffer>.Continuation
-    private let bytes = Atomic<Int>(0)
     private let limit: Int
+    private let state = NIOLockedValueBox(State())
+
+    private struct State {
+        var bytes = 0
+        /// Uptime (ns) of the last write the socket took, or of the first byte queued since.
+        var lastProgress: UInt64 = 0
+        /// In the final flush: everything is handed to NIO, not yet known to be written.
+        var flushing = false
+        var roomWaiters: [CheckedContinuation<Void, Never>] = []
+    }
 
     init(limit: Int) {
         self.limit = limit
         (stream, continuation) = AsyncStream.makeStream()
     }
 
-    var queuedBytes: Int { bytes.load(ordering: .relaxed) }
+    var queuedBytes: Int { state.withLockedValue { $0.bytes } }
 
-    /// Queues `line`; false if that would put more than `limit` bytes in the queue.
-    func send(_ line: ByteBuffer) -> Bool {
-        guard bytes.add(line.readableBytes, ordering: .relaxed).newValue <= limit else { return false }
-        continuation.yield(line)
-        return true
+    /// Queues `line`. With `limited`, refuses (false) if that would leave more than `limit`
+    /// bytes unwritten: a notification for a client that does not read.
+    @discardableResult
+    func send(_ line: ByteBuffer, limited: Bool) -> Bool {
+        let accepted = state.withLockedValue { state in
+            guard !limited || state.bytes + line.readableBytes <= limit else { return false }
+            if state.bytes == 0 { state.lastProgress = DispatchTime.now().uptimeNanoseconds }
+            state.bytes += line.readableBytes
+            return true
+        }
+        if accepted { continuation.yield(line) }
+        return accepted
+    }
+
+    /// Returns once no more than `limit` bytes wait (at once if none do).
+    func waitForRoom() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let wait = state.withLockedValue { state in
+                guard state.bytes > limit else { return false }
+                state.roomWaiters.append(continuation)
+                return true
+            }
+            if !wait { continuation.resume() }
+        }
     }
 
     /// Nothing more will be queued: `drain` returns once the rest is written.
@@ -363,9 +435,41 @@ final class Outbox: Sendable {
     /// Writes the queue to the socket in order, waiting while the socket's buffer is full.
     func drain(into outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>) async throws {
         for await line in stream {
-            let size = line.readableBytes
             try await outbound.write(line)
-            bytes.subtract(size, ordering: .relaxed)
+            let waiters = state.withLockedValue { state in
+                state.bytes -= line.readableBytes
+                state.lastProgress = DispatchTime.now().uptimeNanoseconds
+                guard state.bytes <= limit else { return [CheckedContinuation<Void, Never>]() }
+                defer { state.roomWaiters = [] }
+                return state.roomWaiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    /// Everything is handed to NIO; the final flush begins (it waits for the client to read).
+    func beginFinalFlush() {
+        state.withLockedValue { state in
+            state.flushing = true
+            state.lastProgress = DispatchTime.now().uptimeNanoseconds
+        }
+    }
+
+    /// The final flush is done (or failed): nothing of ours is left unwritten.
+    func markWritten() {
+        let waiters = state.withLockedValue { state in
+            state.flushing = false
+            state.bytes = 0
+            defer { state.roomWaiters = [] }
+            return state.roomWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func isStalled(for seconds: Double) -> Bool {
+        state.withLockedValue { state in
+            (state.bytes > 0 || state.flushing)
+                && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
         }
     }
 }

@@ -72,8 +72,11 @@ public final class ControlServer: Sendable {
         self.logger = logger
         let threadPool = NIOThreadPool(numberOfThreads: 4)
         threadPool.start()
+        // User and group look-ups apart, so that slow requests cannot hold up new connections.
+        let lookups = NIOThreadPool(numberOfThreads: 1)
+        lookups.start()
         context = ConnectionContext(recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
-                                    policy: policy, outboundLimit: limits.outboundLimit, threadPool: threadPool,
+                                    policy: policy, outboundLimit: limits.outboundLimit, threadPool: threadPool, lookups: lookups,
                                     logger: logger)
     }
 
@@ -86,6 +89,8 @@ public final class ControlServer: Sendable {
         // rest waits in the connection's outbox, counted against `outboundLimit`.
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 256)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 8 * 1024, high: 32 * 1024))
+            // A client that shuts down its writing side still gets its answers.
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
         let initializer: @Sendable (Channel) -> EventLoopFuture<Accepted> = { channel in
             Self.peerCredentials(of: channel).flatMapThrowing { peer in
                 try channel.pipeline.syncOperations.addHandler(
@@ -179,11 +184,9 @@ public final class ControlServer: Sendable {
         }
     }
 
-    /// Stops accepting, lets each connection finish the request it is on and write every
-    /// answer and notification already due, then closes it; after `grace` seconds whatever
-    /// is left is closed regardless (a client that does not read). Returns when `serve` has.
-    public func shutdown(grace: Double = 2) async {
-        context.hub.drain()
+    /// Stops accepting and lets each connection finish the request it is on; it then reads
+    /// no more requests. Call before stopping the recorder: nothing can start a new one after.
+    public func quiesce() async {
         let (listener, clients, path) = state.withLockedValue { state in
             state.shuttingDown = true
             return (state.listener, Array(state.clients.values), state.path)
@@ -191,8 +194,19 @@ public final class ControlServer: Sendable {
         try? await listener?.channel.close()
         if let path { unlink(path) }
         for client in clients { client.quiesce() }
-        let stragglers = group.next().scheduleTask(in: .nanoseconds(Int64(grace * 1e9))) { [self] in
-            let remaining = state.withLockedValue { Array($0.clients.values) }
+    }
+
+    /// After `quiesce`: waits until every connection has written every answer and notification
+    /// already due, and closed. A client that leaves what it was sent unread for `grace`
+    /// seconds is closed regardless, and so is every client after `limit` seconds.
+    public func shutdown(grace: Double = 2, limit: Double = 10) async {
+        await quiesce()
+        context.hub.drain()
+        for client in state.withLockedValue({ Array($0.clients.values) }) { client.release() }
+        let begun = DispatchTime.now()
+        let watcher = group.next().scheduleRepeatedTask(initialDelay: .milliseconds(250), delay: .milliseconds(250)) { [self] _ in
+            let overdue = DispatchTime.now().uptimeNanoseconds - begun.uptimeNanoseconds > UInt64(limit * 1e9)
+            let remaining = state.withLockedValue { Array($0.clients.values) }.filter { overdue || $0.isStalled(for: grace) }
             if !remaining.isEmpty {
                 logger.warning("closing clients that did not take their answers", metadata: ["clients": "\(remaining.count)"])
             }
@@ -205,8 +219,9 @@ public final class ControlServer: Sendable {
             }
             if done { continuation.resume() }
         }
-        stragglers.cancel()
+        watcher.cancel()
         try? await context.threadPool.shutdownGracefully()
+        try? await context.lookups.shutdownGracefully()
     }
 
     private static func peerCredentials(of channel: Channel) -> EventLoopFuture<PeerCredentials> {

@@ -73,10 +73,10 @@ enum MethodTable {
             let params = try required(RecordingNameParams.self, params)
             // On the recorder's queue: no recording starts or finishes in between.
             return try context.recorder.withRecordingsDirectory { library, active throws(RPCError) in
-                let entry = try find(params.name, in: library)
-                if entry.file == active {
-                    throw rpcError(RecorderError(.invalidState, "'\(entry.file)' is being recorded; stop it first"))
+                if let active, names(params.name, active) {
+                    throw rpcError(RecorderError(.invalidState, "'\(active)' is being recorded; stop it first"))
                 }
+                let entry = try find(params.name, in: library)
                 try recorderCall { () throws(RecorderError) in try library.delete(entry) }
                 return DeleteResult(deleted: entry.file)
             }
@@ -84,13 +84,13 @@ enum MethodTable {
         .recordingsRename: .blocking { context, params throws(RPCError) in
             let params = try required(RenameParams.self, params)
             return try context.recorder.withRecordingsDirectory { library, active throws(RPCError) in
+                if let active, names(params.from, active) {
+                    throw rpcError(RecorderError(.invalidState, "'\(active)' is being recorded; stop it first"))
+                }
                 let entry = try find(params.from, in: library)
                 // "meeting.flac" as the new name of a FLAC file means "meeting".
                 let suffix = "." + entry.format.fileExtension
                 let newName = params.to.hasSuffix(suffix) ? String(params.to.dropLast(suffix.count)) : params.to
-                if entry.file == active {
-                    throw rpcError(RecorderError(.invalidState, "'\(entry.file)' is being recorded; stop it first"))
-                }
                 if newName + suffix == active {
                     throw rpcError(RecorderError(.invalidSettings,
                         "'\(newName + suffix)' is the name of the recording in progress; choose another name"))
@@ -115,6 +115,12 @@ enum MethodTable {
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
             statistics: recorder.statistics.value, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory)
+    }
+
+    /// Whether `name`, as `recordings.*` methods take names, may mean the recording in progress
+    /// (`take.wav`): `take.wav`, `take` or `take.wav.part`.
+    private static func names(_ name: String, _ active: String) -> Bool {
+        name == active || name == active + ".part" || name == (active as NSString).deletingPathExtension
     }
 
     private static func library(of recorder: Recorder) -> RecordingLibrary {

@@ -88,6 +88,8 @@ public final class Recorder: @unchecked Sendable {
     private let activeSession = NIOLockedValueBox<CaptureSession?>(nil)
 
     private var session: CaptureSession?
+    /// Set once the daemon is shutting down: no recording may start after the last `stop`.
+    private var refusingRecordings = false
     private var current: Recording?
     private var timers: [DispatchSourceTimer] = []
     private var startTimer: DispatchSourceTimer?
@@ -241,6 +243,12 @@ public final class Recorder: @unchecked Sendable {
         return try result.get()
     }
 
+    /// From now on `prepare` and `start` are refused (`invalidState`): what a daemon calls
+    /// before its final `stop`, so that no request still in flight starts a recording after it.
+    public func refuseNewRecordings() {
+        control.sync { refusingRecordings = true }
+    }
+
     // MARK: On the control queue
 
     private func onControl<T>(_ body: () throws(RecorderError) -> T) throws(RecorderError) -> T {
@@ -255,6 +263,7 @@ public final class Recorder: @unchecked Sendable {
         case .idle, .finished, .failed: break
         default: throw .invalidState(operation, state.value)
         }
+        if refusingRecordings { throw RecorderError(.invalidState, "cannot \(operation): recd is shutting down") }
         let configuration = self.configuration
         let settings = settings ?? configuration.defaultSettings
         try settings.validate()

@@ -38,11 +38,15 @@ struct RecdService: Service {
         }
     }
 
-    /// Stop the recording (finalizing its file), let subscribers see the final state, then
-    /// close every connection once what is due to it is written.
+    /// Stop taking requests, stop the recording (finalizing its file), let subscribers see
+    /// the final state, then close every connection once what is due to it is written.
     private func shutDown() async {
         Systemd.notify("STOPPING=1\nSTATUS=stopping")
         logger.notice("shutting down")
+        // In this order: a `start` still in flight either runs before the final stop (and is
+        // stopped by it) or is refused.
+        await server.quiesce()
+        recorder.refuseNewRecordings()
         if recorder.state.value.isActive {
             // Finalizing a long file can take a while: ask systemd for more time, but only while
             // capture is still making progress. A capture thread stuck in the driver gets no
