@@ -24,6 +24,8 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .systemLibrary(name: "CSndfile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+        // glibc calls Swift's Glibc module hides (renameat2); used by RecorderCore only.
+        .systemLibrary(name: "CLinux"),
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -36,7 +38,7 @@ let package = Package(
         .target(name: "RecorderModel"),
         // Observed<T>, Recorder, the capture pipeline.
         .target(name: "RecorderCore", dependencies: [
-            "RecorderModel", "ALSA", "Sndfile", "Soxr",
+            "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux",
             .product(name: "Logging", package: "swift-log"),
             // A pthread lock for Observed: ThreadSanitizer cannot see Synchronization.Mutex's
             // futex on Linux and reports every access it guards as a race.

@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 import Glibc
 import Logging
@@ -126,7 +127,7 @@ public struct RecordingLibrary: Sendable {
     /// rename(2) that fails with EEXIST instead of replacing: renameat2's RENAME_NOREPLACE, or
     /// on a filesystem without it, link + unlink (vfat has neither: an existence check then).
     private static func renameWithoutReplacing(_ source: String, _ target: String) -> Result<Void, Errno> {
-        if renameat2(AT_FDCWD, source, AT_FDCWD, target, renameNoReplace) == 0 { return .success(()) }
+        if recd_rename_noreplace(source, target) == 0 { return .success(()) }
         let error = Errno(rawValue: errno)
         guard error == .invalidArgument || error == .notSupported else { return .failure(error) }
         if link(source, target) == 0 {
@@ -158,9 +159,3 @@ public struct RecordingLibrary: Sendable {
     }
 }
 
-/// glibc's renameat2 (2.28+), which Glibc's module map hides behind _GNU_SOURCE.
-@_silgen_name("renameat2")
-private func renameat2(_ oldDirectory: Int32, _ oldPath: UnsafePointer<CChar>, _ newDirectory: Int32,
-                       _ newPath: UnsafePointer<CChar>, _ flags: UInt32) -> Int32
-/// RENAME_NOREPLACE from <linux/fs.h>.
-private let renameNoReplace: UInt32 = 1

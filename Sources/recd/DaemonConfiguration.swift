@@ -132,7 +132,7 @@ struct DaemonConfiguration: Equatable, Sendable {
         try reader.read("capture.sync_interval", in: 0.01...3600, "seconds") { (value: Double) in syncInterval = value }
         try reader.read("capture.sample_rate", in: 1000...768_000, "Hz") { (value: Int) in captureSampleRate = value }
         try reader.read("capture.channels", in: 1...32) { (value: Int) in captureChannels = value }
-        try reader.read("capture.stop_timeout", in: 0.1...60, "seconds") { (value: Double) in stopTimeout = value }
+        try reader.read("capture.stop_timeout", in: 0.1...20, "seconds") { (value: Double) in stopTimeout = value }
         try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
         try reader.read("metering.levels_interval", in: 0.005...60, "seconds") { (value: Double) in levelsInterval = value }
         try reader.read("metering.time_interval", in: 0.005...60, "seconds") { (value: Double) in timeInterval = value }

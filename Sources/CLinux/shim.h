@@ -1,0 +1,21 @@
+// glibc calls that Swift's Glibc module hides behind _GNU_SOURCE, declared here as glibc
+// declares them (the module's headers are built without _GNU_SOURCE).
+#ifndef RECD_CLINUX_SHIM_H
+#define RECD_CLINUX_SHIM_H
+
+#include <fcntl.h>
+
+// <stdio.h>, glibc 2.28 and later.
+extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+
+// <linux/fs.h>
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+
+/// rename(2) that fails with EEXIST instead of replacing `to`.
+static inline int recd_rename_noreplace(const char *from, const char *to) {
+    return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+}
+
+#endif
