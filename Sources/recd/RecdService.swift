@@ -136,7 +136,11 @@ struct RecdService: Service {
     private func reloadOnHangup() async {
         for await _ in await UnixSignalsSequence(trapping: .sighup) {
             Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(DispatchTime.now().uptimeNanoseconds / 1000)")
-            if let configuration = reload() {
+            // Reading the file runs a child process and waits for it: off the cooperative pool.
+            let reloaded = await withCheckedContinuation { continuation in
+                DispatchQueue.global().async { continuation.resume(returning: reload()) }
+            }
+            if let configuration = reloaded {
                 recorder.reconfigure(configuration.recorderConfiguration)
                 StandardErrorLogHandler.level.store(
                     UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
