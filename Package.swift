@@ -15,7 +15,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
-        .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.0"),
     ],
     targets: [
@@ -45,6 +44,8 @@ let package = Package(
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
+        // The TOML subset recd's configuration is written in, read strictly (fuzzed).
+        .target(name: "TOML"),
         // Codable wire types, shared by the daemon and the client. No NIO.
         .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
         // The Unix-socket JSON-RPC server.
@@ -66,7 +67,7 @@ let package = Package(
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "TOMLKit", package: "TOMLKit"),
+            "TOML",
         ]),
         // A blocking client of the protocol (plain sockets, no event loop): one line out, one
         // line in. Used by recctl, the end-to-end tests and the benchmark.
@@ -81,7 +82,7 @@ let package = Package(
         .executableTarget(name: "recd-fuzz", dependencies: [
             "RecdProtocol", "RecorderCore",
             .product(name: "Logging", package: "swift-log"),
-            .product(name: "TOMLKit", package: "TOMLKit"),
+            "TOML",
         ]),
 
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
@@ -91,6 +92,7 @@ let package = Package(
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ]),
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
+        .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
         .testTarget(name: "RecdServerTests", dependencies: [
             "RecdServer", "RecdProtocol", "RecorderCore",
             .product(name: "NIOCore", package: "swift-nio"),

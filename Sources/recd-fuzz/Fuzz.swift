@@ -6,10 +6,7 @@
 import Foundation
 import RecdProtocol
 
-/// Which readers run: RECD_FUZZ=parser or config, both when unset. The smoke run in `make test`
-/// fuzzes the parser only: toml++ (inside TOMLKit) still aborts on some malformed TOML, which
-/// recd contains (SIGHUP reads a new file in a child) but cannot fix, and a fuzzing step in
-/// the test suite must not depend on when the fuzzer happens to find one.
+/// Which readers run: RECD_FUZZ=parser or config, both when unset.
 let fuzzedReaders = ProcessInfo.processInfo.environment["RECD_FUZZ"].map { Set($0.split(separator: ",").map(String.init)) }
     ?? ["parser", "config"]
 

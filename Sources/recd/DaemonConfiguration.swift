@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import RecorderCore
 import RecorderModel
-import TOMLKit
+import TOML
 
 /// Everything recd can be configured with: defaults for the mode, then the TOML file, then
 /// command-line options. etc/recd.toml documents every key.
@@ -66,42 +66,15 @@ struct DaemonConfiguration: Equatable, Sendable {
 
     // MARK: The TOML file
 
-    /// toml++ (inside TOMLKit) asserts, aborting the process, on a table header that does not
-    /// start with a key (`[{`, `[ =`): found by fuzzing. Refuse those here with a clear error.
-    static func checkTableHeaders(_ text: String, file: String) throws(ConfigurationError) {
-        // Bytes, not Characters: "[" followed by a combining mark is one Character. toml++
-        // skips a byte-order mark first, so do we.
-        let blank: Set<UInt8> = [0x20, 0x09]
-        let bytes = text.utf8.starts(with: [0xEF, 0xBB, 0xBF]) ? text.utf8.dropFirst(3) : text.utf8.dropFirst(0)
-        for (index, line) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
-            var rest = line.drop { blank.contains($0) }
-            guard rest.first == UInt8(ascii: "[") else { continue }
-            rest = rest.dropFirst()
-            if rest.first == UInt8(ascii: "[") { rest = rest.dropFirst() }
-            rest = rest.drop { blank.contains($0) }
-            let first = rest.first ?? 0x0A  // "[" at the end of a line: toml++ asserts on that too
-            let startsKey = (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first | 0x20)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
-                || [UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "\""), UInt8(ascii: "'"), UInt8(ascii: "]")].contains(first)
-            if !startsKey {
-                throw ConfigurationError(file: file, line: index + 1, key: nil,
-                                         message: "a table header must be a name in brackets, like [recording]")
-            }
-        }
-    }
-
     /// Applies the keys in `text` (read from `file`) over the current values.
     mutating func apply(toml text: String, file: String) throws(ConfigurationError) {
-        try Self.checkTableHeaders(text, file: file)
-        let table: TOMLTable
+        let document: TOMLDocument
         do {
-            table = try TOMLTable(string: text)
-        } catch let error as TOMLParseError {
-            throw ConfigurationError(file: file, line: error.source.begin.line, key: nil, message: error.description)
+            document = try TOMLDocument(parsing: text)
         } catch {
-            throw ConfigurationError(file: file, line: nil, key: nil, message: "\(error)")
+            throw ConfigurationError(file: file, line: error.line, key: nil, message: error.message)
         }
-        let reader = KeyReader(table: table, text: text, file: file)
+        let reader = KeyReader(document: document, file: file)
         try reader.read("device") { (value: String) in device = value }
         try reader.read("recordings_dir") { (value: String) throws(ConfigurationError) in
             guard value.hasPrefix("/") else { throw reader.invalid("recordings_dir", "must be an absolute path") }
@@ -168,42 +141,29 @@ struct ConfigurationError: Error, CustomStringConvertible, Equatable {
 
 /// Reads typed values by dotted key, remembering which keys were used so that unknown ones
 /// (typos) are errors rather than silently ignored.
-private final class KeyReader {
-    let table: TOMLTable
-    let text: String
+final class KeyReader {
+    let document: TOMLDocument
     let file: String
     var used: Set<String> = []
 
-    init(table: TOMLTable, text: String, file: String) {
-        self.table = table
-        self.text = text
+    init(document: TOMLDocument, file: String) {
+        self.document = document
         self.file = file
     }
 
     func read<T>(_ key: String, _ apply: (T) throws(ConfigurationError) -> Void) throws(ConfigurationError) {
         used.insert(key)
-        let parts = key.split(separator: ".").map(String.init)
-        var current: TOMLTable = table
-        for part in parts.dropLast() {
-            guard let next = current[part] else { return }
-            guard let nested = next.table else { throw invalid(part, "must be a table ([\(part)])") }
-            current = nested
-        }
-        guard let raw = current[parts.last!] else { return }
-        let value: Any?
-        switch T.self {
-        case is String.Type: value = raw.string
-        case is Int.Type: value = raw.int
-        case is Double.Type: value = raw.double ?? raw.int.map(Double.init)
-        case is Bool.Type: value = raw.bool
-        case is [String].Type:
-            if let array = raw.array {
-                let strings = array.compactMap { $0.string }
-                value = strings.count == array.count ? strings : nil
-            } else {
-                value = nil
-            }
-        default: value = nil
+        guard let entry = document.entry(key) else { return }
+        let value: Any? = switch (T.self, entry.value) {
+        case (is String.Type, .string(let string)): string
+        case (is Int.Type, .integer(let integer)): integer
+        case (is Double.Type, .float(let float)): float
+        case (is Double.Type, .integer(let integer)): Double(integer)
+        case (is Bool.Type, .bool(let bool)): bool
+        case (is [String].Type, .array(let array)):
+            array.allSatisfy { if case .string = $0 { true } else { false } }
+                ? array.compactMap { if case .string(let string) = $0 { string } else { nil } } : nil
+        default: nil
         }
         guard let typed = value as? T else { throw invalid(key, "must be \(Self.describe(T.self))") }
         try apply(typed)
@@ -232,17 +192,16 @@ private final class KeyReader {
 
     func rejectUnknownKeys() throws(ConfigurationError) {
         let sections = Set(used.compactMap { $0.contains(".") ? String($0.split(separator: ".")[0]) : nil })
-        for key in table.keys.sorted() {
-            if key.isEmpty {
-                throw ConfigurationError(file: file, line: nil, key: nil, message: "an empty key ('' = …) is not a setting")
+        for key in document.root.keys.sorted() where !used.contains(key) {
+            throw ConfigurationError(file: file, line: line(of: key), key: key,
+                                     message: sections.contains(key) ? "must be a table ([\(key)])" : "unknown key")
+        }
+        for name in document.tables.keys.sorted() {
+            guard sections.contains(name) else {
+                throw ConfigurationError(file: file, line: line(of: name), key: name, message: "unknown table")
             }
-            if sections.contains(key), let nested = table[key]?.table {
-                for inner in nested.keys.sorted() where !used.contains(key + "." + inner) {
-                    throw ConfigurationError(file: file, line: line(of: key + "." + inner), key: key + "." + inner, message: "unknown key")
-                }
-            } else if !used.contains(key) {
-                throw ConfigurationError(file: file, line: line(of: key), key: key,
-                                         message: sections.contains(key) ? "must be a table ([\(key)])" : "unknown key")
+            for inner in document.tables[name]!.entries.keys.sorted() where !used.contains(name + "." + inner) {
+                throw ConfigurationError(file: file, line: line(of: name + "." + inner), key: name + "." + inner, message: "unknown key")
             }
         }
     }
@@ -251,24 +210,9 @@ private final class KeyReader {
         ConfigurationError(file: file, line: line(of: key), key: key, message: message)
     }
 
-    /// The line a dotted key (or a section) is written on.
+    /// The line a dotted key, or a table's header, is written on.
     func line(of key: String) -> Int? {
-        let parts = key.split(separator: ".").map(String.init)
-        let section = parts.count > 1 ? parts[0] : nil
-        guard let name = parts.last else { return nil }  // an empty key ('' = 1): fuzzing found the crash
-        var current: String?
-        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = raw.trimmingCharacters(in: .whitespaces)
-            if line.hasPrefix("[") {
-                current = line.trimmingCharacters(in: CharacterSet(charactersIn: "[] "))
-                if parts.count == 1, current == name { return index + 1 }
-                continue
-            }
-            guard current == section, line.hasPrefix(name) else { continue }
-            let rest = line.dropFirst(name.count).trimmingCharacters(in: .whitespaces)
-            if rest.hasPrefix("=") { return index + 1 }
-        }
-        return nil
+        document.entry(key)?.line ?? document.tables[key]?.line
     }
 
     private static func describe(_ type: Any.Type) -> String {

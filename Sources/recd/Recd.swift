@@ -45,8 +45,7 @@ struct Recd: AsyncParsableCommand {
     @Flag(help: "Run as a user instance (XDG paths). The default for other users.")
     var user = false
 
-    @Flag(help: ArgumentHelp("Check the configuration and exit: 0 when it is valid, 78 with the error otherwise.",
-                             discussion: "SIGHUP runs this in a child process before it reloads, so a file the TOML parser chokes on cannot take a recording down."))
+    @Flag(help: "Check the configuration and exit: 0 when it is valid, 78 with the error otherwise.")
     var checkConfig = false
 
     func validate() throws {
@@ -143,12 +142,6 @@ struct Recd: AsyncParsableCommand {
                                    group: group, logger: Logger(label: "recd.server"))
         let command = self
         let service = RecdService(recorder: recorder, server: server, listenTarget: listenTarget, reload: {
-            // The TOML parser (toml++) aborts on some malformed files instead of reporting them
-            // (found by fuzzing): read the new file in a child first, never in the recording process.
-            if let failure = command.checkConfigurationInChild() {
-                logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(failure)"])
-                return nil
-            }
             do {
                 var reloaded = try command.loadConfiguration()
                 if reloaded.socketPath != configuration.socketPath || reloaded.maxClients != configuration.maxClients
@@ -181,45 +174,3 @@ struct Recd: AsyncParsableCommand {
     }
 }
 
-extension Recd {
-    /// Runs `recd --check-config` with this command's options; nil if it says the file is
-    /// valid, else what went wrong (its message, or how it died).
-    func checkConfigurationInChild(timeout: Double = 10) -> String? {
-        var arguments = ["--check-config"]
-        if let config { arguments += ["--config", config] }
-        if let socket { arguments += ["--socket", socket] }
-        if let device { arguments += ["--device", device] }
-        if let recordingsDir { arguments += ["--recordings-dir", recordingsDir] }
-        if let logLevel { arguments += ["--log-level", logLevel] }
-        arguments.append(mode == .system ? "--system" : "--user")
-        let child = Process()
-        child.executableURL = URL(fileURLWithPath: "/proc/self/exe")
-        child.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["SWIFT_BACKTRACE"] = "enable=no"  // a crash report would fill the pipe
-        environment["NOTIFY_SOCKET"] = nil
-        child.environment = environment
-        let errors = Pipe()
-        child.standardError = errors
-        child.standardOutput = FileHandle.nullDevice
-        do {
-            try child.run()
-        } catch {
-            return "cannot run recd --check-config: \(error)"
-        }
-        let deadline = Date().addingTimeInterval(timeout)
-        while child.isRunning, Date() < deadline { usleep(10_000) }
-        if child.isRunning {
-            child.terminate()
-            return "recd --check-config did not finish in \(Int(timeout)) s"
-        }
-        let message = String(String(decoding: errors.fileHandleForReading.availableData, as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines).prefix(500))
-        switch (child.terminationReason, child.terminationStatus) {
-        case (.exit, 0): return nil
-        case (.exit, _): return message.isEmpty ? "recd --check-config failed" : message
-        case (.uncaughtSignal, let signal): return "the configuration parser crashed (signal \(signal)): \(message)"
-        @unknown default: return message
-        }
-    }
-}

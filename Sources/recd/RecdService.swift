@@ -136,7 +136,7 @@ struct RecdService: Service {
     private func reloadOnHangup() async {
         for await _ in await UnixSignalsSequence(trapping: .sighup) {
             Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(DispatchTime.now().uptimeNanoseconds / 1000)")
-            // Reading the file runs a child process and waits for it: off the cooperative pool.
+            // Reading the file is blocking I/O: off the cooperative pool.
             let reloaded = await withCheckedContinuation { continuation in
                 DispatchQueue.global().async { continuation.resume(returning: reload()) }
             }

@@ -1,0 +1,71 @@
+import Testing
+import TOML
+
+/// The configuration's TOML reader on its own.
+@Suite("TOML document")
+struct TOMLDocumentTests {
+    func failure(_ text: String) -> TOMLError? {
+        do {
+            _ = try TOMLDocument(parsing: text)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func readsEveryKindOfValueWithItsLine() throws {
+        let document = try TOMLDocument(parsing: """
+            \u{FEFF}# recd
+            device = "hw:CARD=USB,DEV=0"   # a comment
+            path = 'C:\\no\\escapes'
+            [recording]
+            sample_rate = 48_000
+            mode = 0o660
+            gain = -1.5e-3
+            huge = inf
+            enabled = true
+            users = [
+              "alice", # first
+              "b\\u00f6b",
+            ]
+            """)
+        #expect(document.entry("device") == .init(value: .string("hw:CARD=USB,DEV=0"), line: 2))
+        #expect(document.entry("path")?.value == .string("C:\\no\\escapes"))
+        #expect(document.tables["recording"]?.line == 4)
+        #expect(document.entry("recording.sample_rate") == .init(value: .integer(48000), line: 5))
+        #expect(document.entry("recording.mode")?.value == .integer(0o660))
+        #expect(document.entry("recording.gain")?.value == .float(-1.5e-3))
+        #expect(document.entry("recording.huge")?.value == .float(.infinity))
+        #expect(document.entry("recording.enabled")?.value == .bool(true))
+        #expect(document.entry("recording.users") == .init(value: .array([.string("alice"), .string("böb")]), line: 10))
+    }
+
+    @Test func refusesWhatRecdDoesNotUseWithTheLine() {
+        #expect(failure("a = 1\n[t]\nb = {x = 1}\n") == TOMLError(line: 3, message: "inline tables ({ … }) are not used in recd's configuration"))
+        #expect(failure("x = 1979-05-27T07:32:00Z")?.message == "dates and times are not used in recd's configuration")
+        #expect(failure("[[t]]")?.message == "arrays of tables ([[…]]) are not used in recd's configuration")
+        #expect(failure("[a.b]")?.message == "nested tables ([a.b]) are not used in recd's configuration")
+        #expect(failure("a.b = 1")?.message == "dotted keys (a.b = …) are not used in recd's configuration")
+        #expect(failure("s = \"\"\"x\"\"\"")?.message == "multi-line strings are not used in recd's configuration")
+    }
+
+    @Test func malformedInputIsAnErrorOnItsLine() {
+        #expect(failure("\n\n[recording\n")?.line == 3)
+        #expect(failure("a = 1\na = 2\n") == TOMLError(line: 2, message: "'a' is set twice"))
+        #expect(failure("[a]\n[a]\n")?.message == "table [a] appears twice")
+        #expect(failure("a = \"open\n")?.message == "a string is not closed on its line")
+        #expect(failure("a = [1, 2\n")?.message == "an array is not closed with ']'")
+        #expect(failure("a = \n")?.message == "a value is missing")
+        #expect(failure("a = 1 2\n")?.message == "unexpected text after the value; one setting per line")
+        #expect(failure("a = 01\n")?.message == "'01' is not a value (strings need quotes)")
+        #expect(failure("a = 1__0\n") != nil)
+        #expect(failure("a = \"\\q\"\n") != nil)
+        #expect(failure("'' = 1\n")?.message == "an empty key ('' = …) is not a setting")
+        #expect(failure("a = " + String(repeating: "[", count: 40) + String(repeating: "]", count: 40))?.message
+                == "arrays nested more than 32 deep")
+        // Inputs that made toml++ abort (found by fuzzing).
+        for text in ["[{", "[\n", "\u{FEFF}    [\\", "[\u{0367}", "Y=[}\u{7f}\0\0", "sa = 8000-11-22T[tt10:YY", "y_sn =0998-11-)2 0 c\r"] {
+            #expect(failure(text) != nil, "\(text)")
+        }
+    }
+}
