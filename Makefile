@@ -73,12 +73,13 @@ fuzz: fuzz-build
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/corpus Tests/fuzz/corpus
 
 # A short fuzzing run (part of make test): the seed corpus replayed by the plain build, then
-# 300 000 new inputs from a fixed seed (well under a minute), the same on every machine.
+# 300 000 new inputs from a fixed seed (well under a minute), the same on every machine
+# (deterministic hashing: Swift seeds Dictionary and Set order per process otherwise).
 fuzz-smoke: fuzz-build
 	$(SWIFT) build --product recd-fuzz
 	"$$($(SWIFT) build --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
 	rm -rf .build-fuzz/smoke && mkdir -p .build-fuzz/smoke
-	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 -timeout=10 -rss_limit_mb=2048 \
+	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/smoke Tests/fuzz/corpus
 
 check-units: build

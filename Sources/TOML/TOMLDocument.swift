@@ -42,7 +42,7 @@ public struct TOMLDocument: Sendable, Equatable {
 
     /// `key` (top level) or `table.key`.
     public func entry(_ dottedKey: String) -> Entry? {
-        let parts = dottedKey.split(separator: ".", maxSplits: 1).map(String.init)
+        let parts = dottedKey.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
         if parts.count == 1 { return root[dottedKey] }
         return tables[parts[0]]?.entries[parts[1]]
     }
@@ -173,6 +173,8 @@ private struct Parser {
         if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "'") {
             let name = try string()
             if name.isEmpty { throw error("an empty key ('' = …) is not a setting") }
+            // recd names settings `table.key`: a dot inside a name would make that ambiguous.
+            if name.contains(".") { throw error("a name with a dot in it ('\(name)') is not a setting") }
             return name
         }
         let start = index

@@ -61,6 +61,8 @@ struct TOMLDocumentTests {
         #expect(failure("a = 1__0\n") != nil)
         #expect(failure("a = \"\\q\"\n") != nil)
         #expect(failure("'' = 1\n")?.message == "an empty key ('' = …) is not a setting")
+        #expect(failure("'.'='='\n")?.message == "a name with a dot in it ('.') is not a setting")
+        #expect(failure("[\"a.b\"]\n") != nil)
         #expect(failure("a = " + String(repeating: "[", count: 40) + String(repeating: "]", count: 40))?.message
                 == "arrays nested more than 32 deep")
         // Inputs that made toml++ abort (found by fuzzing).
