@@ -23,6 +23,7 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .systemLibrary(name: "CSndfile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
         // glibc calls Swift's Glibc module hides (renameat2); used by RecorderCore only.
         .systemLibrary(name: "CLinux"),
 
@@ -31,6 +32,7 @@ let package = Package(
         .target(name: "Systemd", dependencies: ["CSystemd"]),
         .target(name: "Sndfile", dependencies: ["CSndfile"]),
         .target(name: "Soxr", dependencies: ["CSoxr"]),
+        .target(name: "Mosquitto", dependencies: ["CMosquitto"]),
 
         // The values the recorder publishes (state, recording, levels, errors, settings): plain
         // Codable structs shared by the daemon, the protocol and the client.
@@ -59,8 +61,19 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
+        // Commands run for every finalized file (upload hooks).
+        .target(name: "RecdHooks", dependencies: [
+            "RecorderCore", "RecorderModel",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The MQTT bridge and Home Assistant discovery; observes the in-process Recorder.
+        .target(name: "RecdMQTT", dependencies: [
+            "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks", "Mosquitto",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecorderCore", "RecdProtocol", "Systemd",
+            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecdProtocol", "Systemd",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
