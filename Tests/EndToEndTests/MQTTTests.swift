@@ -230,3 +230,59 @@ struct MQTTTests {
         #expect(daemon.terminate() == 0)
     }
 }
+
+/// The documented setup: recd logs in with a password file, the broker's ACL decides who controls.
+@Suite("MQTT bridge with a broker ACL")
+struct MQTTAccessTests {
+    @Test func theBrokersACLDecidesWhoMayControlRecd() throws {
+        let files = TemporaryDirectory()
+        // doc/mqtt.md's ACL, for prefix recd/test.
+        let acl = """
+        user recd
+        topic write recd/test/#
+        topic read recd/test/command/#
+        topic write homeassistant/#
+        topic read homeassistant/status
+
+        user homeassistant
+        topic read recd/#
+        topic write recd/+/command/#
+        topic readwrite homeassistant/#
+
+        user dashboard
+        topic read recd/#
+
+        """
+        try acl.write(toFile: files.file("acl"), atomically: true, encoding: .utf8)
+        FileManager.default.createFile(atPath: files.file("passwords"), contents: Data())
+        for (user, password) in [("recd", "recd-secret"), ("homeassistant", "ha-secret"), ("dashboard", "dash-secret")] {
+            #expect(try run("/usr/bin/mosquitto_passwd", ["-b", files.file("passwords"), user, password]).status == 0)
+        }
+        chmod(files.file("passwords"), 0o644)  // the broker drops root for user mosquitto
+        try "recd-secret\n".write(toFile: files.file("recd-password"), atomically: true, encoding: .utf8)
+
+        let broker = try MosquittoBroker(settings: "allow_anonymous false\npassword_file \(files.file("passwords"))\nacl_file \(files.file("acl"))")
+        let inputs = TemporaryDirectory()
+        let input = writeCounterInput(inputs, seconds: 4)
+        let config = MQTTTests.config(port: broker.port, control: true,
+                                      extra: "username = \"recd\"\npassword_file = \"\(files.file("recd-password"))\"")
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: config)
+        let homeAssistant = ("homeassistant", "ha-secret")
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["recd/test/#", "homeassistant/#"], login: homeAssistant)
+        #expect(watcher.first("recd/test/availability", where: { $0.payload == "online" }) != nil, "\(daemon.log)")
+        #expect(watcher.first("homeassistant/device/\(MQTTTests.objectID)/config") != nil)
+
+        // The dashboard may read but its command never reaches recd; Home Assistant's does.
+        try mqttPublish(port: broker.port, topic: "recd/test/command/start", payload: #"{"name": "from-dashboard", "id": "d"}"#,
+                        login: ("dashboard", "dash-secret"))
+        try mqttPublish(port: broker.port, topic: "recd/test/command/start", payload: #"{"name": "from-ha", "duration": 1, "id": "h"}"#,
+                        login: homeAssistant)
+        let reply = try #require(watcher.first("recd/test/reply"))
+        #expect(reply.json?["id"] as? String == "h")
+        #expect(reply.json?["ok"] as? Bool == true)
+        #expect(watcher.first("recd/test/last_file", where: { $0.json?["name"] as? String == "from-ha" }) != nil)
+        #expect(!watcher.messages.contains { $0.payload.contains("from-dashboard") })
+        #expect(!FileManager.default.fileExists(atPath: daemon.recordings + "/from-dashboard.wav"))
+        #expect(daemon.terminate() == 0)
+    }
+}

@@ -8,11 +8,12 @@ public final class MosquittoBroker {
     public private(set) var process: ChildProcess
 
     /// Starts a broker on `port` (a free one when nil) and waits until it accepts connections.
-    public init(port: Int? = nil) throws {
+    /// `settings` replaces `allow_anonymous true` (e.g. password_file and acl_file lines).
+    public init(port: Int? = nil, settings: String = "allow_anonymous true") throws {
         self.port = port ?? MosquittoBroker.freePort()
         let config = """
         listener \(self.port) 127.0.0.1
-        allow_anonymous true
+        \(settings)
         persistence false
         log_dest stdout
         log_type error
@@ -101,10 +102,12 @@ public final class MQTTWatcher {
     private let directory = TemporaryDirectory()
     private let process: ChildProcess
 
-    public init(port: Int, topics: [String]) throws {
+    /// - Parameter login: user name and password, when the broker wants them.
+    public init(port: Int, topics: [String], login: (String, String)? = nil) throws {
         // %r: retained flag, %t: topic, %p: payload; one message per line (our payloads have no newlines).
+        let credentials = login.map { ["-u", $0.0, "-P", $0.1] } ?? []
         process = try ChildProcess("/usr/bin/mosquitto_sub",
-                                   ["-h", "127.0.0.1", "-p", String(port), "-F", "%r %t %p"] + topics.flatMap { ["-t", $0] },
+                                   ["-h", "127.0.0.1", "-p", String(port), "-F", "%r %t %p"] + credentials + topics.flatMap { ["-t", $0] },
                                    environment: ProcessInfo.processInfo.environment, output: directory.file("messages"))
     }
 
@@ -141,9 +144,10 @@ public final class MQTTWatcher {
 }
 
 /// Publishes one message with `mosquitto_pub`.
-public func mqttPublish(port: Int, topic: String, payload: String, retain: Bool = false) throws {
+public func mqttPublish(port: Int, topic: String, payload: String, retain: Bool = false, login: (String, String)? = nil) throws {
+    let credentials = login.map { ["-u", $0.0, "-P", $0.1] } ?? []
     let process = try ChildProcess("/usr/bin/mosquitto_pub",
-                                   ["-h", "127.0.0.1", "-p", String(port), "-q", "1", "-t", topic, "-m", payload] + (retain ? ["-r"] : []),
+                                   ["-h", "127.0.0.1", "-p", String(port), "-q", "1", "-t", topic, "-m", payload] + credentials + (retain ? ["-r"] : []),
                                    environment: ProcessInfo.processInfo.environment)
     guard process.wait(timeout: 20) == 0 else { throw TestFailure("mosquitto_pub to \(topic) failed") }
 }
