@@ -9,6 +9,10 @@ let package = Package(
     products: [
         .executable(name: "recd", targets: ["recd"]),
         .executable(name: "recctl", targets: ["recctl"]),
+        // For other Swift programs: recd's client (blocking and async), and the recorder itself
+        // to record in-process (Examples/simple-recorder shows it).
+        .library(name: "RecdClient", targets: ["RecdClient", "RecdProtocol", "RecorderModel"]),
+        .library(name: "RecorderCore", targets: ["RecorderCore", "RecorderModel"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -93,10 +97,12 @@ let package = Package(
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
         // plainly, it replays a corpus. Its DaemonConfiguration.swift is a link to recd's.
         .executableTarget(name: "recd-fuzz", dependencies: [
-            "RecdProtocol", "RecorderCore",
+            "RecdProtocol", "RecorderCore", "RecdHooks",
             .product(name: "Logging", package: "swift-log"),
             "TOML",
         ]),
+        // RecorderCore used as a library: record a file in-process.
+        .executableTarget(name: "simple-recorder", dependencies: ["RecorderCore", "RecorderModel"], path: "Examples/simple-recorder"),
 
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),
