@@ -41,7 +41,25 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private var tokens: [ObservationToken] = []
     private var telemetryTimer: DispatchSourceTimer?
     private var lastHookWarning: String?
-    private let telemetryInFlight = Mutex(Set<Int32>())
+    private let telemetryInFlight = Mutex(TelemetryInFlight())
+
+    /// Telemetry messages handed to libmosquitto that have not left yet. The network thread may
+    /// report a message sent before `publish` has returned its id: such ids wait in `sentEarly`.
+    struct TelemetryInFlight {
+        var waiting: Set<Int32> = []
+        var sentEarly: Set<Int32> = []
+
+        mutating func published(_ id: Int32) {
+            if sentEarly.remove(id) == nil { waiting.insert(id) }
+        }
+
+        mutating func sent(_ id: Int32) {
+            guard waiting.remove(id) == nil else { return }
+            // Also every state message's id: keep only the recent ones.
+            if sentEarly.count >= 64 { sentEarly.removeAll() }
+            sentEarly.insert(id)
+        }
+    }
 
     public init(recorder: Recorder, configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil, version: String,
                 logger: Logger) throws(MosquittoError) {
@@ -108,7 +126,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private func handle(_ event: MQTTClient.Event) {
         switch event {
         case .published(let messageID):
-            telemetryInFlight.withLock { _ = $0.remove(messageID) }
+            telemetryInFlight.withLock { $0.sent(messageID) }
         case .message(let topic, let payload, _):
             if topic == configuration.discoveryPrefix + "/status" {
                 if String(decoding: payload, as: UTF8.self) == "online" { queue.async { self.announce() } }
@@ -125,7 +143,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     private func connectionUp() {
         connected = true
-        telemetryInFlight.withLock { $0.removeAll() }
+        telemetryInFlight.withLock { $0 = TelemetryInFlight() }
         if outageReported || everConnected {
             logger.notice("MQTT broker reachable again; state re-published", metadata: ["mqtt.broker": "\(configuration.endpoint)"])
         } else {
@@ -143,7 +161,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     private func connectionDown(_ reason: String) {
         connected = false
-        telemetryInFlight.withLock { $0.removeAll() }
+        telemetryInFlight.withLock { $0 = TelemetryInFlight() }
         // One line per outage, however many attempts it takes.
         guard !outageReported else { return }
         outageReported = true
@@ -229,16 +247,17 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         retained[topics.time] = time
         guard connected else { return }
         // Drop, don't queue: while the last tick's messages are still on their way, skip this one.
-        guard telemetryInFlight.withLock({ $0.isEmpty }) else { return }
+        guard telemetryInFlight.withLock({ $0.waiting.isEmpty }) else { return }
         var messages: [(String, [UInt8], Bool)] = [(topics.time, time, true)]
         let levels = recorder.levels.value
         if !levels.channels.isEmpty {
             messages.append((topics.levels, Self.encode(LevelsMessage(levels)), false))
         }
         for (topic, payload, retain) in messages {
-            // The id is recorded under the lock before the network thread can report it sent.
-            telemetryInFlight.withLock { inFlight in
-                if let id = try? client.publish(topic: topic, payload: payload, qos: 0, retain: retain) { inFlight.insert(id) }
+            // Never call into libmosquitto under our lock: its network thread holds its own
+            // locks while it reports messages sent.
+            if let id = try? client.publish(topic: topic, payload: payload, qos: 0, retain: retain) {
+                telemetryInFlight.withLock { $0.published(id) }
             }
         }
     }

@@ -155,6 +155,9 @@ struct Recd: AsyncParsableCommand {
                     logger.warning("the recordings directory changes only on restart")
                     reloaded.recordingsDirectory = configuration.recordingsDirectory
                 }
+                if reloaded.mqtt != configuration.mqtt || reloaded.hooks != configuration.hooks {
+                    logger.warning("[mqtt] and [hooks] settings change only on restart")
+                }
                 return reloaded
             } catch {
                 logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(error)"])

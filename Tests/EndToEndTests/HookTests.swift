@@ -91,7 +91,8 @@ struct HookTests {
         let config = Self.toml(["/bin/sh", "-c", script, "sh", out.path], extra: "timeout = 1\nmax_concurrent = 1\n")
             + MQTTTests.config(port: broker.port)
         let daemon = try Daemon(device: TestDevices.file(input.path), config: config)
-        let watcher = try MQTTWatcher(port: broker.port, topics: ["\(MQTTTests.prefix)/#"])
+        // Subscribed before any hook runs: the hook topic is retained, but only its last value.
+        let watcher = try MQTTTests().watch(broker)
 
         let hanging = try record(daemon, "hang-1")
         #expect(waitUntil(timeout: 20) { FileManager.default.fileExists(atPath: out.file("hang-1.pid")) })
