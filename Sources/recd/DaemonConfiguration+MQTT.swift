@@ -1,7 +1,5 @@
 import Foundation
-import Mosquitto
 import RecdHooks
-import RecdMQTT
 
 /// `[mqtt]`: the MQTT bridge (off unless `enabled = true`).
 struct MQTTSettings: Equatable, Sendable {
@@ -18,10 +16,15 @@ struct MQTTSettings: Equatable, Sendable {
     var qos = 1
     var control = false
     var telemetryInterval = 1.0
-    var discovery = MQTTBridgeConfiguration.Discovery.device
+    var discovery = MQTTDiscoveryForm.device
     var discoveryPrefix = "homeassistant"
     var deviceName = ""
     var keepAlive = 30
+}
+
+/// `[mqtt] discovery`: how Home Assistant is told about recd (RecdMQTT's `Discovery`).
+enum MQTTDiscoveryForm: String, Equatable, Sendable, CaseIterable {
+    case device, component, off
 }
 
 /// `[hooks]`: commands run for every finalized file.
@@ -56,7 +59,7 @@ extension DaemonConfiguration {
         try reader.read("mqtt.qos", in: 0...2) { (value: Int) in mqtt.qos = value }
         try reader.read("mqtt.control") { (value: Bool) in mqtt.control = value }
         try reader.read("mqtt.telemetry_interval", in: 0...3600, "seconds") { (value: Double) in mqtt.telemetryInterval = value }
-        try reader.read("mqtt.discovery") { (value: MQTTBridgeConfiguration.Discovery) in mqtt.discovery = value }
+        try reader.read("mqtt.discovery") { (value: MQTTDiscoveryForm) in mqtt.discovery = value }
         try reader.read("mqtt.discovery_prefix") { (value: String) in mqtt.discoveryPrefix = value }
         try reader.read("mqtt.device_name") { (value: String) in mqtt.deviceName = value }
         try reader.read("mqtt.keepalive", in: 5...3600, "seconds") { (value: Int) in mqtt.keepAlive = value }
@@ -71,33 +74,5 @@ extension DaemonConfiguration {
         }
         try reader.read("hooks.timeout", in: 0.1...86400, "seconds") { (value: Double) in hooks.timeout = value }
         try reader.read("hooks.max_concurrent", in: 1...64) { (value: Int) in hooks.maxConcurrent = value }
-    }
-
-    /// The bridge's settings with defaults filled in and the password read; nil when disabled.
-    func mqttBridgeConfiguration() throws(ConfigurationError) -> MQTTBridgeConfiguration? {
-        guard mqtt.enabled else { return nil }
-        var password: String?
-        if !mqtt.passwordFile.isEmpty {
-            guard let text = try? String(contentsOfFile: mqtt.passwordFile, encoding: .utf8) else {
-                throw ConfigurationError(file: mqtt.passwordFile, line: nil, key: "mqtt.password_file",
-                                         message: "cannot be read: \(String(cString: strerror(errno)))")
-            }
-            password = text.trimmingCharacters(in: .newlines)
-        }
-        let hostname = MQTTBridgeConfiguration.hostname
-        return MQTTBridgeConfiguration(
-            endpoint: mqtt.socket.isEmpty ? .tcp(host: mqtt.host, port: mqtt.port) : .unixSocket(path: mqtt.socket),
-            clientID: mqtt.clientID.isEmpty ? "recd-\(hostname)" : mqtt.clientID,
-            username: mqtt.username.isEmpty ? nil : mqtt.username, password: password,
-            caFile: mqtt.tlsCAFile.isEmpty ? nil : mqtt.tlsCAFile, keepAlive: Int32(mqtt.keepAlive),
-            topicPrefix: mqtt.topicPrefix.isEmpty ? "recd/\(hostname)" : mqtt.topicPrefix, qos: Int32(mqtt.qos),
-            controlAllowed: mqtt.control, telemetryInterval: mqtt.telemetryInterval, discovery: mqtt.discovery,
-            discoveryPrefix: mqtt.discoveryPrefix, deviceName: mqtt.deviceName.isEmpty ? "recd \(hostname)" : mqtt.deviceName)
-    }
-
-    /// The hook commands; empty when none is configured.
-    var hookCommands: [HookCommand] {
-        guard !hooks.onFileClosed.isEmpty else { return [] }
-        return [try! HookCommand(name: "on_file_closed", template: hooks.onFileClosed)]  // validated when read
     }
 }

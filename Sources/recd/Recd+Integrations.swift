@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Mosquitto
 import RecdHooks
 import RecdMQTT
 import RecorderCore
@@ -36,5 +37,35 @@ extension Recd {
             FileHandle.standardError.write(Data("recd: mqtt: \(error)\n".utf8))
             throw ExitCode(78)
         }
+    }
+}
+
+extension DaemonConfiguration {
+    /// The bridge's settings with defaults filled in and the password read; nil when disabled.
+    func mqttBridgeConfiguration() throws(ConfigurationError) -> MQTTBridgeConfiguration? {
+        guard mqtt.enabled else { return nil }
+        var password: String?
+        if !mqtt.passwordFile.isEmpty {
+            guard let text = try? String(contentsOfFile: mqtt.passwordFile, encoding: .utf8) else {
+                throw ConfigurationError(file: mqtt.passwordFile, line: nil, key: "mqtt.password_file",
+                                         message: "cannot be read: \(String(cString: strerror(errno)))")
+            }
+            password = text.trimmingCharacters(in: .newlines)
+        }
+        let hostname = MQTTBridgeConfiguration.hostname
+        return MQTTBridgeConfiguration(
+            endpoint: mqtt.socket.isEmpty ? .tcp(host: mqtt.host, port: mqtt.port) : .unixSocket(path: mqtt.socket),
+            clientID: mqtt.clientID.isEmpty ? "recd-\(hostname)" : mqtt.clientID,
+            username: mqtt.username.isEmpty ? nil : mqtt.username, password: password,
+            caFile: mqtt.tlsCAFile.isEmpty ? nil : mqtt.tlsCAFile, keepAlive: Int32(mqtt.keepAlive),
+            topicPrefix: mqtt.topicPrefix.isEmpty ? "recd/\(hostname)" : mqtt.topicPrefix, qos: Int32(mqtt.qos),
+            controlAllowed: mqtt.control, telemetryInterval: mqtt.telemetryInterval, discovery: MQTTBridgeConfiguration.Discovery(rawValue: mqtt.discovery.rawValue)!,
+            discoveryPrefix: mqtt.discoveryPrefix, deviceName: mqtt.deviceName.isEmpty ? "recd \(hostname)" : mqtt.deviceName)
+    }
+
+    /// The hook commands; empty when none is configured.
+    var hookCommands: [HookCommand] {
+        guard !hooks.onFileClosed.isEmpty else { return [] }
+        return [try! HookCommand(name: "on_file_closed", template: hooks.onFileClosed)]  // validated when read
     }
 }
