@@ -288,3 +288,88 @@ struct MQTTAccessTests {
         #expect(daemon.terminate() == 0)
     }
 }
+
+/// The other ways to reach a broker: TLS with a CA file, and a Unix socket.
+@Suite("MQTT bridge transports")
+struct MQTTTransportTests {
+    let inputs = TemporaryDirectory()
+
+    /// A CA and a server certificate for localhost / 127.0.0.1, made with openssl.
+    func makeCertificates(in directory: TemporaryDirectory) throws {
+        let steps: [[String]] = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+             "-subj", "/CN=recd test CA"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
+             "-days", "2", "-extfile", "san.cnf"],
+        ]
+        try "subjectAltName=IP:127.0.0.1,DNS:localhost\n".write(toFile: directory.file("san.cnf"), atomically: true, encoding: .utf8)
+        for step in steps {
+            let result = try run("/bin/sh", ["-c", "cd \"$0\" && exec openssl \"$@\"", directory.path] + step)
+            guard result.status == 0 else { throw TestFailure("openssl \(step[0]) failed: \(result.stderr)") }
+        }
+        // The broker drops root for user mosquitto.
+        for file in ["ca.pem", "server.pem", "server.key"] { chmod(directory.file(file), 0o644) }
+    }
+
+    @Test func connectsOverTLSTrustingTheConfiguredCA() throws {
+        let certificates = TemporaryDirectory()
+        try makeCertificates(in: certificates)
+        let broker = try MosquittoBroker(settings: """
+            allow_anonymous true
+            cafile \(certificates.file("ca.pem"))
+            certfile \(certificates.file("server.pem"))
+            keyfile \(certificates.file("server.key"))
+            """)
+        let input = writeCounterInput(inputs, seconds: 2)
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: MQTTTests.config(
+            port: broker.port, extra: "tls_ca_file = \"\(certificates.file("ca.pem"))\""))
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["recd/test/#"], options: ["--cafile", certificates.file("ca.pem")])
+        #expect(watcher.first("recd/test/availability", where: { $0.payload == "online" }) != nil, "\(daemon.log)")
+        #expect(watcher.first("recd/test/state")?.payload == "idle")
+        #expect(daemon.terminate() == 0)
+    }
+
+    @Test func aBrokerThatRefusesTheCertificateCostsOneLogLineAndNothingElse() throws {
+        let certificates = TemporaryDirectory()
+        try makeCertificates(in: certificates)
+        let broker = try MosquittoBroker(settings: """
+            allow_anonymous true
+            cafile \(certificates.file("ca.pem"))
+            certfile \(certificates.file("server.pem"))
+            keyfile \(certificates.file("server.key"))
+            """)
+        // Trusting only the system's CAs, recd cannot verify this broker.
+        let input = writeCounterInput(inputs, seconds: 4)
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: MQTTTests.config(
+            port: broker.port, extra: "tls_ca_file = \"/etc/ssl/certs/ca-certificates.crt\""))
+        #expect(waitUntil(timeout: 20) { daemon.log.contains("MQTT broker unreachable") }, "\(daemon.log)")
+        // Recording is unaffected.
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "no-broker", duration: 1))
+        #expect(waitUntil(timeout: 20) { (try? client.call(.status, as: StatusResult.self))?.state.name == .finished })
+        #expect(try SoundFileReader(path: daemon.recordings + "/no-broker.wav").info.frames == 48000)
+        #expect(daemon.log.components(separatedBy: "MQTT broker unreachable").count == 2, "\(daemon.log)")
+        #expect(daemon.terminate() == 0)
+    }
+
+    @Test func connectsThroughTheBrokersUnixSocket() throws {
+        let sockets = TemporaryDirectory()
+        chmod(sockets.path, 0o777)  // the broker binds as user mosquitto
+        let path = sockets.file("mosquitto.sock")
+        let broker = try MosquittoBroker(settings: "allow_anonymous true\nlistener 0 \(path)")
+        let input = writeCounterInput(inputs, seconds: 2)
+        let config = """
+            [mqtt]
+            enabled = true
+            socket = "\(path)"
+            client_id = "recd-unix"
+            topic_prefix = "recd/unix"
+            """
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: config)
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["recd/unix/#"])
+        #expect(watcher.first("recd/unix/availability", where: { $0.payload == "online" }) != nil, "\(daemon.log)")
+        #expect(daemon.log.contains("mqtt.broker=unix:\(path)"))
+        #expect(daemon.terminate() == 0)
+    }
+}

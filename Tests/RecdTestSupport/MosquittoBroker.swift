@@ -102,12 +102,14 @@ public final class MQTTWatcher {
     private let directory = TemporaryDirectory()
     private let process: ChildProcess
 
-    /// - Parameter login: user name and password, when the broker wants them.
-    public init(port: Int, topics: [String], login: (String, String)? = nil) throws {
+    /// - Parameters:
+    ///   - login: user name and password, when the broker wants them.
+    ///   - options: more mosquitto_sub options (`--cafile`, `--unix`…).
+    public init(port: Int, topics: [String], login: (String, String)? = nil, options: [String] = []) throws {
         // %r: retained flag, %t: topic, %p: payload; one message per line (our payloads have no newlines).
         let credentials = login.map { ["-u", $0.0, "-P", $0.1] } ?? []
         process = try ChildProcess("/usr/bin/mosquitto_sub",
-                                   ["-h", "127.0.0.1", "-p", String(port), "-F", "%r %t %p"] + credentials + topics.flatMap { ["-t", $0] },
+                                   ["-h", "127.0.0.1", "-p", String(port), "-F", "%r %t %p"] + credentials + options + topics.flatMap { ["-t", $0] },
                                    environment: ProcessInfo.processInfo.environment, output: directory.file("messages"))
     }
 
