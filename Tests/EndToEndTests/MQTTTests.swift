@@ -180,6 +180,25 @@ struct MQTTTests {
         #expect(daemon.terminate() == 0)
     }
 
+    @Test func shutdownPublishesTheFinishedRecordingBeforeGoingOffline() throws {
+        let broker = try MosquittoBroker()
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: Self.config(port: broker.port, control: true))
+        let watcher = try watch(broker)
+        try mqttPublish(port: broker.port, topic: "\(Self.prefix)/command/start", payload: #"{"name": "at-shutdown"}"#)
+        #expect(watcher.first("\(Self.prefix)/state", where: { $0.payload == "recording" }) != nil)
+        #expect(daemon.terminate() == 0)
+        #expect(watcher.first("\(Self.prefix)/availability", where: { $0.payload == "offline" }) != nil)
+        let messages = watcher.messages
+        let finished = messages.firstIndex { $0.topic == "\(Self.prefix)/state" && $0.payload == "finished" }
+        let lastFile = messages.firstIndex { $0.topic == "\(Self.prefix)/last_file" && $0.payload.contains("at-shutdown") }
+        let offline = messages.firstIndex { $0.topic == "\(Self.prefix)/availability" && $0.payload == "offline" }
+        #expect(finished != nil && lastFile != nil && offline != nil, "\(messages)")
+        if let finished, let lastFile, let offline {
+            #expect(finished < offline && lastFile < offline)
+        }
+    }
+
     @Test func brokerSendsTheLastWillWhenRecdIsKilled() throws {
         let broker = try MosquittoBroker()
         let input = writeCounterInput(inputs, seconds: 2)
