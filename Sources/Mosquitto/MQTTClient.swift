@@ -143,9 +143,6 @@ public final class MQTTClient: @unchecked Sendable {
         mosquitto_connect_callback_set(handle) { _, context, code in
             MQTTClient.from(context).connectionAnswered(code: code)
         }
-        mosquitto_disconnect_callback_set(handle) { _, context, code in
-            MQTTClient.from(context).connectionEnded(code: code)
-        }
         mosquitto_publish_callback_set(handle) { _, context, messageID in
             MQTTClient.from(context).onEvent(.published(messageID: messageID))
         }
@@ -268,6 +265,8 @@ public final class MQTTClient: @unchecked Sendable {
         delay = min(delay * 2, options.reconnectDelay.upperBound)
     }
 
+    // An ended connection is reported by the loop, with its reason, when mosquitto_loop
+    // returns an error; a disconnect we asked for needs no event.
     private func connectionAnswered(code: Int32) {
         if code == 0 {
             control.withLock { $0.connected = true }
@@ -275,12 +274,6 @@ public final class MQTTClient: @unchecked Sendable {
         } else {
             onEvent(.connectionFailed("broker refused the connection: \(String(cString: mosquitto_connack_string(code)))"))
         }
-    }
-
-    private func connectionEnded(code: Int32) {
-        // The loop reports the end (with its reason) when mosquitto_loop returns an error; a
-        // disconnect we asked for needs no event.
-        _ = code
     }
 }
 
