@@ -36,7 +36,7 @@ let package = Package(
         .target(name: "Systemd", dependencies: ["CSystemd"]),
         .target(name: "Sndfile", dependencies: ["CSndfile"]),
         .target(name: "Soxr", dependencies: ["CSoxr"]),
-        .target(name: "Mosquitto", dependencies: ["CMosquitto"]),
+        .target(name: "Mosquitto", dependencies: ["CMosquitto", .product(name: "SystemPackage", package: "swift-system")]),
 
         // The values the recorder publishes (state, recording, levels, errors, settings): plain
         // Codable structs shared by the daemon, the protocol and the client.
@@ -69,6 +69,7 @@ let package = Package(
         .target(name: "RecdHooks", dependencies: [
             "RecorderCore", "RecorderModel",
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // The MQTT bridge and Home Assistant discovery; observes the in-process Recorder.
         .target(name: "RecdMQTT", dependencies: [
@@ -85,6 +86,7 @@ let package = Package(
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             "TOML",
+            .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // A blocking client of the protocol (plain sockets, no event loop): one line out, one
         // line in. Used by recctl, the end-to-end tests and the benchmark.

@@ -1,6 +1,7 @@
 import CMosquitto
 import Foundation
 import Synchronization
+import SystemPackage
 
 /// A libmosquitto failure: the function, its `MOSQ_ERR_*` code and libmosquitto's text for it
 /// (with the errno text when the code is `MOSQ_ERR_ERRNO`).
@@ -18,7 +19,7 @@ public struct MosquittoError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String {
-        if let systemErrno { return "\(function): \(String(cString: strerror(systemErrno)))" }
+        if let systemErrno { return "\(function): \(Errno(rawValue: systemErrno))" }
         return "\(function): \(String(cString: mosquitto_strerror(code)))"
     }
 }

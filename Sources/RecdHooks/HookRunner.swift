@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import RecorderCore
 import Synchronization
+import SystemPackage
 
 /// A command run for every finalized file: an argv template whose `{field}`s are filled in from
 /// the file. No shell is involved: each element becomes exactly one argument.
@@ -199,7 +200,7 @@ public final class HookRunner: Sendable {
         switch Self.spawn(arguments, environment: environment) {
         case .success(let spawned): pid = spawned
         case .failure(let error):
-            return finish(.failedToStart, "\(arguments[0]) could not be started: \(String(cString: strerror(error.code)))")
+            return finish(.failedToStart, "\(arguments[0]) could not be started: \(Errno(rawValue: error.code))")
         }
 
         // The group is signalled only while the leader is unreaped (waitid with WNOWAIT below), so

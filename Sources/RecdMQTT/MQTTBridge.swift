@@ -101,8 +101,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                 })
             }
         }
-        client.start()
         logger.info("MQTT bridge started", metadata: ["mqtt.broker": "\(configuration.endpoint)", "mqtt.prefix": "\(topics.prefix)"])
+        client.start()
     }
 
     /// Publishes `offline` and disconnects cleanly (the broker keeps the will for a crash).

@@ -6,6 +6,7 @@ import RecdHooks
 import RecdMQTT
 import RecorderCore
 import ServiceLifecycle
+import SystemPackage
 
 extension Recd {
     /// The file hooks and the MQTT bridge, as configured. Returns the bridge's service (if
@@ -47,8 +48,9 @@ extension DaemonConfiguration {
         var password: String?
         if !mqtt.passwordFile.isEmpty {
             guard let text = try? String(contentsOfFile: mqtt.passwordFile, encoding: .utf8) else {
+                let reason = access(mqtt.passwordFile, R_OK) == 0 ? "not UTF-8 text" : "\(Errno(rawValue: errno))"
                 throw ConfigurationError(file: mqtt.passwordFile, line: nil, key: "mqtt.password_file",
-                                         message: "cannot be read: \(String(cString: strerror(errno)))")
+                                         message: "cannot be read: \(reason)")
             }
             password = text.trimmingCharacters(in: .newlines)
         }
