@@ -75,7 +75,7 @@ struct ClientLibraryTests {
         #expect(status.recording?.frames == 24000)
 
         // recd goes away and comes back on the same socket: the sequence says so and goes on.
-        #expect(first?.terminate() == 0)
+        #expect(first?.terminate() == 0, "\(first?.log ?? "")")
         first = nil
         #expect(await eventually(timeout: 20) {
             received.withLock { $0.contains { if case .disconnected = $0 { true } else { false } } }
@@ -88,7 +88,7 @@ struct ClientLibraryTests {
 
         // A refused call throws the daemon's error.
         await #expect(throws: ClientError.self) { try await client.stop() }
-        #expect(second.terminate() == 0)
+        #expect(second.terminate() == 0, "\(second.log)")
     }
 
     @Test func pythonExampleStartsWatchesAndStops() throws {
