@@ -36,7 +36,11 @@ let package = Package(
         .target(name: "Systemd", dependencies: ["CSystemd"]),
         .target(name: "Sndfile", dependencies: ["CSndfile"]),
         .target(name: "Soxr", dependencies: ["CSoxr"]),
-        .target(name: "Mosquitto", dependencies: ["CMosquitto", .product(name: "SystemPackage", package: "swift-system")]),
+        .target(name: "Mosquitto", dependencies: [
+            "CMosquitto",
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
 
         // The values the recorder publishes (state, recording, levels, errors, settings): plain
         // Codable structs shared by the daemon, the protocol and the client.
@@ -69,12 +73,14 @@ let package = Package(
         .target(name: "RecdHooks", dependencies: [
             "RecorderCore", "RecorderModel",
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // The MQTT bridge and Home Assistant discovery; observes the in-process Recorder.
         .target(name: "RecdMQTT", dependencies: [
             "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks", "Mosquitto",
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [

@@ -1,6 +1,6 @@
 import CMosquitto
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 import SystemPackage
 
 /// A libmosquitto failure: the function, its `MOSQ_ERR_*` code and libmosquitto's text for it
@@ -88,7 +88,8 @@ public struct MQTTClientOptions: Sendable {
 /// - Events arrive on the network thread: handlers must return quickly.
 public final class MQTTClient: @unchecked Sendable {
     // @unchecked: `handle` is created in init and destroyed in deinit; libmosquitto guards its
-    // own state with mutexes in threaded mode (`mosquitto_threaded_set`). `control` is a Mutex.
+    // own state with mutexes in threaded mode (`mosquitto_threaded_set`). `control` is a lock
+    // box (a pthread mutex: ThreadSanitizer sees it, unlike Synchronization.Mutex).
 
     public enum Event: Sendable {
         /// The broker accepted the connection.
@@ -111,7 +112,7 @@ public final class MQTTClient: @unchecked Sendable {
     private let handle: OpaquePointer
     private let options: MQTTClientOptions
     private let onEvent: @Sendable (Event) -> Void
-    private let control = Mutex(Control())
+    private let control = NIOLockedValueBox(Control())
     private let wake = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
 
@@ -165,11 +166,11 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     /// Whether the broker has accepted us and the connection is up.
-    public var isConnected: Bool { control.withLock { $0.connected } }
+    public var isConnected: Bool { control.withLockedValue { $0.connected } }
 
     /// Starts the network thread. It keeps (re)connecting until `stop`.
     public func start() {
-        let alreadyStarted = control.withLock { state in
+        let alreadyStarted = control.withLockedValue { state in
             defer { state.started = true }
             return state.started
         }
@@ -185,7 +186,7 @@ public final class MQTTClient: @unchecked Sendable {
     /// Disconnects cleanly (what was published before goes out first) and ends the network
     /// thread, waiting at most `timeout` seconds for the broker.
     public func stop(timeout: Double = 2) {
-        let started = control.withLock { state in
+        let started = control.withLockedValue { state in
             state.stopping = true
             return state.started
         }
@@ -217,7 +218,7 @@ public final class MQTTClient: @unchecked Sendable {
         var disconnectSent = false
         var stopDeadline: Date?
         while true {
-            let (stopping, connected) = control.withLock { ($0.stopping, $0.connected) }
+            let (stopping, connected) = control.withLockedValue { ($0.stopping, $0.connected) }
             if stopping {
                 // Say goodbye if we can (a clean disconnect: the broker does not send the will).
                 guard connected, !needsConnecting else { break }
@@ -243,21 +244,21 @@ public final class MQTTClient: @unchecked Sendable {
             }
             let code = mosquitto_loop(handle, 200, 1)
             if code != Int32(MOSQ_ERR_SUCCESS.rawValue) {
-                let wasConnected = control.withLock { state in
+                let wasConnected = control.withLockedValue { state in
                     defer { state.connected = false }
                     return state.connected
                 }
-                if control.withLock({ $0.stopping }) { break }
+                if control.withLockedValue({ $0.stopping }) { break }
                 let reason = MosquittoError(code, "mosquitto_loop").description
                 onEvent(wasConnected ? .disconnected(reason) : .connectionFailed(reason))
                 if wasConnected { delay = options.reconnectDelay.lowerBound }
                 pause(&delay)
                 needsConnecting = true
-            } else if control.withLock({ $0.connected }) {
+            } else if control.withLockedValue({ $0.connected }) {
                 delay = options.reconnectDelay.lowerBound
             }
         }
-        control.withLock { $0.connected = false }
+        control.withLockedValue { $0.connected = false }
     }
 
     /// Waits `delay` (cut short by `stop`), then doubles it up to the maximum.
@@ -270,7 +271,7 @@ public final class MQTTClient: @unchecked Sendable {
     // returns an error; a disconnect we asked for needs no event.
     private func connectionAnswered(code: Int32) {
         if code == 0 {
-            control.withLock { $0.connected = true }
+            control.withLockedValue { $0.connected = true }
             onEvent(.connected)
         } else {
             onEvent(.connectionFailed("broker refused the connection: \(String(cString: mosquitto_connack_string(code)))"))

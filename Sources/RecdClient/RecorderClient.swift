@@ -74,22 +74,22 @@ public final class RecorderClient: Sendable {
                         retryDelay: Double = 0.5) -> AsyncStream<RecorderChange> {
         let path = socketPath
         return AsyncStream(bufferingPolicy: .bufferingNewest(1024)) { continuation in
-            let cancelled = Mutex(false)
+            let cancelled = Atomic(false)
             let wake = DispatchSemaphore(value: 0)
             continuation.onTermination = { _ in
-                cancelled.withLock { $0 = true }
+                cancelled.store(true, ordering: .releasing)
                 wake.signal()
             }
             let thread = Thread {
                 var connected = false
-                while !cancelled.withLock({ $0 }) {
+                while !cancelled.load(ordering: .acquiring) {
                     do throws(ClientError) {
                         let connection = try RecdConnection(path: path)
                         let subscription: SubscribeResult = try connection.call(
                             .subscribe, SubscribeParams(topics: topics, interval: interval))
                         connected = true
                         continuation.yield(.connected(subscription.snapshot))
-                        while !cancelled.withLock({ $0 }) {
+                        while !cancelled.load(ordering: .acquiring) {
                             do throws(ClientError) {
                                 // A short timeout, so that cancellation is noticed.
                                 let notification = try connection.nextNotification(timeout: 0.25)

@@ -3,7 +3,7 @@ import Foundation
 import Glibc
 import Logging
 import RecorderCore
-import Synchronization
+import NIOConcurrencyHelpers
 import SystemPackage
 
 /// A command run for every finalized file: an argv template whose `{field}`s are filled in from
@@ -134,7 +134,7 @@ public final class HookRunner: Sendable {
     private let logger: Logger
     private let dispatcher = DispatchQueue(label: "recd.hooks.dispatcher")
     private let slots: DispatchSemaphore
-    private let queued = Mutex(0)
+    private let queued = NIOLockedValueBox(0)
 
     public init(commands: [HookCommand], recordingsDirectory: String, timeout: Double = 600, maxConcurrent: Int = 2,
                 queueLimit: Int = 100, logger: Logger) {
@@ -150,7 +150,7 @@ public final class HookRunner: Sendable {
     /// Queues every command for `file`; returns at once.
     public func fileFinalized(_ file: FinalizedFile) {
         for command in commands {
-            let accepted = queued.withLock { count in
+            let accepted = queued.withLockedValue { count in
                 guard count < queueLimit else { return false }
                 count += 1
                 return true
@@ -161,7 +161,7 @@ public final class HookRunner: Sendable {
             }
             dispatcher.async { [self] in
                 slots.wait()
-                queued.withLock { $0 -= 1 }
+                queued.withLockedValue { $0 -= 1 }
                 let thread = Thread { [self] in
                     let run = execute(command, for: file)
                     slots.signal()
@@ -205,14 +205,14 @@ public final class HookRunner: Sendable {
 
         // The group is signalled only while the leader is unreaped (waitid with WNOWAIT below), so
         // the pid cannot have been reused.
-        let exited = Mutex(false)
-        let timedOut = Mutex(false)
+        let exited = NIOLockedValueBox(false)
+        let timedOut = NIOLockedValueBox(false)
         let killer = DispatchSource.makeTimerSource(queue: .global())
         killer.schedule(deadline: .now() + timeout, repeating: 5)
         killer.setEventHandler {
-            exited.withLock { exited in
+            exited.withLockedValue { exited in
                 guard !exited else { return }
-                let first = timedOut.withLock { flag in
+                let first = timedOut.withLockedValue { flag in
                     defer { flag = true }
                     return !flag
                 }
@@ -222,14 +222,14 @@ public final class HookRunner: Sendable {
         killer.resume()
         var info = siginfo_t()
         while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR {}
-        exited.withLock { $0 = true }
+        exited.withLockedValue { $0 = true }
         killer.cancel()
         var raw: Int32 = 0
         while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
 
         let signalNumber = raw & 0x7f
         let status = (raw >> 8) & 0xff
-        if timedOut.withLock({ $0 }) {
+        if timedOut.withLockedValue({ $0 }) {
             return finish(.timedOut, signal: signalNumber == 0 ? nil : signalNumber,
                           "\(arguments[0]) ran longer than \(timeout) s and was killed")
         }

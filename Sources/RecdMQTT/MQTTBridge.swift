@@ -7,7 +7,7 @@ import RecdProtocol
 import RecorderCore
 import RecorderModel
 import ServiceLifecycle
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Publishes what the in-process `Recorder` does to an MQTT broker, announces it to Home
 /// Assistant, and (when allowed) obeys commands from the broker.
@@ -22,7 +22,7 @@ import Synchronization
 public final class MQTTBridge: Service, @unchecked Sendable {
     // @unchecked: everything mutable (`retained`, `connected`, `tokens`, `telemetryTimer`,
     // `outageReported`, `warningsFromHook`) is touched only on `queue`; `client` is set once in init;
-    // `telemetryInFlight` is a Mutex.
+    // `telemetryInFlight` is a lock box.
 
     public let configuration: MQTTBridgeConfiguration
     private let recorder: Recorder
@@ -41,7 +41,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private var tokens: [ObservationToken] = []
     private var telemetryTimer: DispatchSourceTimer?
     private var lastHookWarning: String?
-    private let telemetryInFlight = Mutex(TelemetryInFlight())
+    private let telemetryInFlight = NIOLockedValueBox(TelemetryInFlight())
 
     /// Telemetry messages handed to libmosquitto that have not left yet. The network thread may
     /// report a message sent before `publish` has returned its id: such ids wait in `sentEarly`.
@@ -126,7 +126,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private func handle(_ event: MQTTClient.Event) {
         switch event {
         case .published(let messageID):
-            telemetryInFlight.withLock { $0.sent(messageID) }
+            telemetryInFlight.withLockedValue { $0.sent(messageID) }
         case .message(let topic, let payload, _):
             if topic == configuration.discoveryPrefix + "/status" {
                 if String(decoding: payload, as: UTF8.self) == "online" { queue.async { self.announce() } }
@@ -143,7 +143,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     private func connectionUp() {
         connected = true
-        telemetryInFlight.withLock { $0 = TelemetryInFlight() }
+        telemetryInFlight.withLockedValue { $0 = TelemetryInFlight() }
         if outageReported || everConnected {
             logger.notice("MQTT broker reachable again; state re-published", metadata: ["mqtt.broker": "\(configuration.endpoint)"])
         } else {
@@ -161,7 +161,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     private func connectionDown(_ reason: String) {
         connected = false
-        telemetryInFlight.withLock { $0 = TelemetryInFlight() }
+        telemetryInFlight.withLockedValue { $0 = TelemetryInFlight() }
         // One line per outage, however many attempts it takes.
         guard !outageReported else { return }
         outageReported = true
@@ -247,7 +247,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         retained[topics.time] = time
         guard connected else { return }
         // Drop, don't queue: while the last tick's messages are still on their way, skip this one.
-        guard telemetryInFlight.withLock({ $0.waiting.isEmpty }) else { return }
+        guard telemetryInFlight.withLockedValue({ $0.waiting.isEmpty }) else { return }
         var messages: [(String, [UInt8], Bool)] = [(topics.time, time, true)]
         let levels = recorder.levels.value
         if !levels.channels.isEmpty {
@@ -257,7 +257,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
             // Never call into libmosquitto under our lock: its network thread holds its own
             // locks while it reports messages sent.
             if let id = try? client.publish(topic: topic, payload: payload, qos: 0, retain: retain) {
-                telemetryInFlight.withLock { $0.published(id) }
+                telemetryInFlight.withLockedValue { $0.published(id) }
             }
         }
     }

@@ -8,9 +8,12 @@ import Synchronization
 import Testing
 
 /// Changes a follower task has received.
-final class Collected: Sendable {
-    private let changes = Mutex<[RecorderChange]>([])
-    func withLock<T>(_ body: (inout [RecorderChange]) -> T) -> T { changes.withLock { body(&$0) } }
+final class Collected: @unchecked Sendable {
+    // @unchecked: `changes` is touched only under `lock` (NSLock, a pthread mutex that
+    // ThreadSanitizer sees, unlike Synchronization.Mutex).
+    private let lock = NSLock()
+    private var changes: [RecorderChange] = []
+    func withLock<T>(_ body: (inout [RecorderChange]) -> T) -> T { lock.withLock { body(&changes) } }
 }
 
 /// What other programs use: the async RecorderClient, the Python and shell examples in
