@@ -9,6 +9,10 @@ let package = Package(
     products: [
         .executable(name: "recd", targets: ["recd"]),
         .executable(name: "recctl", targets: ["recctl"]),
+        // For other Swift programs: recd's client (blocking and async), and the recorder itself
+        // to record in-process (Examples/simple-recorder shows it).
+        .library(name: "RecdClient", targets: ["RecdClient", "RecdProtocol", "RecorderModel"]),
+        .library(name: "RecorderCore", targets: ["RecorderCore", "RecorderModel"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -23,6 +27,7 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .systemLibrary(name: "CSndfile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
         // glibc calls Swift's Glibc module hides (renameat2); used by RecorderCore only.
         .systemLibrary(name: "CLinux"),
 
@@ -31,6 +36,11 @@ let package = Package(
         .target(name: "Systemd", dependencies: ["CSystemd"]),
         .target(name: "Sndfile", dependencies: ["CSndfile"]),
         .target(name: "Soxr", dependencies: ["CSoxr"]),
+        .target(name: "Mosquitto", dependencies: [
+            "CMosquitto",
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
 
         // The values the recorder publishes (state, recording, levels, errors, settings): plain
         // Codable structs shared by the daemon, the protocol and the client.
@@ -59,8 +69,22 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
+        // Commands run for every finalized file (upload hooks).
+        .target(name: "RecdHooks", dependencies: [
+            "RecorderCore", "RecorderModel",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
+        // The MQTT bridge and Home Assistant discovery; observes the in-process Recorder.
+        .target(name: "RecdMQTT", dependencies: [
+            "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks", "Mosquitto",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecorderCore", "RecdProtocol", "Systemd",
+            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecdProtocol", "Systemd",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -68,6 +92,7 @@ let package = Package(
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             "TOML",
+            .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // A blocking client of the protocol (plain sockets, no event loop): one line out, one
         // line in. Used by recctl, the end-to-end tests and the benchmark.
@@ -80,10 +105,12 @@ let package = Package(
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
         // plainly, it replays a corpus. Its DaemonConfiguration.swift is a link to recd's.
         .executableTarget(name: "recd-fuzz", dependencies: [
-            "RecdProtocol", "RecorderCore",
+            "RecdProtocol", "RecorderCore", "RecdHooks",
             .product(name: "Logging", package: "swift-log"),
             "TOML",
         ]),
+        // RecorderCore used as a library: record a file in-process.
+        .executableTarget(name: "simple-recorder", dependencies: ["RecorderCore", "RecorderModel"], path: "Examples/simple-recorder"),
 
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),

@@ -1,11 +1,30 @@
+import ArgumentParser
 import Foundation
 import Glibc
 import RecdProtocol
+import Synchronization
 
-/// What `watch` and `start --wait` show: one line redrawn in place on a terminal, or one JSON
-/// event per line (flushed as it arrives) for pipes and scripts.
+/// How `watch` shows the recorder.
+enum LiveFormat: String, CaseIterable, ExpressibleByArgument {
+    /// One line redrawn in place, fitted to the terminal's width.
+    case terminal
+    /// Every event as a JSON object, one per line.
+    case json
+    /// waybar's custom module: `{"text", "tooltip", "class", "percentage"}` per line.
+    case waybar
+    /// One short line per change, for polybar and i3blocks.
+    case plain
+
+    var isStatusBar: Bool { self == .waybar || self == .plain }
+}
+
+/// Set by SIGWINCH: the terminal's width is measured again before the next redraw.
+let terminalResized = Atomic<Bool>(true)
+
+/// What `watch` and `start --wait` show: one line redrawn in place on a terminal, one JSON
+/// event per line (flushed as it arrives) for pipes and scripts, or a status-bar line.
 final class LiveView {
-    let json: Bool
+    let format: LiveFormat
     /// Shows nothing (progress on a pipe).
     let quiet: Bool
     private var state: RecorderState = .idle
@@ -13,15 +32,24 @@ final class LiveView {
     private var levels: Levels = .none
     private var error: RecorderError?
     private var drawn = false
+    private var columns: Int?
+    private var lastStatusLine: String?
 
-    init(json: Bool, quiet: Bool = false) {
-        self.json = json
+    init(format: LiveFormat, quiet: Bool = false) {
+        self.format = format
         self.quiet = quiet
+        if format == .terminal && !quiet {
+            signal(SIGWINCH) { _ in terminalResized.store(true, ordering: .relaxed) }
+        }
+    }
+
+    convenience init(json: Bool, quiet: Bool = false) {
+        self.init(format: json ? .json : .terminal, quiet: quiet)
     }
 
     func apply(_ values: [TopicValue], seq: UInt64? = nil, timestamp: Double? = nil) {
         for value in values {
-            if json {
+            if format == .json {
                 Output.printJSON(TopicUpdate(value: value, seq: seq ?? 0, timestamp: timestamp ?? Date().timeIntervalSince1970))
                 continue
             }
@@ -33,12 +61,18 @@ final class LiveView {
             case .recording: break
             }
         }
-        if !json && !quiet { draw() }
+        guard !quiet else { return }
+        switch format {
+        case .terminal: draw()
+        case .waybar: emit(StatusBar.waybar(state: state, time: time, levels: levels, error: error))
+        case .plain: emit(StatusBar.plain(state: state, time: time, levels: levels, error: error))
+        case .json: break
+        }
     }
 
     /// Leaves the last line in place and moves to the next.
     func finish() {
-        if drawn && !json {
+        if drawn && format == .terminal {
             print("")
             fflush(nil)
         }
@@ -46,20 +80,179 @@ final class LiveView {
     }
 
     private func draw() {
-        var line = Output.styledState(state.name) + "  " + Output.duration(time)
-        if state.name == .recording || state.name == .paused {
-            for (index, channel) in levels.channels.enumerated() {
-                line += "  " + Meter.name(channel: index, of: levels.channels.count) + " " + Meter.bar(channel)
-                    + " " + Meter.decibels(channel.peak) + "/" + Meter.decibels(channel.average).trimmingCharacters(in: .whitespaces) + " dB"
-            }
-            if levels.clipCount > 0 { line += "  " + Output.red("clip \(levels.clipCount)") }
-        }
-        if let name = state.recording?.name { line += "  " + name }
-        if let error { line += "  " + Output.red(error.code.rawValue) }
-        // Carriage return + erase line: the meter is redrawn in place.
+        if terminalResized.exchange(false, ordering: .relaxed) { columns = Self.terminalColumns() }
+        let line = LiveLine.render(state: state, time: time, levels: levels, error: error, columns: columns)
+        // Carriage return + erase line: the meter is redrawn in place. It never reaches the last
+        // column, so the terminal never wraps it (a wrapped line would be left behind).
         print("\r\u{1B}[2K" + line, terminator: "")
         fflush(nil)
         drawn = true
+    }
+
+    /// Status bars get a line only when it changed.
+    private func emit(_ line: String) {
+        guard line != lastStatusLine else { return }
+        lastStatusLine = line
+        Output.line(line)
+    }
+
+    /// The terminal's width (TIOCGWINSZ); COLUMNS when the terminal does not say; nil when
+    /// neither does (then nothing is cut).
+    static func terminalColumns() -> Int? {
+        var size = winsize()
+        if ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 { return Int(size.ws_col) }
+        return ProcessInfo.processInfo.environment["COLUMNS"].flatMap(Int.init).flatMap { $0 > 0 ? $0 : nil }
+    }
+}
+
+/// The terminal's live line, fitted to a width: shorter meters first, then fewer fields.
+enum LiveLine {
+    /// How much of the line to show; each step is narrower than the one before.
+    struct Detail {
+        var meterWidth: Int
+        var average = true
+        var peak = true
+        var name = true
+        var meters: Bool { meterWidth > 0 }
+    }
+
+    static let details: [Detail] = [
+        Detail(meterWidth: 24), Detail(meterWidth: 16), Detail(meterWidth: 12),
+        Detail(meterWidth: 12, average: false), Detail(meterWidth: 8, average: false),
+        Detail(meterWidth: 8, average: false, peak: false), Detail(meterWidth: 4, average: false, peak: false),
+        Detail(meterWidth: 0, average: false),
+        Detail(meterWidth: 0, average: false, peak: false),
+        Detail(meterWidth: 0, average: false, peak: false, name: false),
+    ]
+
+    static func render(state: RecorderState, time: Double, levels: Levels, error: RecorderError?, columns: Int?) -> String {
+        // One column stays free: writing the last one would leave the cursor waiting to wrap.
+        let limit = columns.map { max(1, $0 - 1) }
+        for detail in details {
+            let line = render(state: state, time: time, levels: levels, error: error, detail: detail)
+            if limit == nil || visibleWidth(line) <= limit! { return line }
+        }
+        let line = render(state: state, time: time, levels: levels, error: error, detail: details.last!)
+        return truncate(line, to: limit!)
+    }
+
+    static func render(state: RecorderState, time: Double, levels: Levels, error: RecorderError?, detail: Detail) -> String {
+        var line = Output.styledState(state.name) + "  " + Output.duration(time)
+        if state.name == .recording || state.name == .paused {
+            for (index, channel) in levels.channels.enumerated() where detail.meters || detail.peak {
+                line += "  " + Meter.name(channel: index, of: levels.channels.count)
+                if detail.meters { line += " " + Meter.bar(channel, width: detail.meterWidth) }
+                if detail.peak {
+                    line += " " + Meter.decibels(channel.peak)
+                    if detail.average { line += "/" + Meter.decibels(channel.average).trimmingCharacters(in: .whitespaces) }
+                    line += " dB"
+                }
+            }
+            if levels.clipCount > 0 { line += "  " + Output.red("clip \(levels.clipCount)") }
+        }
+        if detail.name, let name = state.recording?.name { line += "  " + name }
+        if let error { line += "  " + Output.red(error.code.rawValue) }
+        return line
+    }
+
+    /// Columns the text takes on a terminal: escape sequences take none, every character one
+    /// (what recctl prints has no wide characters except in recording names).
+    static func visibleWidth(_ text: String) -> Int {
+        var width = 0
+        var inEscape = false
+        for scalar in text.unicodeScalars {
+            if inEscape {
+                if (0x40...0x7E).contains(scalar.value) && scalar != "[" { inEscape = false }
+            } else if scalar == "\u{1B}" {
+                inEscape = true
+            } else if scalar.properties.generalCategory != .nonspacingMark {
+                width += 1
+            }
+        }
+        return width
+    }
+
+    /// The first `columns` visible characters, keeping escape sequences (and resetting style).
+    static func truncate(_ text: String, to columns: Int) -> String {
+        var result = ""
+        var width = 0
+        var inEscape = false
+        for scalar in text.unicodeScalars {
+            if inEscape {
+                result.unicodeScalars.append(scalar)
+                if (0x40...0x7E).contains(scalar.value) && scalar != "[" { inEscape = false }
+            } else if scalar == "\u{1B}" {
+                inEscape = true
+                result.unicodeScalars.append(scalar)
+            } else {
+                guard width < columns else { break }
+                result.unicodeScalars.append(scalar)
+                width += 1
+            }
+        }
+        return Output.useColor ? result + "\u{1B}[0m" : result
+    }
+}
+
+/// Lines for status bars: waybar's JSON and a plain line for polybar and i3blocks.
+enum StatusBar {
+    /// waybar's custom-module JSON (`return-type: json`).
+    struct WaybarLine: Encodable {
+        var text: String
+        var tooltip: String
+        /// The state's name, for CSS (`#custom-recd.recording`).
+        var `class`: String
+        /// The loudest channel's peak, 0 (-60 dBFS or below) to 100 (full scale).
+        var percentage: Int
+    }
+
+    static func text(state: RecorderState, time: Double, error: RecorderError?) -> String {
+        let elapsed = clock(time)
+        switch state.name {
+        case .recording: return "● " + elapsed
+        case .paused: return "‖ " + elapsed
+        case .preparing: return "◌ " + (state.recording?.scheduledAt != nil ? "scheduled" : "preparing")
+        case .stopping: return "■ " + elapsed
+        case .failed: return "✗ " + ((error ?? state.error)?.code.rawValue ?? "failed")
+        case .idle, .finished: return ""
+        }
+    }
+
+    static func percentage(state: RecorderState, levels: Levels) -> Int {
+        guard state.name == .recording, let peak = levels.channels.map(\.peak).max() else { return 0 }
+        return Int(((max(-60, min(0, peak)) + 60) / 60 * 100).rounded())
+    }
+
+    static func waybar(state: RecorderState, time: Double, levels: Levels, error: RecorderError?) -> String {
+        var tooltip = "recd: \(state.name.rawValue)"
+        if let recording = state.recording {
+            tooltip += " \(recording.name).\(recording.format.fileExtension)\nelapsed \(Output.duration(time))"
+            tooltip += "\n\(recording.format.rawValue) \(recording.sampleRate) Hz \(recording.channels) ch"
+        }
+        if state.name == .recording, let peak = levels.channels.map(\.peak).max() {
+            tooltip += "\npeak " + Meter.decibels(peak).trimmingCharacters(in: .whitespaces) + " dBFS"
+        }
+        if let error = error ?? state.error { tooltip += "\n\(error.code.rawValue): \(error.message)" }
+        let line = WaybarLine(text: text(state: state, time: time, error: error), tooltip: tooltip,
+                              class: state.name.rawValue, percentage: percentage(state: state, levels: levels))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(line)) ?? Data(), as: UTF8.self)
+    }
+
+    static func plain(state: RecorderState, time: Double, levels: Levels, error: RecorderError?) -> String {
+        var line = text(state: state, time: time, error: error)
+        if state.name == .recording, let peak = levels.channels.map(\.peak).max() {
+            line += " " + Meter.decibels(peak).trimmingCharacters(in: .whitespaces) + " dB"
+        }
+        return line
+    }
+
+    /// 1:02:03 or 02:03.
+    static func clock(_ seconds: Double) -> String {
+        let total = Int(max(0, seconds))
+        return total >= 3600 ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+                             : String(format: "%02d:%02d", total / 60, total % 60)
     }
 }
 

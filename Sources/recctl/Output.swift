@@ -146,7 +146,7 @@ enum Output {
 enum Meter {
     static let width = 24
 
-    static func bar(_ level: ChannelLevel) -> String {
+    static func bar(_ level: ChannelLevel, width: Int = Meter.width) -> String {
         func cells(_ dB: Float) -> Int { Int(((max(-60, min(0, dB)) + 60) / 60 * Float(width)).rounded()) }
         let peak = cells(level.peak)
         let average = min(cells(level.average), peak)

@@ -241,27 +241,39 @@ struct Cancel: ParsableCommand {
 struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Watch the recorder live.",
-        discussion: "On a terminal: one line redrawn in place with the state, elapsed time and a level meter per channel (peak and average, dBFS). On a pipe or with --json: one JSON event per line as it arrives.")
+        discussion: """
+            On a terminal: one line redrawn in place with the state, elapsed time and a level meter per channel (peak and average, dBFS), fitted to the terminal's width. On a pipe or with --json: one JSON event per line as it arrives.
 
+            For status bars, --format waybar prints one JSON object per change for a waybar custom module (text, tooltip, class = the state, percentage = the peak level), and --format plain one short line per change for polybar and i3blocks (empty while idle).
+            """)
+
+    @Option(help: ArgumentHelp("terminal, json, waybar or plain (default: terminal on a terminal, else json).", valueName: "format"))
+    var format: LiveFormat?
     @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording (default: all).", valueName: "topic"))
     var topics: [Topic] = []
-    @Option(help: ArgumentHelp("Seconds between time and level updates at most.", valueName: "seconds"))
-    var interval: Double = 0.1
+    @Option(help: ArgumentHelp("Seconds between time and level updates at most (default: 0.1; 1 for waybar and plain).", valueName: "seconds"))
+    var interval: Double?
     @Option(help: ArgumentHelp("Exit once the recorder is in this state (idle, preparing, recording, paused, stopping, finished, failed) — at once if it already is.", valueName: "state"))
     var until: RecorderState.Name?
     @OptionGroup var options: ConnectionOptions
 
+    var resolvedFormat: LiveFormat { format ?? (options.json || !Output.isTerminal ? .json : .terminal) }
+
     func validate() throws {
-        guard interval >= SubscribeParams.minimumInterval else { throw ValidationError("--interval must be at least \(SubscribeParams.minimumInterval)") }
+        if let interval, interval < SubscribeParams.minimumInterval {
+            throw ValidationError("--interval must be at least \(SubscribeParams.minimumInterval)")
+        }
     }
 
     func run() throws {
         let connection = try options.connect()
+        let format = resolvedFormat
         var topics = Set(self.topics.isEmpty ? Topic.allCases : self.topics)
-        if until != nil { topics.insert(.state) }
+        if until != nil || format.isStatusBar { topics.insert(.state) }
+        let interval = self.interval ?? (format.isStatusBar ? 1 : 0.1)
         let subscription: SubscribeResult = try options.call(connection, .subscribe,
                                                             SubscribeParams(topics: topics.sorted(), interval: interval))
-        let view = LiveView(json: options.json || !Output.isTerminal)
+        let view = LiveView(format: format)
         _ = try options.follow(connection, subscription, in: view, snapshotCounts: true) { $0.name == until }
     }
 }

@@ -33,6 +33,9 @@ struct DaemonConfiguration: Equatable, Sendable {
     var controlUsers: [String] = []
     var controlGroups: [String] = []
 
+    var mqtt = MQTTSettings()
+    var hooks = HookSettings()
+
     /// The defaults for a mode: FHS paths for the system instance, XDG paths for a user's.
     static func defaults(for mode: Mode, environment: [String: String]) -> DaemonConfiguration {
         switch mode {
@@ -120,6 +123,7 @@ struct DaemonConfiguration: Equatable, Sendable {
         try reader.read("server.socket_group") { (value: String) in socketGroup = value }
         try reader.read("server.control_users") { (value: [String]) in controlUsers = value }
         try reader.read("server.control_groups") { (value: [String]) in controlGroups = value }
+        try applyMQTTAndHooks(reader)
         try reader.rejectUnknownKeys()
     }
 }

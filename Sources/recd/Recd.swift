@@ -3,6 +3,8 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import RecdHooks
+import RecdMQTT
 import RecdProtocol
 import RecdServer
 import RecorderCore
@@ -153,14 +155,21 @@ struct Recd: AsyncParsableCommand {
                     logger.warning("the recordings directory changes only on restart")
                     reloaded.recordingsDirectory = configuration.recordingsDirectory
                 }
+                if reloaded.mqtt != configuration.mqtt || reloaded.hooks != configuration.hooks {
+                    logger.warning("[mqtt] and [hooks] settings change only on restart")
+                }
                 return reloaded
             } catch {
                 logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(error)"])
                 return nil
             }
         }, logger: logger)
+        // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
+        // stops last, after the recording is finalized, and publishes the final state.
+        let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder)
+        defer { hookToken?.cancel() }
         let serviceGroup = ServiceGroup(configuration: .init(
-            services: [.init(service: service)],
+            services: integrations + [.init(service: service)],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger))
         do {

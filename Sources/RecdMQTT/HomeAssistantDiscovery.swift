@@ -1,0 +1,93 @@
+import Foundation
+
+/// Home Assistant MQTT discovery messages for one recorder.
+///
+/// Entities: "Recording" (a switch when remote control is allowed, else a running binary
+/// sensor), "State", "Elapsed" (duration, s), "Started" (timestamp), "Last file", "Level"
+/// (when telemetry is on) and "Problem" (a problem binary sensor whose attributes carry the
+/// error and warnings). All share the availability topic.
+public struct HomeAssistantDiscovery: Sendable {
+    public let configuration: MQTTBridgeConfiguration
+    public let version: String
+    var topics: MQTTTopics { MQTTTopics(prefix: configuration.topicPrefix) }
+
+    public init(configuration: MQTTBridgeConfiguration, version: String) {
+        self.configuration = configuration
+        self.version = version
+    }
+
+    /// (topic, payload) pairs to publish, retained. Empty when discovery is off.
+    public func messages() -> [(topic: String, payload: [String: Any])] {
+        let id = configuration.objectID
+        switch configuration.discovery {
+        case .off:
+            return []
+        case .device:
+            var payload: [String: Any] = ["dev": device, "o": origin, "cmps": Dictionary(uniqueKeysWithValues: components().map { ($0.key, $0.config) })]
+            payload.merge(shared) { $1 }
+            return [("\(configuration.discoveryPrefix)/device/\(id)/config", payload)]
+        case .component:
+            return components().map { component in
+                var payload = component.config
+                payload.removeValue(forKey: "p")
+                payload["dev"] = device
+                payload["o"] = origin
+                payload.merge(shared) { $1 }
+                return ("\(configuration.discoveryPrefix)/\(component.config["p"]!)/\(id)/\(component.key)/config", payload)
+            }
+        }
+    }
+
+    /// The device every entity belongs to.
+    public var device: [String: Any] {
+        ["ids": [configuration.objectID], "name": configuration.deviceName, "mf": "recd", "mdl": "recd audio recorder",
+         "sw": version]
+    }
+
+    var origin: [String: Any] { ["name": "recd", "sw": version] }
+
+    var shared: [String: Any] {
+        ["avty_t": topics.availability, "qos": Int(configuration.qos)]
+    }
+
+    func components() -> [(key: String, config: [String: Any])] {
+        let id = configuration.objectID
+        let activeStates = "['preparing', 'recording', 'paused', 'stopping']"
+        var recording: [String: Any] = [
+            "name": "Recording", "uniq_id": "\(id)_recording", "stat_t": topics.state,
+            "val_tpl": "{{ 'ON' if value in \(activeStates) else 'OFF' }}", "icon": "mdi:record-rec",
+        ]
+        if configuration.controlAllowed {
+            recording["p"] = "switch"
+            recording["cmd_t"] = topics.command("switch")
+            recording["pl_on"] = "ON"
+            recording["pl_off"] = "OFF"
+        } else {
+            recording["p"] = "binary_sensor"
+            recording["dev_cla"] = "running"
+        }
+        var result: [(String, [String: Any])] = [
+            ("recording", recording),
+            ("state", ["p": "sensor", "name": "State", "uniq_id": "\(id)_state", "stat_t": topics.state,
+                       "dev_cla": "enum",
+                       "options": ["idle", "preparing", "recording", "paused", "stopping", "finished", "failed"]]),
+            ("elapsed", ["p": "sensor", "name": "Elapsed", "uniq_id": "\(id)_elapsed", "stat_t": topics.time,
+                         "dev_cla": "duration", "unit_of_meas": "s", "stat_cla": "measurement",
+                         "sug_dsp_prc": 0]),
+            ("started", ["p": "sensor", "name": "Started", "uniq_id": "\(id)_started", "stat_t": topics.recording,
+                         "dev_cla": "timestamp", "val_tpl": "{{ value_json.startedAt | default(None) }}"]),
+            ("last_file", ["p": "sensor", "name": "Last file", "uniq_id": "\(id)_last_file", "stat_t": topics.lastFile,
+                           "val_tpl": "{{ value_json.name | default(None) }}", "json_attr_t": topics.lastFile,
+                           "icon": "mdi:file-music"]),
+            ("problem", ["p": "binary_sensor", "name": "Problem", "uniq_id": "\(id)_problem", "stat_t": topics.problem,
+                         "dev_cla": "problem", "val_tpl": "{{ 'ON' if value_json.problem else 'OFF' }}",
+                         "json_attr_t": topics.problem]),
+        ]
+        if configuration.telemetryInterval > 0 {
+            result.append(("level", ["p": "sensor", "name": "Level", "uniq_id": "\(id)_level", "stat_t": topics.levels,
+                                     "unit_of_meas": "dB", "stat_cla": "measurement", "val_tpl": "{{ value_json.peak }}",
+                                     "icon": "mdi:waveform", "exp_aft": max(10, Int(configuration.telemetryInterval * 5))]))
+        }
+        return result
+    }
+}

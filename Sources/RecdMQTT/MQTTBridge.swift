@@ -1,0 +1,406 @@
+import Dispatch
+import Foundation
+import Logging
+import Mosquitto
+import RecdHooks
+import RecdProtocol
+import RecorderCore
+import RecorderModel
+import ServiceLifecycle
+import NIOConcurrencyHelpers
+
+/// Publishes what the in-process `Recorder` does to an MQTT broker, announces it to Home
+/// Assistant, and (when allowed) obeys commands from the broker.
+///
+/// - It only observes the recorder (`Observed` values, on a queue of its own) and calls its
+///   public operations on another queue for commands: the capture path never waits for it.
+/// - The network is libmosquitto's, on `MQTTClient`'s thread. A broker that is down costs one
+///   log line; the client reconnects with a growing delay and everything retained is
+///   published again on every connection.
+/// - Telemetry (`time`, `levels`) is QoS 0 and skipped while earlier telemetry has not left
+///   yet: a slow broker gets fewer updates, never a growing queue.
+public final class MQTTBridge: Service, @unchecked Sendable {
+    // @unchecked: everything mutable (`retained`, `connected`, `tokens`, `telemetryTimer`,
+    // `outageReported`, `warningsFromHook`) is touched only on `queue`; `client` is set once in init;
+    // `telemetryInFlight` is a lock box.
+
+    public let configuration: MQTTBridgeConfiguration
+    private let recorder: Recorder
+    private let hooks: HookRunner?
+    private let topics: MQTTTopics
+    private let discovery: HomeAssistantDiscovery
+    private let logger: Logger
+    private let queue = DispatchQueue(label: "recd.mqtt.bridge")
+    private let commandQueue = DispatchQueue(label: "recd.mqtt.commands")
+    private var client: MQTTClient!
+
+    private var retained: [String: [UInt8]] = [:]
+    private var connected = false
+    private var everConnected = false
+    private var outageReported = false
+    private var tokens: [ObservationToken] = []
+    private var telemetryTimer: DispatchSourceTimer?
+    private var lastHookWarning: String?
+    private let telemetryInFlight = NIOLockedValueBox(TelemetryInFlight())
+
+    /// Telemetry messages handed to libmosquitto that have not left yet. The network thread may
+    /// report a message sent before `publish` has returned its id: such ids wait in `sentEarly`.
+    struct TelemetryInFlight {
+        var waiting: Set<Int32> = []
+        var sentEarly: Set<Int32> = []
+
+        mutating func published(_ id: Int32) {
+            if sentEarly.remove(id) == nil { waiting.insert(id) }
+        }
+
+        mutating func sent(_ id: Int32) {
+            guard waiting.remove(id) == nil else { return }
+            // Also every state message's id: keep only the recent ones.
+            if sentEarly.count >= 64 { sentEarly.removeAll() }
+            sentEarly.insert(id)
+        }
+    }
+
+    public init(recorder: Recorder, configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil, version: String,
+                logger: Logger) throws(MosquittoError) {
+        self.recorder = recorder
+        self.configuration = configuration
+        self.hooks = hooks
+        self.topics = MQTTTopics(prefix: configuration.topicPrefix)
+        self.discovery = HomeAssistantDiscovery(configuration: configuration, version: version)
+        self.logger = logger
+        let options = MQTTClientOptions(
+            endpoint: configuration.endpoint, clientID: configuration.clientID, keepAlive: configuration.keepAlive,
+            username: configuration.username, password: configuration.password, caFile: configuration.caFile,
+            will: .init(topic: topics.availability, payload: Array("offline".utf8), qos: configuration.qos, retain: true))
+        client = try MQTTClient(options: options) { [weak self] event in self?.handle(event) }
+    }
+
+    // MARK: Service
+
+    public func run() async throws {
+        start()
+        try? await gracefulShutdown()
+        await stop()
+    }
+
+    /// Starts observing the recorder and connecting to the broker.
+    public func start() {
+        queue.sync {
+            retained[topics.availability] = Array("online".utf8)
+            tokens.append(recorder.state.subscribe(on: queue, delivery: .every) { [weak self] state in self?.stateChanged(state) })
+            tokens.append(recorder.error.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
+            tokens.append(recorder.statistics.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
+            tokens.append(observeFinalizedFiles(of: recorder) { [weak self] file in
+                guard let self else { return }
+                queue.async { self.fileFinalized(file) }
+            })
+            if let hooks {
+                tokens.append(hooks.lastRun.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] run in
+                    if let run { self?.hookFinished(run) }
+                })
+            }
+        }
+        logger.info("MQTT bridge started", metadata: ["mqtt.broker": "\(configuration.endpoint)", "mqtt.prefix": "\(topics.prefix)"])
+        client.start()
+    }
+
+    /// Publishes `offline` and disconnects cleanly (the broker keeps the will for a crash).
+    public func stop() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async { [self] in
+                tokens.forEach { $0.cancel() }
+                tokens = []
+                stopTelemetry()
+                setRetained(topics.availability, Array("offline".utf8))
+                DispatchQueue.global().async { [self] in
+                    client.stop()
+                    continuation.resume()
+                }
+            }
+        }
+    }
+
+    // MARK: Broker events (network thread → queue)
+
+    private func handle(_ event: MQTTClient.Event) {
+        switch event {
+        case .published(let messageID):
+            telemetryInFlight.withLockedValue { $0.sent(messageID) }
+        case .message(let topic, let payload, _):
+            if topic == configuration.discoveryPrefix + "/status" {
+                if String(decoding: payload, as: UTF8.self) == "online" { queue.async { self.announce() } }
+            } else if topic.hasPrefix(topics.prefix + "/command/") {
+                let name = String(topic.dropFirst((topics.prefix + "/command/").count))
+                commandQueue.async { self.execute(command: name, payload: payload) }
+            }
+        case .connected:
+            queue.async { self.connectionUp() }
+        case .connectionFailed(let reason), .disconnected(let reason):
+            queue.async { self.connectionDown(reason) }
+        }
+    }
+
+    private func connectionUp() {
+        connected = true
+        telemetryInFlight.withLockedValue { $0 = TelemetryInFlight() }
+        if outageReported || everConnected {
+            logger.notice("MQTT broker reachable again; state re-published", metadata: ["mqtt.broker": "\(configuration.endpoint)"])
+        } else {
+            logger.info("MQTT connected", metadata: ["mqtt.broker": "\(configuration.endpoint)"])
+        }
+        everConnected = true
+        outageReported = false
+        try? client.subscribe(topics.commands, qos: configuration.qos)
+        if configuration.discovery != .off {
+            try? client.subscribe(configuration.discoveryPrefix + "/status", qos: configuration.qos)
+        }
+        for (topic, payload) in retained.sorted(by: { $0.key < $1.key }) { send(topic, payload, retain: true) }
+        announce()
+    }
+
+    private func connectionDown(_ reason: String) {
+        connected = false
+        telemetryInFlight.withLockedValue { $0 = TelemetryInFlight() }
+        // One line per outage, however many attempts it takes.
+        guard !outageReported else { return }
+        outageReported = true
+        logger.warning("MQTT broker unreachable; recording is unaffected, retrying with backoff",
+                       metadata: ["mqtt.broker": "\(configuration.endpoint)", "mqtt.reason": "\(reason)"])
+    }
+
+    // MARK: Publishing (on queue)
+
+    private func send(_ topic: String, _ payload: [UInt8], retain: Bool, qos: Int32? = nil) {
+        do {
+            try client.publish(topic: topic, payload: payload, qos: qos ?? configuration.qos, retain: retain)
+        } catch {
+            logger.debug("MQTT publish failed", metadata: ["mqtt.topic": "\(topic)", "error": "\(error)"])
+        }
+    }
+
+    /// Remembers a retained value and publishes it if it changed and we are connected.
+    private func setRetained(_ topic: String, _ payload: [UInt8]) {
+        guard retained[topic] != payload else { return }
+        retained[topic] = payload
+        if connected { send(topic, payload, retain: true) }
+    }
+
+    private func announce() {
+        guard connected else { return }
+        for message in discovery.messages() {
+            send(message.topic, Self.json(message.payload), retain: true)
+        }
+    }
+
+    private func stateChanged(_ state: RecorderState) {
+        setRetained(topics.state, Array(state.name.rawValue.utf8))
+        setRetained(topics.recording, state.recording.map { Self.encode($0) } ?? Array("{}".utf8))
+        setRetained(topics.time, Array(Self.seconds(recorder.currentTime.value).utf8))
+        publishProblem()
+        switch state {
+        case .recording, .paused: startTelemetry()
+        default: stopTelemetry()
+        }
+    }
+
+    private func fileFinalized(_ file: FinalizedFile) {
+        setRetained(topics.lastFile, Self.encode(LastFile(file)))
+    }
+
+    private func hookFinished(_ run: HookRun) {
+        setRetained(topics.hook, Self.encode(run))
+        lastHookWarning = run.outcome == .succeeded ? nil : "hook \(run.hook) for \(run.path): \(run.message)"
+        publishProblem()
+    }
+
+    private func publishProblem() {
+        let statistics = recorder.statistics.value
+        var warnings: [String] = []
+        if statistics.xruns > 0 {
+            warnings.append("\(statistics.xruns) overrun(s) in this recording, \(statistics.framesLost) frame(s) lost")
+        }
+        if let lastHookWarning { warnings.append(lastHookWarning) }
+        let error = recorder.error.value
+        setRetained(topics.problem, Self.encode(Problem(problem: error != nil || !warnings.isEmpty, error: error, warnings: warnings)))
+    }
+
+    // MARK: Telemetry
+
+    private func startTelemetry() {
+        guard telemetryTimer == nil, configuration.telemetryInterval > 0 else { return }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let interval = DispatchTimeInterval.nanoseconds(Int(configuration.telemetryInterval * 1e9))
+        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(50))
+        timer.setEventHandler { [weak self] in self?.publishTelemetry() }
+        timer.resume()
+        telemetryTimer = timer
+    }
+
+    private func stopTelemetry() {
+        telemetryTimer?.cancel()
+        telemetryTimer = nil
+    }
+
+    private func publishTelemetry() {
+        let time = Array(Self.seconds(recorder.currentTime.value).utf8)
+        retained[topics.time] = time
+        guard connected else { return }
+        // Drop, don't queue: while the last tick's messages are still on their way, skip this one.
+        guard telemetryInFlight.withLockedValue({ $0.waiting.isEmpty }) else { return }
+        var messages: [(String, [UInt8], Bool)] = [(topics.time, time, true)]
+        let levels = recorder.levels.value
+        if !levels.channels.isEmpty {
+            messages.append((topics.levels, Self.encode(LevelsMessage(levels)), false))
+        }
+        for (topic, payload, retain) in messages {
+            // Never call into libmosquitto under our lock: its network thread holds its own
+            // locks while it reports messages sent.
+            if let id = try? client.publish(topic: topic, payload: payload, qos: 0, retain: retain) {
+                telemetryInFlight.withLockedValue { $0.published(id) }
+            }
+        }
+    }
+
+    // MARK: Commands (on commandQueue)
+
+    /// Every member of the start payload (the socket protocol's `start` params).
+    static let startKeys: Set<String> = ["name", "format", "sampleRate", "channels", "bitDepth", "quality", "bitRate",
+                                         "duration", "at"]
+
+    private func execute(command: String, payload: [UInt8]) {
+        var reply = Reply(command: command, ok: false)
+        reply.id = (try? WireCoding.decoder().decode(JSONValue.self, from: Data(payload)))?["id"]
+        logger.info("MQTT command received", metadata: ["mqtt.command": "\(command)"])
+        defer { send(topics.reply, Self.encode(reply), retain: false) }
+
+        guard ["start", "stop", "pause", "resume", "split", "switch"].contains(command) else {
+            reply.error = ReplyError(code: "unknownCommand", message: "no command '\(command)'; commands: start, stop, pause, resume, split, switch")
+            return
+        }
+        guard configuration.controlAllowed else {
+            reply.error = ReplyError(code: "notAllowed", message: "remote control over MQTT is off ([mqtt] control = false)")
+            logger.notice("MQTT command refused: remote control is off", metadata: ["mqtt.command": "\(command)"])
+            return
+        }
+        do throws(RecorderError) {
+            switch command {
+            case "start":
+                let text = String(decoding: payload, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                var params = StartParams()
+                if !text.isEmpty {
+                    guard let parsed = try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any] else {
+                        reply.error = ReplyError(code: "invalidPayload", message: "start takes a JSON object (or nothing)")
+                        return
+                    }
+                    if let unknown = parsed.keys.filter({ !Self.startKeys.contains($0) && $0 != "id" }).sorted().first {
+                        reply.error = ReplyError(code: "invalidPayload", message: "unknown member '\(unknown)'; members: \(Self.startKeys.sorted().joined(separator: ", "))")
+                        return
+                    }
+                    do {
+                        params = try WireCoding.decoder().decode(StartParams.self, from: Data(payload))
+                    } catch {
+                        reply.error = ReplyError(code: "invalidPayload", message: "\(error)")
+                        return
+                    }
+                }
+                let settings = params.settings(over: recorder.configuration.defaultSettings)
+                reply.recording = try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at)
+            case "stop":
+                reply.recording = try recorder.stop()
+            case "pause":
+                try recorder.pause()
+                reply.recording = recorder.state.value.recording
+            case "resume":
+                try recorder.resume()
+                reply.recording = recorder.state.value.recording
+            case "switch":
+                switch String(decoding: payload, as: UTF8.self) {
+                case "ON":
+                    if recorder.state.value.isActive {
+                        reply.recording = recorder.state.value.recording
+                    } else {
+                        reply.recording = try recorder.start(name: nil, settings: nil)
+                    }
+                case "OFF":
+                    if recorder.state.value.isActive { reply.recording = try recorder.stop() }
+                default:
+                    reply.error = ReplyError(code: "invalidPayload", message: "switch takes ON or OFF")
+                    return
+                }
+            default:  // split
+                reply.error = ReplyError(code: "unsupported", message: "this recorder does not split recordings yet")
+                return
+            }
+            reply.ok = true
+        } catch {
+            reply.error = ReplyError(code: error.code.rawValue, message: error.message)
+        }
+    }
+
+    // MARK: Payloads
+
+    struct Reply: Encodable {
+        var command: String
+        var ok: Bool
+        var id: JSONValue?
+        var recording: Recording?
+        var error: ReplyError?
+    }
+
+    struct ReplyError: Encodable {
+        var code: String
+        var message: String
+    }
+
+    struct Problem: Encodable {
+        var problem: Bool
+        var error: RecorderError?
+        var warnings: [String]
+    }
+
+    struct LastFile: Encodable {
+        var name: String
+        var path: String
+        var format: String
+        var frames: Int64
+        var duration: Double
+        var startedAt: Date?
+        var endedAt: Date?
+
+        init(_ file: FinalizedFile) {
+            name = file.name
+            path = file.path
+            format = file.format.rawValue
+            frames = file.frames
+            duration = file.duration
+            startedAt = file.startedAt
+            endedAt = file.endedAt
+        }
+    }
+
+    struct LevelsMessage: Encodable {
+        /// The loudest channel's values, dBFS.
+        var peak: Float
+        var average: Float
+        var channels: [ChannelLevel]
+        var clipCount: Int
+
+        init(_ levels: Levels) {
+            peak = levels.channels.map(\.peak).max() ?? -160
+            average = levels.channels.map(\.average).max() ?? -160
+            channels = levels.channels
+            clipCount = levels.clipCount
+        }
+    }
+
+    static func encode(_ value: some Encodable) -> [UInt8] {
+        Array((try? WireCoding.encoder().encode(value)) ?? Data("{}".utf8))
+    }
+
+    static func json(_ object: [String: Any]) -> [UInt8] {
+        Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8))
+    }
+
+    static func seconds(_ value: Double) -> String { String(format: "%.1f", value) }
+}

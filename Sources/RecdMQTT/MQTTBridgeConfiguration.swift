@@ -1,0 +1,93 @@
+import Foundation
+import Mosquitto
+
+/// What the `[mqtt]` section of recd.toml says, resolved (defaults filled in, password read).
+public struct MQTTBridgeConfiguration: Sendable, Equatable {
+    /// How Home Assistant is told about recd.
+    public enum Discovery: String, Sendable, CaseIterable {
+        /// One `homeassistant/device/<id>/config` message with every component (HA 2024.11+).
+        case device
+        /// One `homeassistant/<component>/<id>/<object>/config` message per entity (older HA).
+        case component
+        case off
+    }
+
+    public var endpoint: MQTTClientOptions.Endpoint
+    public var clientID: String
+    public var username: String?
+    public var password: String?
+    public var caFile: String?
+    public var keepAlive: Int32
+    /// Every topic recd publishes or listens to starts with this (`recd/<hostname>`).
+    public var topicPrefix: String
+    /// The QoS of state messages, commands and replies. Telemetry (time, levels) uses 0.
+    public var qos: Int32
+    /// Whether commands are obeyed (otherwise each is refused on the reply topic).
+    public var controlAllowed: Bool
+    /// Seconds between `time` and `levels` messages while recording; 0 turns them off.
+    public var telemetryInterval: Double
+    public var discovery: Discovery
+    public var discoveryPrefix: String
+    /// Shown as the device name in Home Assistant.
+    public var deviceName: String
+
+    public init(endpoint: MQTTClientOptions.Endpoint, clientID: String, username: String? = nil, password: String? = nil,
+                caFile: String? = nil, keepAlive: Int32 = 30, topicPrefix: String, qos: Int32 = 1,
+                controlAllowed: Bool = false, telemetryInterval: Double = 1, discovery: Discovery = .device,
+                discoveryPrefix: String = "homeassistant", deviceName: String) {
+        self.endpoint = endpoint
+        self.clientID = clientID
+        self.username = username
+        self.password = password
+        self.caFile = caFile
+        self.keepAlive = keepAlive
+        self.topicPrefix = topicPrefix
+        self.qos = qos
+        self.controlAllowed = controlAllowed
+        self.telemetryInterval = telemetryInterval
+        self.discovery = discovery
+        self.discoveryPrefix = discoveryPrefix
+        self.deviceName = deviceName
+    }
+
+    /// Home Assistant's identifier for this recorder: the client id with anything but
+    /// letters, digits, `_` and `-` replaced by `_`.
+    public var objectID: String {
+        String(clientID.map { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") ? $0 : "_" })
+    }
+
+    /// The machine's host name.
+    public static var hostname: String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "localhost" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// The topics under the prefix.
+public struct MQTTTopics: Sendable {
+    public let prefix: String
+    public init(prefix: String) { self.prefix = prefix }
+
+    /// `online` / `offline` (the last will), retained.
+    public var availability: String { prefix + "/availability" }
+    /// The state's name (`idle`, `recording`…), retained.
+    public var state: String { prefix + "/state" }
+    /// The current (or last) recording as JSON, `{}` when none, retained.
+    public var recording: String { prefix + "/recording" }
+    /// Seconds recorded so far, retained.
+    public var time: String { prefix + "/time" }
+    /// Levels as JSON, while recording, not retained.
+    public var levels: String { prefix + "/levels" }
+    /// `{"problem": bool, "error": …, "warnings": […]}`, retained.
+    public var problem: String { prefix + "/problem" }
+    /// The last finalized file as JSON, retained.
+    public var lastFile: String { prefix + "/last_file" }
+    /// The last hook run as JSON, retained.
+    public var hook: String { prefix + "/hook" }
+    /// Commands: `<prefix>/command/<start|stop|pause|resume|split|switch>`.
+    public var commands: String { prefix + "/command/+" }
+    public func command(_ name: String) -> String { prefix + "/command/" + name }
+    /// Every command's answer.
+    public var reply: String { prefix + "/reply" }
+}

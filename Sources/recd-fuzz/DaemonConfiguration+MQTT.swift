@@ -1,0 +1,1 @@
+../recd/DaemonConfiguration+MQTT.swift

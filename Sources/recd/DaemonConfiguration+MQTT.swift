@@ -1,0 +1,78 @@
+import Foundation
+import RecdHooks
+
+/// `[mqtt]`: the MQTT bridge (off unless `enabled = true`).
+struct MQTTSettings: Equatable, Sendable {
+    var enabled = false
+    var host = "localhost"
+    var port = 1883
+    /// A broker's Unix socket; replaces host and port when set.
+    var socket = ""
+    var tlsCAFile = ""
+    var username = ""
+    var passwordFile = ""
+    var clientID = ""
+    var topicPrefix = ""
+    var qos = 1
+    var control = false
+    var telemetryInterval = 1.0
+    var discovery = MQTTDiscoveryForm.device
+    var discoveryPrefix = "homeassistant"
+    var deviceName = ""
+    var keepAlive = 30
+}
+
+/// `[mqtt] discovery`: how Home Assistant is told about recd (RecdMQTT's `Discovery`).
+enum MQTTDiscoveryForm: String, Equatable, Sendable, CaseIterable {
+    case device, component, off
+}
+
+/// `[hooks]`: commands run for every finalized file.
+struct HookSettings: Equatable, Sendable {
+    var onFileClosed: [String] = []
+    var timeout = 600.0
+    var maxConcurrent = 2
+}
+
+extension DaemonConfiguration {
+    mutating func applyMQTTAndHooks(_ reader: KeyReader) throws(ConfigurationError) {
+        try reader.read("mqtt.enabled") { (value: Bool) in mqtt.enabled = value }
+        try reader.read("mqtt.host") { (value: String) in mqtt.host = value }
+        try reader.read("mqtt.port", in: 1...65535) { (value: Int) in mqtt.port = value }
+        try reader.read("mqtt.socket") { (value: String) throws(ConfigurationError) in
+            guard value.isEmpty || value.hasPrefix("/") else { throw reader.invalid("mqtt.socket", "must be an absolute path") }
+            mqtt.socket = value
+        }
+        try reader.read("mqtt.tls_ca_file") { (value: String) in mqtt.tlsCAFile = value }
+        try reader.read("mqtt.username") { (value: String) in mqtt.username = value }
+        try reader.read("mqtt.password_file") { (value: String) throws(ConfigurationError) in
+            guard value.isEmpty || value.hasPrefix("/") else { throw reader.invalid("mqtt.password_file", "must be an absolute path") }
+            mqtt.passwordFile = value
+        }
+        try reader.read("mqtt.client_id") { (value: String) in mqtt.clientID = value }
+        try reader.read("mqtt.topic_prefix") { (value: String) throws(ConfigurationError) in
+            guard !value.hasSuffix("/"), !value.contains("+"), !value.contains("#") else {
+                throw reader.invalid("mqtt.topic_prefix", "must not end in / or contain + or #")
+            }
+            mqtt.topicPrefix = value
+        }
+        try reader.read("mqtt.qos", in: 0...2) { (value: Int) in mqtt.qos = value }
+        try reader.read("mqtt.control") { (value: Bool) in mqtt.control = value }
+        try reader.read("mqtt.telemetry_interval", in: 0...3600, "seconds") { (value: Double) in mqtt.telemetryInterval = value }
+        try reader.read("mqtt.discovery") { (value: MQTTDiscoveryForm) in mqtt.discovery = value }
+        try reader.read("mqtt.discovery_prefix") { (value: String) in mqtt.discoveryPrefix = value }
+        try reader.read("mqtt.device_name") { (value: String) in mqtt.deviceName = value }
+        try reader.read("mqtt.keepalive", in: 5...3600, "seconds") { (value: Int) in mqtt.keepAlive = value }
+
+        try reader.read("hooks.on_file_closed") { (value: [String]) throws(ConfigurationError) in
+            do throws(HookTemplateError) {
+                _ = try HookCommand(name: "on_file_closed", template: value)
+            } catch {
+                throw reader.invalid("hooks.on_file_closed", error.description)
+            }
+            hooks.onFileClosed = value
+        }
+        try reader.read("hooks.timeout", in: 0.1...86400, "seconds") { (value: Double) in hooks.timeout = value }
+        try reader.read("hooks.max_concurrent", in: 1...64) { (value: Int) in hooks.maxConcurrent = value }
+    }
+}

@@ -1,0 +1,73 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Mosquitto
+import RecdHooks
+import RecdMQTT
+import RecorderCore
+import ServiceLifecycle
+import SystemPackage
+
+extension Recd {
+    /// The file hooks and the MQTT bridge, as configured. Returns the bridge's service (if
+    /// enabled) and the subscription that feeds finalized files to the hooks (if any).
+    func makeIntegrations(_ configuration: DaemonConfiguration, recorder: Recorder) throws
+        -> ([ServiceGroupConfiguration.ServiceConfiguration], ObservationToken?) {
+        var hooks: HookRunner?
+        var hookToken: ObservationToken?
+        if !configuration.hookCommands.isEmpty {
+            let runner = HookRunner(commands: configuration.hookCommands, recordingsDirectory: configuration.recordingsDirectory,
+                                    timeout: configuration.hooks.timeout, maxConcurrent: configuration.hooks.maxConcurrent,
+                                    logger: Logger(label: "recd.hooks"))
+            hookToken = observeFinalizedFiles(of: recorder) { runner.fileFinalized($0) }
+            hooks = runner
+        }
+        let bridgeConfiguration: MQTTBridgeConfiguration?
+        do {
+            bridgeConfiguration = try configuration.mqttBridgeConfiguration()
+        } catch {
+            FileHandle.standardError.write(Data("recd: \(error)\n".utf8))
+            throw ExitCode(78)
+        }
+        guard let bridgeConfiguration else { return ([], hookToken) }
+        do {
+            let bridge = try MQTTBridge(recorder: recorder, configuration: bridgeConfiguration, hooks: hooks,
+                                        version: recdVersion, logger: Logger(label: "recd.mqtt"))
+            return ([.init(service: bridge)], hookToken)
+        } catch {
+            FileHandle.standardError.write(Data("recd: mqtt: \(error)\n".utf8))
+            throw ExitCode(78)
+        }
+    }
+}
+
+extension DaemonConfiguration {
+    /// The bridge's settings with defaults filled in and the password read; nil when disabled.
+    func mqttBridgeConfiguration() throws(ConfigurationError) -> MQTTBridgeConfiguration? {
+        guard mqtt.enabled else { return nil }
+        var password: String?
+        if !mqtt.passwordFile.isEmpty {
+            guard let text = try? String(contentsOfFile: mqtt.passwordFile, encoding: .utf8) else {
+                let reason = access(mqtt.passwordFile, R_OK) == 0 ? "not UTF-8 text" : "\(Errno(rawValue: errno))"
+                throw ConfigurationError(file: mqtt.passwordFile, line: nil, key: "mqtt.password_file",
+                                         message: "cannot be read: \(reason)")
+            }
+            password = text.trimmingCharacters(in: .newlines)
+        }
+        let hostname = MQTTBridgeConfiguration.hostname
+        return MQTTBridgeConfiguration(
+            endpoint: mqtt.socket.isEmpty ? .tcp(host: mqtt.host, port: mqtt.port) : .unixSocket(path: mqtt.socket),
+            clientID: mqtt.clientID.isEmpty ? "recd-\(hostname)" : mqtt.clientID,
+            username: mqtt.username.isEmpty ? nil : mqtt.username, password: password,
+            caFile: mqtt.tlsCAFile.isEmpty ? nil : mqtt.tlsCAFile, keepAlive: Int32(mqtt.keepAlive),
+            topicPrefix: mqtt.topicPrefix.isEmpty ? "recd/\(hostname)" : mqtt.topicPrefix, qos: Int32(mqtt.qos),
+            controlAllowed: mqtt.control, telemetryInterval: mqtt.telemetryInterval, discovery: MQTTBridgeConfiguration.Discovery(rawValue: mqtt.discovery.rawValue)!,
+            discoveryPrefix: mqtt.discoveryPrefix, deviceName: mqtt.deviceName.isEmpty ? "recd \(hostname)" : mqtt.deviceName)
+    }
+
+    /// The hook commands; empty when none is configured.
+    var hookCommands: [HookCommand] {
+        guard !hooks.onFileClosed.isEmpty else { return [] }
+        return [try! HookCommand(name: "on_file_closed", template: hooks.onFileClosed)]  // validated when read
+    }
+}

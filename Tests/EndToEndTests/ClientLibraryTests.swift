@@ -1,0 +1,170 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Sndfile
+import Synchronization
+import Testing
+
+/// Changes a follower task has received.
+final class Collected: @unchecked Sendable {
+    // @unchecked: `changes` is touched only under `lock` (NSLock, a pthread mutex that
+    // ThreadSanitizer sees, unlike Synchronization.Mutex).
+    private let lock = NSLock()
+    private var changes: [RecorderChange] = []
+    func withLock<T>(_ body: (inout [RecorderChange]) -> T) -> T { lock.withLock { body(&changes) } }
+}
+
+/// What other programs use: the async RecorderClient, the Python and shell examples in
+/// doc/examples, and RecorderCore in-process (Examples/simple-recorder).
+@Suite("client libraries and examples")
+struct ClientLibraryTests {
+    let inputs = TemporaryDirectory()
+    static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("doc/examples").path
+
+    /// recd on a socket path chosen by the test, so that a second recd can take it over.
+    func daemon(socket: String, recordings: String, device: String) throws -> Daemon {
+        let config = inputs.file("empty.toml")
+        FileManager.default.createFile(atPath: config, contents: Data())
+        let daemon = try Daemon(device: device, arguments: ["--user", "--config", config, "--socket", socket,
+                                                            "--recordings-dir", recordings, "--device", device],
+                                recordings: recordings, waitForSocket: false)
+        guard waitUntil(timeout: 20, { (try? RecdConnection(path: socket)) != nil || !daemon.process.isRunning }),
+              daemon.process.isRunning else {
+            throw TestFailure("recd did not start: \(daemon.log)")
+        }
+        return daemon
+    }
+
+    @Test func asyncChangesFollowARecordingAndSurviveARestartOfRecd() async throws {
+        let input = writeCounterInput(inputs, seconds: 4)
+        let socket = inputs.file("recd.sock")
+        let recordings = inputs.file("recordings")
+        var first: Daemon? = try daemon(socket: socket, recordings: recordings, device: TestDevices.file(input.path))
+
+        let client = RecorderClient(socketPath: socket)
+        let received = Collected()
+        let stream = client.changes(topics: [.state], retryDelay: 0.1)
+        let follower = Task {
+            for await change in stream { received.withLock { $0.append(change) } }
+        }
+        defer { follower.cancel() }
+        func states() -> [RecorderState.Name] {
+            received.withLock { changes in
+                changes.compactMap { change -> RecorderState.Name? in
+                    if case .changed(let update) = change, case .state(let state) = update.value { return state.name }
+                    return nil
+                }
+            }
+        }
+        func connections() -> Int {
+            received.withLock { $0.filter { if case .connected = $0 { true } else { false } }.count }
+        }
+        #expect(await eventually(timeout: 20) { connections() == 1 })
+        let snapshot = received.withLock { $0.first }
+        if case .connected(let updates) = snapshot {
+            #expect(updates.map(\.value) == [.state(.idle)])
+        } else {
+            Issue.record("first change: \(String(describing: snapshot))")
+        }
+
+        let started = try await client.start(StartParams(name: "async", duration: 0.5))
+        #expect(started.name == "async")
+        #expect(await eventually(timeout: 20) { states().contains(.finished) }, "\(states())")
+        #expect(states().starts(with: [.preparing, .recording]))
+        let status = try await client.status()
+        #expect(status.recording?.frames == 24000)
+
+        // recd goes away and comes back on the same socket: the sequence says so and goes on.
+        #expect(first?.terminate() == 0, "\(first?.log ?? "")")
+        first = nil
+        #expect(await eventually(timeout: 20) {
+            received.withLock { $0.contains { if case .disconnected = $0 { true } else { false } } }
+        })
+        let second = try daemon(socket: socket, recordings: recordings, device: TestDevices.file(input.path))
+        #expect(await eventually(timeout: 20) { connections() == 2 }, "\(received.withLock { $0 })")
+        let again = try await client.start(StartParams(name: "async-2", duration: 0.5))
+        #expect(again.name == "async-2")
+        #expect(await eventually(timeout: 20) { states().filter { $0 == .finished }.count == 2 }, "\(states())")
+
+        // A refused call throws the daemon's error.
+        await #expect(throws: ClientError.self) { try await client.stop() }
+        #expect(second.terminate() == 0, "\(second.log)")
+    }
+
+    @Test func pythonExampleStartsWatchesAndStops() throws {
+        let input = writeCounterInput(inputs, seconds: 4)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        let script = Self.examples + "/recd_client.py"
+        let environment = ["RECD_SOCKET": daemon.socket]
+        let status = try run("/usr/bin/python3", [script, "status"], environment: environment)
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout == "{\"name\": \"idle\"}\n")
+
+        let watch = try BackgroundCommand("/usr/bin/python3", [script, "watch", "--until", "finished"], environment: environment)
+        #expect(waitUntil { watch.stdout.contains("state idle") })
+        let start = try run("/usr/bin/python3", [script, "start", "py-take", "1"], environment: environment)
+        #expect(start.stdout == "recording \(daemon.recordings)/py-take.wav\n", "\(start.stderr)")
+        #expect(watch.wait(timeout: 30) == 0, "\(watch.stderr)")
+        let lines = watch.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first == "state idle")
+        #expect(lines.contains("state recording"))
+        #expect(lines.last == "state finished")
+        #expect(lines.contains { $0.hasPrefix("time ") })
+
+        let refused = try run("/usr/bin/python3", [script, "stop"], environment: environment)
+        #expect(refused.status == 1)
+        #expect(refused.stderr.hasPrefix("recd: invalidState:"), "\(refused.stderr)")
+        #expect(try SoundFileReader(path: daemon.recordings + "/py-take.wav").info.frames == 48000)
+        #expect(daemon.terminate() == 0)
+    }
+
+    @Test func shellExampleWithSocatAndJq() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let script = Self.examples + "/recd.sh"
+        let environment = ["RECD_SOCKET": daemon.socket]
+        #expect(try run("/bin/sh", [script, "status"], environment: environment).stdout == "idle\n")
+
+        let watch = try BackgroundCommand("/bin/sh", [script, "watch"], environment: environment)
+        #expect(waitUntil { watch.stdout.contains("idle") })
+        let start = try run("/bin/sh", [script, "start", "sh-take"], environment: environment)
+        #expect(start.status == 0, "\(start.stderr)")
+        #expect(start.stdout == "\(daemon.recordings)/sh-take.wav\n")
+        #expect(waitUntil(timeout: 20) { watch.stdout.contains("recording sh-take\n") }, "\(watch.stdout)")
+        let stop = try run("/bin/sh", [script, "stop"], environment: environment)
+        #expect(stop.status == 0, "\(stop.stderr)")
+        let parts = stop.stdout.split(separator: " ")
+        #expect(parts.first.map(String.init) == "\(daemon.recordings)/sh-take.wav")
+        let frames = try #require(parts.last.flatMap { Int64($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
+        #expect(try SoundFileReader(path: daemon.recordings + "/sh-take.wav").info.frames == frames)
+        #expect(waitUntil(timeout: 20) { watch.stdout.contains("finished sh-take\n") }, "\(watch.stdout)")
+
+        let refused = try run("/bin/sh", [script, "stop"], environment: environment)
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("cannot stop"), "\(refused.stderr)")
+        // watch ends when recd does.
+        #expect(daemon.terminate() == 0)
+        #expect(watch.wait(timeout: 20) != nil)
+    }
+
+    @Test func recorderCoreRecordsInProcessInTheExample() throws {
+        let input = writeCounterInput(inputs, seconds: 4)
+        let directory = TemporaryDirectory()
+        let result = try run(Binaries.directory + "/simple-recorder", [TestDevices.file(input.path), directory.path, "1.5", "memo"],
+                             environment: ["ALSA_CONFIG_PATH": "/usr/share/alsa/alsa.conf:" + TestDevices.configuration])
+        #expect(result.status == 0, "\(result.stderr)")
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.filter { $0.hasPrefix("state: ") } == ["state: idle", "state: preparing", "state: recording", "state: finished"])
+        #expect(lines.last == "finished: \(directory.path)/memo.flac (72000 frames, 1.5 s)")
+        let reader = try SoundFileReader(path: directory.file("memo.flac"))
+        #expect(reader.info.frames == 72000)
+        #expect(reader.info.channels == 2)
+
+        let missing = try run(Binaries.directory + "/simple-recorder", ["nosuchdevice", directory.path, "1"])
+        #expect(missing.status == 1)
+        #expect(missing.stderr.contains("deviceNotFound"), "\(missing.stderr)")
+    }
+}

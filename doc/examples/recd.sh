@@ -1,0 +1,47 @@
+#!/bin/sh
+# recd from the shell with socat and jq (see doc/protocol.md).
+#
+#   recd.sh status              the state's name
+#   recd.sh start NAME [SECS]   start a recording; prints its path
+#   recd.sh stop                stop it; prints the path and the frames written
+#   recd.sh watch               "STATE NAME" per state change, until recd stops
+#
+# The socket: $RECD_SOCKET, else /run/recd/recd.sock.
+set -eu
+socket=${RECD_SOCKET:-/run/recd/recd.sock}
+
+# socat runs this script again as the other end of the connection: it writes the request to
+# recd, then copies recd's lines to fd 3 (our stdout): one line for a call, all of them for
+# watch. The connection stays open for writing until the answer is in.
+case ${1:-} in
+--answer) printf '%s\n' "$REQUEST"; head -n 1 >&3; exit ;;
+--follow) printf '%s\n' "$REQUEST"; cat >&3; exit ;;
+esac
+exchange() {  # MODE REQUEST
+    REQUEST=$2 socat UNIX-CONNECT:"$socket" EXEC:"$0 $1" 3>&1
+}
+
+# One request, its result: exits 1 with recd's message if it is an error.
+call() {
+    exchange --answer "$1" | jq -ec 'if .error then (.error.message | halt_error(1)) else .result end'
+}
+
+case ${1:-} in
+status)
+    result=$(call '{"jsonrpc":"2.0","id":1,"method":"status"}')
+    printf '%s\n' "$result" | jq -r '.state.name' ;;
+start)
+    params=$(jq -nc --arg name "$2" --arg secs "${3:-}" '{name: $name} + (if $secs == "" then {} else {duration: ($secs | tonumber)} end)')
+    result=$(call "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"start\",\"params\":$params}")
+    printf '%s\n' "$result" | jq -r '.path' ;;
+stop)
+    result=$(call '{"jsonrpc":"2.0","id":1,"method":"stop"}')
+    printf '%s\n' "$result" | jq -r '"\(.path) \(.frames)"' ;;
+watch)
+    # The subscription's snapshot, then every `changed` notification of the state.
+    exchange --follow '{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topics":["state"]}}' \
+        | jq --unbuffered -r '(.result.snapshot[]? // .params? // empty) | select(.topic == "state")
+                              | "\(.value.name) \(.value.recording.name // "")"' ;;
+*)
+    sed -n '2,9p' "$0" >&2; exit 64 ;;
+esac
