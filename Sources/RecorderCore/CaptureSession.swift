@@ -27,10 +27,24 @@ final class CaptureSession: @unchecked Sendable {
     // only, after `start()` and until `finished` is signalled; the control thread touches the
     // writer again only after that (in `finalize`). Everything shared is atomic or behind a lock.
 
-    private enum Request: Sendable { case none, pause, resume, stop }
+    private enum Request: Sendable { case none, pause, resume, stop, split }
 
     let pcm: CapturePCM
-    let writer: SoundFileWriter
+    /// The file being written. Replaced by the capture thread at each segment boundary.
+    private(set) var writer: SoundFileWriter
+    /// Creates the next segment's file.
+    private let files: SegmentFileFactory
+    private let clock: SegmentClock
+    /// Runs on the sync queue after each segment the capture thread closed is finalized.
+    private let segmentClosed: @Sendable (Segment, RecorderError?) -> Void
+    // The current segment, its length and what it had counted when it began (capture thread).
+    private var segment: Segment
+    private var segmentTarget: Int64?
+    private var segmentStartXruns = 0
+    private var segmentStartLost: Int64 = 0
+    private var firstRead = true
+    /// Wall-clock time when the last chunk's last frame arrived: times segment boundaries.
+    private var chunkTime = Date()
     let configuration: PCMConfiguration
     let fileRate: Int
     let fileChannels: Int
@@ -52,6 +66,16 @@ final class CaptureSession: @unchecked Sendable {
     let framesCaptured = Atomic<Int64>(0)
     let xruns = Atomic<Int>(0)
     let framesLost = Atomic<Int64>(0)
+    /// Frames in the current segment's file.
+    let segmentFramesWritten = Atomic<Int64>(0)
+    /// The segment being written, for status (published copy of `segment`).
+    let currentSegment: Mutex<Segment>
+    /// The segment `split()` closed.
+    private let splitResult = Mutex<Segment?>(nil)
+    /// Finalizing a closed segment failed (disk): the capture thread ends with it.
+    private let finalizeFailure = Mutex<RecorderError?>(nil)
+    /// Uptime (ns) of the last chunk with a sample that was not exactly zero.
+    let lastSignal = Atomic<UInt64>(0)
     /// Uptime (ns) of the last successful read: the watchdog's proof of progress.
     let lastProgress = Atomic<UInt64>(0)
     private let request = NIOLockedValueBox<Request>(.none)
@@ -71,12 +95,19 @@ final class CaptureSession: @unchecked Sendable {
     /// Whether the capture thread has ended.
     var hasEnded: Bool { isEnded }
 
-    init(pcm: CapturePCM, configuration: PCMConfiguration, writer: SoundFileWriter,
+    init(pcm: CapturePCM, configuration: PCMConfiguration, writer: SoundFileWriter, segment: Segment,
+         files: SegmentFileFactory, clock: SegmentClock,
+         segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
          frameLimit: Int64?, metering: Bool, syncInterval: Double) throws(RecorderError) {
         self.pcm = pcm
         self.configuration = configuration
         self.writer = writer
+        self.segment = segment
+        self.currentSegment = Mutex(segment)
+        self.files = files
+        self.clock = clock
+        self.segmentClosed = segmentClosed
         self.fileRate = fileRate
         self.fileChannels = fileChannels
         self.frameLimit = frameLimit
@@ -108,6 +139,7 @@ final class CaptureSession: @unchecked Sendable {
     /// Starts the capture thread. `onEnd` runs (on that thread) when it ends by itself.
     func start(onEnd: @escaping @Sendable (CaptureOutcome) -> Void) {
         lastProgress.store(Self.uptime(), ordering: .relaxed)
+        lastSignal.store(Self.uptime(), ordering: .relaxed)
         startedFlag.store(true, ordering: .releasing)
         let thread = Thread { [self] in
             let result = run()
@@ -141,6 +173,20 @@ final class CaptureSession: @unchecked Sendable {
             throw RecorderError(.failedToResume, "capture on '\(pcm.name)' is not responding (stuck in the device driver)")
         }
         if let error = resumeError.withLock({ $0 }) { throw error }
+    }
+
+    /// Closes the current segment at the last frame written and continues in a new file, with
+    /// no frame lost or repeated. Returns the closed segment (being finalized in the
+    /// background), or nil if the current segment is still empty or capture has ended.
+    func split() -> Segment? {
+        guard !isEnded, !isPaused.load(ordering: .acquiring) else { return nil }
+        splitResult.withLock { $0 = nil }
+        request.withLock { $0 = .split }
+        guard awaitAcknowledgement() else {
+            request.withLock { $0 = .none }
+            return nil
+        }
+        return splitResult.withLock { $0 }
     }
 
     /// Asks the thread to finish (flushing the converter) and waits for it, at most `timeout`
@@ -200,6 +246,20 @@ final class CaptureSession: @unchecked Sendable {
         do { try writer.close() } catch { throw RecorderError.saving(error) }
     }
 
+    /// The last segment as it ends: its frames, overruns and end, after the thread ended.
+    func finalSegment(endedAt: Date, reason: SegmentEnd) -> Segment {
+        var last = segment
+        last.frames = segmentFramesWritten.load(ordering: .acquiring)
+        last.xruns = xruns.load(ordering: .relaxed) - segmentStartXruns
+        last.framesLost = framesLost.load(ordering: .relaxed) - segmentStartLost
+        last.endedAt = endedAt
+        last.endReason = reason
+        return last
+    }
+
+    /// Waits until every segment closed so far is finalized and announced.
+    func drainFinalization() { syncQueue.sync {} }
+
     static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     // MARK: The capture thread
@@ -215,6 +275,17 @@ final class CaptureSession: @unchecked Sendable {
             switch request.withLock({ request in defer { request = .none }; return request }) {
             case .none, .resume: break
             case .stop: return finish()
+            case .split:
+                if segmentFramesWritten.load(ordering: .relaxed) > 0 {
+                    do throws(RecorderError) {
+                        let closed = try rotate(at: chunkTime, reason: .split)
+                        splitResult.withLock { $0 = closed }
+                    } catch {
+                        acknowledged.signal()
+                        return .failed(error)
+                    }
+                }
+                acknowledged.signal()
             case .pause:
                 if let ended = pausedUntilResumed() { return ended }
             }
@@ -226,8 +297,22 @@ final class CaptureSession: @unchecked Sendable {
                     frames = Swift.min(frames, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
                 }
                 let got = try pcm.read(into: buffer, frames: frames)
-                lastProgress.store(Self.uptime(), ordering: .relaxed)
+                let readUptime = Self.uptime()
+                lastProgress.store(readUptime, ordering: .relaxed)
                 if got == 0 { continue }
+                chunkTime = Date()
+                if firstRead {
+                    // The first segment begins with the first frame: now, less the chunk.
+                    firstRead = false
+                    let start = chunkTime.addingTimeInterval(-Double(got) / Double(configuration.sampleRate))
+                    segment.startedAt = start
+                    segmentTarget = clock.frames(startingAt: start, follows: false)
+                    currentSegment.withLock { $0 = segment }
+                }
+                if !Self.isDigitalSilence(buffer, bytes: got * configuration.bytesPerFrame) {
+                    lastSignal.store(readUptime, ordering: .relaxed)
+                }
+                if let failure = finalizeFailure.withLock({ $0 }) { return .failed(failure) }
                 framesCaptured.add(Int64(got), ordering: .relaxed)
                 let now = Self.uptime()
                 let sync = now &- lastSync >= syncIntervalNanoseconds
@@ -244,9 +329,68 @@ final class CaptureSession: @unchecked Sendable {
                 }
             } catch let error as SndfileError {
                 return .failed(.saving(error))
+            } catch let error as RecorderError {
+                return .failed(error)
             } catch {
                 return .failed(RecorderError(.unknown, "capture on '\(pcm.name)' failed: \(error)"))
             }
+        }
+    }
+
+    /// Whether every byte of the chunk is zero (exact digital silence in any sample format:
+    /// a float -0.0 counts as signal, which no muted input delivers).
+    static func isDigitalSilence(_ buffer: UnsafeRawPointer, bytes: Int) -> Bool {
+        let words = bytes / 8
+        let wide = buffer.assumingMemoryBound(to: UInt64.self)
+        var bits: UInt64 = 0
+        for index in 0..<words { bits |= wide[index] }
+        let narrow = buffer.assumingMemoryBound(to: UInt8.self)
+        for index in (words * 8)..<bytes { bits |= UInt64(narrow[index]) }
+        return bits == 0
+    }
+
+    /// Closes the current segment at the last frame written and opens the next, which starts
+    /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
+    private func rotate(at time: Date, reason: SegmentEnd) throws(RecorderError) -> Segment {
+        let next = try files.create(index: segment.index + 1, startedAt: time)
+        let closed = finalSegment(endedAt: time, reason: reason)
+        let old = HandedOver(writer)
+        writer = next.0
+        segment = next.1
+        segmentTarget = clock.frames(startingAt: time, follows: reason == .length)
+        segmentStartXruns = xruns.load(ordering: .relaxed)
+        segmentStartLost = framesLost.load(ordering: .relaxed)
+        segmentFramesWritten.store(0, ordering: .releasing)
+        currentSegment.withLock { $0 = segment }
+        let segmentClosed = self.segmentClosed
+        syncQueue.async { [self] in
+            let (finished, failure) = SegmentFinalizer.finish(old.writer, closed)
+            if let failure { finalizeFailure.withLock { $0 = $0 ?? failure } }
+            segmentClosed(finished, failure)
+        }
+        return closed
+    }
+
+    /// Writes `frames` file frames through `write(offset, count)`, moving to the next segment
+    /// whenever the current one is full: the boundary falls exactly between two frames.
+    private func writeSegmented(frames: Int, _ write: (_ offset: Int, _ count: Int) throws(SndfileError) -> Void) throws {
+        var offset = 0
+        while offset < frames {
+            var count = frames - offset
+            if let segmentTarget {
+                let room = segmentTarget - segmentFramesWritten.load(ordering: .relaxed)
+                if room <= 0 {
+                    // Frames still to write in this chunk arrived after the boundary.
+                    let boundary = chunkTime.addingTimeInterval(-Double(frames - offset) / Double(fileRate))
+                    _ = try rotate(at: boundary, reason: .length)
+                    continue
+                }
+                count = Swift.min(count, Int(room))
+            }
+            try write(offset, count)
+            offset += count
+            segmentFramesWritten.add(Int64(count), ordering: .relaxed)
+            framesWritten.add(Int64(count), ordering: .relaxed)
         }
     }
 
@@ -277,6 +421,7 @@ final class CaptureSession: @unchecked Sendable {
                     try pcm.start()
                     lastProgress.store(Self.uptime(), ordering: .relaxed)
                     resumeError.withLock { $0 = nil }
+                    lastSignal.store(Self.uptime(), ordering: .relaxed)  // a pause is not silence
                     acknowledged.signal()
                     return nil
                 } catch {
@@ -285,7 +430,7 @@ final class CaptureSession: @unchecked Sendable {
                     acknowledged.signal()
                     return .failed(failure)
                 }
-            case .none, .pause:
+            case .none, .pause, .split:
                 continue
             }
         }
@@ -332,29 +477,36 @@ final class CaptureSession: @unchecked Sendable {
         case .int16:
             let typed = buffer.assumingMemoryBound(to: Int16.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-            try writer.write(typed, frames: frames)
+            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+                try writer.write(typed + offset * channels, frames: count)
+            }
         case .int32:
             let typed = buffer.assumingMemoryBound(to: Int32.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
                                     scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
-            try writer.write(typed, frames: frames)
+            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+                try writer.write(typed + offset * channels, frames: count)
+            }
         case .float32:
             let typed = buffer.assumingMemoryBound(to: Float.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-            try writer.write(typed, frames: frames)
+            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+                try writer.write(typed + offset * channels, frames: count)
+            }
         }
-        framesWritten.add(Int64(frames), ordering: .relaxed)
     }
 
     /// Writes converted frames, never past the frame limit.
-    private func write(_ samples: UnsafePointer<Float>, frames: Int) throws(SndfileError) {
+    private func write(_ samples: UnsafePointer<Float>, frames: Int) throws {
         var count = frames
         if let frameLimit {
             count = Swift.min(count, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
             if count <= 0 { return }
         }
-        try writer.write(samples, frames: count)
-        framesWritten.add(Int64(count), ordering: .relaxed)
+        let channels = fileChannels
+        try writeSegmented(frames: count) { offset, part throws(SndfileError) in
+            try writer.write(samples + offset * channels, frames: part)
+        }
     }
 
     /// Makes the file playable up to here: header now, fsync in the background (an fsync can
@@ -362,9 +514,20 @@ final class CaptureSession: @unchecked Sendable {
     private func syncFile() {
         writer.refreshHeader()
         guard !syncPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // This writer: the capture thread may have moved to the next segment's by the time it runs.
+        let current = HandedOver(writer)
         syncQueue.async { [self] in
-            try? writer.sync()
+            try? current.writer.sync()
             syncPending.store(false, ordering: .releasing)
         }
     }
+}
+
+/// A writer passed from the capture thread to the sync queue.
+private struct HandedOver: @unchecked Sendable {
+    // @unchecked: the sync queue is serial, and the capture thread no longer touches a writer
+    // it handed over for closing; a writer handed over for fsync is only synced, which
+    // libsndfile's descriptor allows alongside writes.
+    let writer: SoundFileWriter
+    init(_ writer: SoundFileWriter) { self.writer = writer }
 }

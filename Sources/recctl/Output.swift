@@ -42,6 +42,7 @@ enum Output {
         switch name {
         case .recording: red("● recording")
         case .paused: yellow("‖ paused")
+        case .waitingForDevice: yellow("… waiting for device")
         case .failed: red("✗ failed")
         case .finished: green("✓ finished")
         case .idle: "idle"

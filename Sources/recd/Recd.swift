@@ -158,7 +158,8 @@ struct Recd: AsyncParsableCommand {
                 logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(error)"])
                 return nil
             }
-        }, logger: logger)
+        }, autostart: configuration.autostart ? .init(name: configuration.autostartRecordingName) : nil,
+           logger: logger)
         let serviceGroup = ServiceGroup(configuration: .init(
             services: [.init(service: service)],
             gracefulShutdownSignals: [.sigterm, .sigint],

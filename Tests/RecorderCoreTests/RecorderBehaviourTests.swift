@@ -13,8 +13,9 @@ import Testing
 struct RecorderBehaviourTests {
     let directory = TemporaryDirectory()
 
-    func recorder(device: String, directory path: String? = nil) -> Recorder {
-        Recorder(configuration: RecorderConfiguration(device: device, recordingsDirectory: path ?? directory.file("recordings")))
+    func recorder(device: String, directory path: String? = nil, waitForDevice: Bool = true) -> Recorder {
+        Recorder(configuration: RecorderConfiguration(device: device, recordingsDirectory: path ?? directory.file("recordings"),
+                                                      waitForDevice: waitForDevice))
     }
 
     func counterFile(seconds: Int) -> (path: String, samples: [Int16]) {
@@ -254,9 +255,9 @@ struct RecorderBehaviourTests {
         }
     }
 
-    @Test func aDeviceThatDisappearsEndsWithDeviceLostAndAPlayableFile() throws {
+    @Test func withoutWaitingADeviceThatDisappearsEndsWithDeviceLostAndAPlayableFile() throws {
         let server = try PulseServer()
-        let recorder = recorder(device: TestDevices.paced(server))
+        let recorder = recorder(device: TestDevices.paced(server), waitForDevice: false)
         let recording = try recorder.start(name: "lost", settings: RecordingSettings(format: .wav, sampleRate: 48000, channels: 2))
         #expect(waitUntil { recorder.currentTime.value >= 0.5 })
         server.kill()
