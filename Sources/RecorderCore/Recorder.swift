@@ -477,7 +477,9 @@ public final class Recorder: @unchecked Sendable {
         try CaptureSession(
             pcm: pcm, configuration: pcmConfiguration, writer: writer, segment: segment, files: files,
             clock: SegmentClock(settings: plan.segments, rate: files.sampleRate),
-            segmentClosed: { [weak self] segment, failure in self?.segmentClosed(segment, failure: failure) },
+            segmentClosed: { [weak self, directory = files.directory] segment, failure in
+                self?.segmentClosed(segment, failure: failure, directory: directory)
+            },
             fileRate: files.sampleRate, fileChannels: files.channels, converterQuality: plan.settings.quality,
             frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,
             syncInterval: plan.configuration.syncInterval)
@@ -485,12 +487,12 @@ public final class Recorder: @unchecked Sendable {
 
     /// A segment the capture thread closed is finalized (on its sync queue): count it,
     /// announce it, and show the next one in `recording`.
-    private func segmentClosed(_ segment: Segment, failure: RecorderError?) {
+    private func segmentClosed(_ segment: Segment, failure: RecorderError?, directory: String) {
         ledger.withLock {
             $0.segmentsClosed += 1
             $0.lastClosed = segment
         }
-        announce(segment)
+        announce(segment, directory: directory)
         if let failure {
             logger.error("segment could not be finalized", metadata: ["segment.path": "\(segment.path)",
                                                                        "error.message": "\(failure.message)"])
@@ -501,7 +503,10 @@ public final class Recorder: @unchecked Sendable {
         }
     }
 
-    private func announce(_ segment: Segment) {
+    /// Logs the closed segment in its session's log (what `recordings.list` groups by) and
+    /// publishes it.
+    private func announce(_ segment: Segment, directory: String) {
+        RecordingLibrary(directory: directory).log(segment)
         logger.info("segment closed", metadata: [
             "recording.id": "\(segment.recordingId)", "segment.index": "\(segment.index)", "segment.path": "\(segment.path)",
             "segment.frames": "\(segment.frames)", "segment.end": "\(segment.endReason?.rawValue ?? "")",
@@ -615,7 +620,7 @@ public final class Recorder: @unchecked Sendable {
                 $0.segmentsClosed += 1
                 $0.lastClosed = last
             }
-            announce(last)
+            announce(last, directory: plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
         }
         let totals = ledger.withLock { ledger in
             ledger.frames += session.framesWritten.load(ordering: .acquiring)

@@ -12,7 +12,10 @@ final class LiveView {
     private var time: Double = 0
     private var levels: Levels = .none
     private var error: RecorderError?
+    private var warning: RecorderWarning?
     private var drawn = false
+    /// The snapshot's segment is old news: only segments closed while watching get a line.
+    private var seenSegment = false
 
     init(json: Bool, quiet: Bool = false) {
         self.json = json
@@ -31,6 +34,14 @@ final class LiveView {
             case .levels(let newLevels): levels = newLevels
             case .error(let newError): error = newError
             case .recording: break
+            case .warning(let newWarning): warning = newWarning
+            case .segment(let segment):
+                defer { seenSegment = true }
+                guard seenSegment, let segment, !quiet else { break }
+                // A line of its own above the redrawn one.
+                if drawn { print("\r\u{1B}[2K", terminator: "") }
+                print(Output.describeClosed(segment))
+                drawn = false
             }
         }
         if !json && !quiet { draw() }
@@ -55,6 +66,11 @@ final class LiveView {
             if levels.clipCount > 0 { line += "  " + Output.red("clip \(levels.clipCount)") }
         }
         if let name = state.recording?.name { line += "  " + name }
+        if let segment = state.recording?.segment, segment.index > 1 { line += Output.dim(" #\(segment.index)") }
+        if let wait = state.deviceWait {
+            line += "  " + Output.yellow(wait.error.code.rawValue) + " " + Output.retry(wait)
+        }
+        if let warning { line += "  " + Output.yellow(warning.code.rawValue) }
         if let error { line += "  " + Output.red(error.code.rawValue) }
         // Carriage return + erase line: the meter is redrawn in place.
         print("\r\u{1B}[2K" + line, terminator: "")

@@ -195,8 +195,8 @@ struct RecorderBehaviourTests {
 
     // MARK: Failures
 
-    @Test func aMissingDeviceIsDeviceNotFoundNamingIt() throws {
-        let recorder = recorder(device: "no_such_pcm_anywhere")
+    @Test func withoutWaitingAMissingDeviceIsDeviceNotFoundNamingIt() throws {
+        let recorder = recorder(device: "no_such_pcm_anywhere", waitForDevice: false)
         let error = #expect(throws: RecorderError.self) { try recorder.start(name: "x", settings: nil) }
         #expect(error?.code == .deviceNotFound)
         #expect(error?.message.contains("'no_such_pcm_anywhere'") == true)
@@ -206,8 +206,8 @@ struct RecorderBehaviourTests {
         #expect((try? FileManager.default.contentsOfDirectory(atPath: directory.file("recordings")))?.isEmpty ?? true)
     }
 
-    @Test func aDeviceWhoseSourceIsMissingIsDeviceNotFound() throws {
-        let recorder = recorder(device: TestDevices.file(directory.file("absent.raw")))
+    @Test func withoutWaitingADeviceWhoseSourceIsMissingIsDeviceNotFound() throws {
+        let recorder = recorder(device: TestDevices.file(directory.file("absent.raw")), waitForDevice: false)
         let error = #expect(throws: RecorderError.self) { try recorder.start(name: "x", settings: nil) }
         #expect(error?.code == .deviceNotFound)
     }
