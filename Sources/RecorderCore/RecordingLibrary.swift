@@ -76,11 +76,21 @@ public struct RecordingLibrary: Sendable {
     /// and unreadable files are skipped.
     public func list() -> [Entry] {
         let segments = loggedSegments()
-        return fileNames().compactMap { file -> Entry? in
+        let entries = fileNames().compactMap { file -> Entry? in
             guard var entry = entry(file: file) else { return nil }
             entry.segment = segments[entry.path]
             return entry
-        }.sorted { ($0.segment?.startedAt ?? $0.modified, $0.file) < ($1.segment?.startedAt ?? $1.modified, $1.file) }
+        }
+        // A session's segments stay together, in their order, at the session's start.
+        var sessionStart: [String: Date] = [:]
+        for case let segment? in entries.map(\.segment) {
+            sessionStart[segment.recordingId] = min(sessionStart[segment.recordingId] ?? segment.startedAt, segment.startedAt)
+        }
+        func key(_ entry: Entry) -> (Date, String, Int, String) {
+            guard let segment = entry.segment else { return (entry.modified, "", 0, entry.file) }
+            return (sessionStart[segment.recordingId]!, segment.recordingId, segment.index, entry.file)
+        }
+        return entries.sorted { key($0) < key($1) }
     }
 
     /// The recording `name` names: a file name with extension, or a name without one that only
