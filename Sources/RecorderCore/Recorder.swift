@@ -506,7 +506,8 @@ public final class Recorder: @unchecked Sendable {
     /// Logs the closed segment in its session's log (what `recordings.list` groups by) and
     /// publishes it.
     private func announce(_ segment: Segment, directory: String) {
-        RecordingLibrary(directory: directory).log(segment)
+        // A recording that is one file needs no log to be listed as one.
+        if segment.index > 1 || segment.endReason != .end { RecordingLibrary(directory: directory).log(segment) }
         logger.info("segment closed", metadata: [
             "recording.id": "\(segment.recordingId)", "segment.index": "\(segment.index)", "segment.path": "\(segment.path)",
             "segment.frames": "\(segment.frames)", "segment.end": "\(segment.endReason?.rawValue ?? "")",
