@@ -616,6 +616,10 @@ public final class Recorder: @unchecked Sendable {
             if last.path != wanted {
                 logger.warning("recording's name was taken; saved under another", metadata: [
                     "recording.id": "\(last.recordingId)", "recording.path": "\(last.path)", "recording.wanted": "\(wanted)"])
+                if last.index == 1, plan?.segments.effectiveTemplate == SegmentSettings.single {
+                    // A recording in one file is known by its file's name.
+                    recording.name = ((last.path as NSString).lastPathComponent as NSString).deletingPathExtension
+                }
             }
             ledger.withLock {
                 $0.segmentsClosed += 1
@@ -623,6 +627,8 @@ public final class Recorder: @unchecked Sendable {
             }
             announce(last, directory: plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
         }
+        // The next capture session (after a gap) numbers its segments on from here.
+        plan?.nextIndex = session.currentSegment.withLock { $0.index } + 1
         let totals = ledger.withLock { ledger in
             ledger.frames += session.framesWritten.load(ordering: .acquiring)
             ledger.xruns += session.xruns.load(ordering: .relaxed)

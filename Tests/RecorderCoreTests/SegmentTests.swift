@@ -206,6 +206,11 @@ struct SegmentTests {
         defer { stateToken.cancel() }
         let started = try recorder.start(name: "outlive", settings: wav16, segments: SegmentSettings(length: 3600))
         var recovery: [Double] = []
+        // A split before the first loss: numbering goes on across the gaps.
+        #expect(waitUntil(timeout: 20) { recorder.currentTime.value >= 0.3 })
+        let split = try recorder.split()
+        #expect(split.index == 1)
+        #expect(waitUntil { segments.count == 1 })
         for round in 1...2 {
             let before = recorder.currentTime.value
             #expect(waitUntil(timeout: 20) { recorder.currentTime.value >= before + 0.5 })
@@ -219,8 +224,8 @@ struct SegmentTests {
             #expect(wait.error.code == .deviceLost || wait.error.code == .deviceNotFound, "\(wait.error)")
             #expect(wait.retryAt > wait.since)
             // The segment that was being written is finalized, playable, and announced.
-            #expect(waitUntil { segments.count == round })
-            let lost = segments.values[round - 1]
+            #expect(waitUntil { segments.count == round + 1 })
+            let lost = segments.values[round]
             #expect(lost.endReason == .deviceLost)
             #expect(try SoundFileReader(path: lost.path).info.frames == lost.frames)
             #expect(!FileManager.default.fileExists(atPath: lost.partialPath))
@@ -232,18 +237,19 @@ struct SegmentTests {
             try server.tone()
             #expect(waitUntil(timeout: 20) { recorder.state.value.name == .recording })
             recovery.append(Date().timeIntervalSince(back))
-            #expect(recorder.recording.value?.segment?.index == round + 1)
+            #expect(recorder.recording.value?.segment?.index == round + 2)
         }
         let before = recorder.currentTime.value
         #expect(waitUntil(timeout: 20) { recorder.currentTime.value >= before + 0.5 })
         let finished = try recorder.stop()
-        #expect(waitUntil { segments.count == 3 })
+        #expect(waitUntil { segments.count == 4 })
         let closed = segments.values
-        #expect(closed.map(\.index) == [1, 2, 3])
-        #expect(closed.map(\.endReason) == [.deviceLost, .deviceLost, .end])
+        #expect(closed.map(\.index) == [1, 2, 3, 4])
+        #expect(closed.map(\.endReason) == [.split, .deviceLost, .deviceLost, .end])
         #expect(closed.reduce(0) { $0 + $1.frames } == finished.frames)
         #expect(closed[0].gapBefore == nil)
-        for (index, segment) in closed.enumerated().dropFirst() {
+        #expect(closed[1].gapBefore == nil)
+        for (index, segment) in closed.enumerated().dropFirst(2) {
             // Each later segment carries the gap before it: where it fell and how long it was.
             guard let gap = segment.gapBefore else { Issue.record("segment \(segment.index) has no gap"); continue }
             #expect(gap.duration >= 3, "gap of \(gap.duration) s")
@@ -253,7 +259,7 @@ struct SegmentTests {
         let statistics = recorder.statistics.value
         #expect(statistics.gaps.count == 2)
         #expect(statistics.gaps.allSatisfy { $0.end != nil })
-        #expect(statistics.segmentsClosed == 3)
+        #expect(statistics.segmentsClosed == 4)
         var path: [RecorderState.Name] = []
         for state in states.values where state.name == .waitingForDevice || state.name == .recording {
             if path.last != state.name { path.append(state.name) }
