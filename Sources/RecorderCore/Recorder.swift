@@ -643,6 +643,7 @@ public final class Recorder: @unchecked Sendable {
         clearSession()
         if waiting, saveFailure == nil, let lost = failure {
             current = recording
+            self.recording.send(recording)
             plan?.gapStart = endedAt
             ledger.withLock { $0.gaps.append(Gap(start: endedAt, position: $0.frames, error: lost)) }
             publishTotals(rate: recording.sampleRate)
