@@ -43,8 +43,15 @@ final class CaptureSession: @unchecked Sendable {
     private var segmentStartXruns = 0
     private var segmentStartLost: Int64 = 0
     private var firstRead = true
-    /// Wall-clock time when the last chunk's last frame arrived: times segment boundaries.
-    private var chunkTime = Date()
+    /// When frame 0 was captured (seconds since 1970), as the earliest of the estimates "read
+    /// time less the frames captured" over the last segment: a read that came late (a busy
+    /// machine) only makes an estimate later, so the minimum is the least delayed one; taking
+    /// it afresh every segment follows the device clock's drift against the wall clock.
+    /// Times every boundary as `anchor + frames written / rate`.
+    private var anchor = Double.infinity
+    private var anchorWindow = Double.infinity
+    /// After a pause: the next read sets the anchor afresh.
+    private var reanchor = false
     let configuration: PCMConfiguration
     let fileRate: Int
     let fileChannels: Int
@@ -278,7 +285,7 @@ final class CaptureSession: @unchecked Sendable {
             case .split:
                 if segmentFramesWritten.load(ordering: .relaxed) > 0 {
                     do throws(RecorderError) {
-                        let closed = try rotate(at: chunkTime, reason: .split)
+                        let closed = try rotate(at: boundaryTime(), reason: .split)
                         splitResult.withLock { $0 = closed }
                     } catch {
                         acknowledged.signal()
@@ -300,11 +307,18 @@ final class CaptureSession: @unchecked Sendable {
                 let readUptime = Self.uptime()
                 lastProgress.store(readUptime, ordering: .relaxed)
                 if got == 0 { continue }
-                chunkTime = Date()
+                let captured = framesCaptured.load(ordering: .relaxed) + Int64(got)
+                let estimate = Date().timeIntervalSince1970 - Double(captured) / Double(configuration.sampleRate)
+                anchorWindow = Swift.min(anchorWindow, estimate)
+                if reanchor || anchor == .infinity {
+                    reanchor = false
+                    anchor = estimate
+                    anchorWindow = estimate
+                }
                 if firstRead {
-                    // The first segment begins with the first frame: now, less the chunk.
+                    // The first segment begins with the first frame.
                     firstRead = false
-                    let start = chunkTime.addingTimeInterval(-Double(got) / Double(configuration.sampleRate))
+                    let start = Date(timeIntervalSince1970: anchor)
                     segment.startedAt = start
                     segmentTarget = clock.frames(startingAt: start, follows: false)
                     currentSegment.withLock { $0 = segment }
@@ -349,6 +363,14 @@ final class CaptureSession: @unchecked Sendable {
         return bits == 0
     }
 
+    /// When the frame after the last one written was captured: the next segment's start.
+    private func boundaryTime() -> Date {
+        // The least delayed estimate over the segment that ends here.
+        if anchorWindow < .infinity { anchor = anchorWindow }
+        anchorWindow = .infinity
+        return Date(timeIntervalSince1970: anchor + Double(framesWritten.load(ordering: .relaxed)) / Double(fileRate))
+    }
+
     /// Closes the current segment at the last frame written and opens the next, which starts
     /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
     private func rotate(at time: Date, reason: SegmentEnd) throws(RecorderError) -> Segment {
@@ -381,8 +403,7 @@ final class CaptureSession: @unchecked Sendable {
                 let room = segmentTarget - segmentFramesWritten.load(ordering: .relaxed)
                 if room <= 0 {
                     // Frames still to write in this chunk arrived after the boundary.
-                    let boundary = chunkTime.addingTimeInterval(-Double(frames - offset) / Double(fileRate))
-                    _ = try rotate(at: boundary, reason: .length)
+                    _ = try rotate(at: boundaryTime(), reason: .length)
                     continue
                 }
                 count = Swift.min(count, Int(room))
@@ -422,6 +443,7 @@ final class CaptureSession: @unchecked Sendable {
                     lastProgress.store(Self.uptime(), ordering: .relaxed)
                     resumeError.withLock { $0 = nil }
                     lastSignal.store(Self.uptime(), ordering: .relaxed)  // a pause is not silence
+                    reanchor = true  // frames stopped while the clock went on
                     acknowledged.signal()
                     return nil
                 } catch {

@@ -182,9 +182,12 @@ struct SegmentTests {
         _ = try recorder.stop()
         let closed = segments.values
         // Every segment after the first starts on an even second, within 50 ms.
+        var offsets: [String] = []
+        defer { print("clock-aligned segments: start - boundary =", offsets) }
         for segment in closed.dropFirst() {
             let time = segment.startedAt.timeIntervalSince1970
             let offset = time - (time / 2).rounded() * 2
+            offsets.append(String(format: "%+.4f s", offset))
             #expect(abs(offset) < 0.05, "segment \(segment.index) starts \(offset) s off its boundary")
             #expect(segment.path.hasSuffix(String(format: "%02dZ.wav", Int((time / 2).rounded() * 2) % 60)), "\(segment.path)")
         }
