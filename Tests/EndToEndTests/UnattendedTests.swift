@@ -156,6 +156,15 @@ struct UnattendedTests {
         let watch = try recctl(daemon, "watch", "--until", "waitingForDevice")
         #expect(watch.status == 0)
         #expect(watch.stdout.contains("\"name\":\"waitingForDevice\""), "on a pipe, watch prints JSON: \(watch.stdout)")
+        // On a terminal, the live line says it waits, why, and when it tries again.
+        let live = try BackgroundCommand("/usr/bin/script", ["-qfec", "'\(Binaries.recctl)' watch", "/dev/null"],
+                                         environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"])
+        defer { live.process.signal(SIGTERM) }
+        #expect(waitUntil { live.stdout.contains("retry in") }, "\(live.stdout)")
+        #expect(live.stdout.contains("… waiting for device"), "\(live.stdout)")
+        #expect(live.stdout.contains("station  deviceNotFound retry in "), "\(live.stdout)")
+        let devices = try WireCoding.decoder().decode(DevicesResult.self, from: Data(try recctl(daemon, "devices", "--json").stdout.utf8))
+        #expect(devices.current == TestDevices.paced(server))
         Thread.sleep(forTimeInterval: 3)  // the device appears 3 s later: the scenario, not a wait
         try server.restart()
         try server.tone()

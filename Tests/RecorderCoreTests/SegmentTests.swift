@@ -177,6 +177,11 @@ struct SegmentTests {
         let recorder = recorder(device: TestDevices.paced(server), segments: SegmentSettings(length: 2, alignToClock: true))
         let (segments, token) = collectSegments(recorder)
         defer { token.cancel() }
+        // When each announcement arrives, by the test's own clock: an independent check that
+        // the boundaries recd computes are real wall-clock times (not in the future, not long past).
+        let arrivals = Collected<(Segment, Date)>()
+        let arrivalToken = recorder.closedSegment.subscribe(delivery: .every) { if let segment = $0 { arrivals.append((segment, Date())) } }
+        defer { arrivalToken.cancel() }
         _ = try recorder.start(name: "clock", settings: wav16)
         #expect(waitUntil(timeout: 30) { segments.count >= 3 })
         _ = try recorder.stop()
@@ -193,6 +198,10 @@ struct SegmentTests {
         }
         for segment in closed.dropFirst().dropLast() {
             #expect(abs(segment.duration - 2) < 0.05, "segment \(segment.index) lasts \(segment.duration) s")
+        }
+        for (segment, arrived) in arrivals.values.dropLast() {
+            let end = segment.startedAt.addingTimeInterval(segment.duration)
+            #expect(arrived >= end && arrived < end.addingTimeInterval(1), "segment \(segment.index) ends \(end), announced \(arrived)")
         }
     }
 
