@@ -37,6 +37,9 @@ final class CaptureSession: @unchecked Sendable {
     private let clock: SegmentClock
     /// Runs on the sync queue after each segment the capture thread closed is finalized.
     private let segmentClosed: @Sendable (Segment, RecorderError?) -> Void
+    /// Runs on the capture thread when the first segment's start is known (and its file may
+    /// have been renamed to match).
+    private let segmentStarted: @Sendable () -> Void
     // The current segment, its length and what it had counted when it began (capture thread).
     private var segment: Segment
     private var segmentTarget: Int64?
@@ -105,6 +108,7 @@ final class CaptureSession: @unchecked Sendable {
     init(pcm: CapturePCM, configuration: PCMConfiguration, writer: SoundFileWriter, segment: Segment,
          files: SegmentFileFactory, clock: SegmentClock,
          segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
+         segmentStarted: @escaping @Sendable () -> Void = {},
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
          frameLimit: Int64?, metering: Bool, syncInterval: Double) throws(RecorderError) {
         self.pcm = pcm
@@ -115,6 +119,7 @@ final class CaptureSession: @unchecked Sendable {
         self.files = files
         self.clock = clock
         self.segmentClosed = segmentClosed
+        self.segmentStarted = segmentStarted
         self.fileRate = fileRate
         self.fileChannels = fileChannels
         self.frameLimit = frameLimit
@@ -321,7 +326,9 @@ final class CaptureSession: @unchecked Sendable {
                     let start = Date(timeIntervalSince1970: anchor)
                     segment.startedAt = start
                     segmentTarget = clock.frames(startingAt: start, follows: false)
+                    nameAfterStart()
                     currentSegment.withLock { $0 = segment }
+                    segmentStarted()
                 }
                 if !Self.isDigitalSilence(buffer, bytes: got * configuration.bytesPerFrame) {
                     lastSignal.store(readUptime, ordering: .relaxed)
@@ -361,6 +368,19 @@ final class CaptureSession: @unchecked Sendable {
         let narrow = buffer.assumingMemoryBound(to: UInt8.self)
         for index in (words * 8)..<bytes { bits |= UInt64(narrow[index]) }
         return bits == 0
+    }
+
+    /// The first file was named when it was created, before the device delivered anything (an
+    /// idle sound server takes seconds; a device that came back, a fraction): give it the name
+    /// of its first frame's time, if the template has one. A failed rename keeps the old name.
+    private func nameAfterStart() {
+        let named = files.directory + "/" + files.render(index: segment.index, date: segment.startedAt) + "." + files.fileExtension
+        guard named != segment.path, let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
+        else { return }
+        // link + unlink: never over another file; both names are on the same file system.
+        guard link(segment.partialPath, wanted + ".part") == 0 else { return }
+        unlink(segment.partialPath)
+        segment.path = wanted
     }
 
     /// When the frame after the last one written was captured: the next segment's start.

@@ -480,6 +480,10 @@ public final class Recorder: @unchecked Sendable {
             segmentClosed: { [weak self, directory = files.directory] segment, failure in
                 self?.segmentClosed(segment, failure: failure, directory: directory)
             },
+            segmentStarted: { [weak self] in
+                guard let self else { return }
+                control.async { if let session = self.session { self.updateCurrentSegment(of: session) } }
+            },
             fileRate: files.sampleRate, fileChannels: files.channels, converterQuality: plan.settings.quality,
             frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,
             syncInterval: plan.configuration.syncInterval)

@@ -72,6 +72,11 @@ enum Output {
         return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
     }
 
+    /// A segment's measured start (14:59:59.998) shows as the second it is named after.
+    static func nearestSecond(_ date: Date?) -> Date? {
+        date.map { Date(timeIntervalSince1970: $0.timeIntervalSince1970.rounded()) }
+    }
+
     static func localTime(_ date: Date) -> String {
         let formatter = DateFormatter()
         formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
@@ -156,7 +161,7 @@ enum Output {
         let header = ["NAME", "DURATION", "SIZE", "FORMAT", "DATE"]
         func row(_ file: RecordingFile, indent: String = "") -> [String] {
             [indent + file.file, duration(file.duration), size(file.size),
-             "\(file.format.rawValue) \(file.sampleRate / 1000) kHz \(file.channels) ch", localTime(file.startedAt ?? file.modified)]
+             "\(file.format.rawValue) \(file.sampleRate / 1000) kHz \(file.channels) ch", localTime(nearestSecond(file.startedAt) ?? file.modified)]
         }
         // Segments of one recording (session) under a line that sums them up, in place of its first.
         var rows: [[String]] = []
@@ -177,7 +182,7 @@ enum Output {
             rows.append(["\(first.sessionName ?? first.name)/ (\(segments.count) segments)",
                          duration(segments.reduce(0) { $0 + $1.duration }), size(segments.reduce(0) { $0 + $1.size }),
                          "\(first.format.rawValue) \(first.sampleRate / 1000) kHz \(first.channels) ch",
-                         localTime(first.startedAt ?? first.modified)])
+                         localTime(nearestSecond(first.startedAt) ?? first.modified)])
             rows += segments.map { row($0, indent: "  ") }
         }
         let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max()! }

@@ -82,6 +82,8 @@ struct UnattendedTests {
         #expect(result.closed.index == 2)
         #expect(result.closed.path == daemon.recordings + "/talk-2.wav")
         #expect(result.recording?.segment?.index == 3)
+        // The split answers at once; the closed file is finalized (and counted) just after.
+        #expect(waitForStatus(daemon) { $0.statistics.segmentsClosed == 2 } != nil)
         let text = try recctl(daemon, "status").stdout
         #expect(text.contains("segment  #3, from "), "\(text)")
         #expect(text.contains("session  2 segment(s) closed"), "\(text)")
