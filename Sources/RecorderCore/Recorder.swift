@@ -527,12 +527,9 @@ public final class Recorder: @unchecked Sendable {
         recording.segment = segment
         recording.path = segment.path
         current = recording
+        // Only `recording` follows the segments: `state` changes (and is published) on
+        // transitions, and its recording is as of the last one.
         self.recording.send(recording)
-        switch state.value {
-        case .recording: state.send(.recording(recording))
-        case .paused: state.send(.paused(recording))
-        default: break
-        }
     }
 
     private func recordOnQueue(duration: Double?, at date: Date?) throws(RecorderError) -> Recording {
