@@ -23,9 +23,12 @@ enum CaptureOutcome: Sendable, Equatable {
 /// (pause, resume, stop) is a request the thread picks up between reads, acknowledged through
 /// a semaphore, so that `pause()` returns only once no more frames will be written.
 final class CaptureSession: @unchecked Sendable {
-    // @unchecked: `pcm`, `writer`, `converter` and the buffers are used by the capture thread
-    // only, after `start()` and until `finished` is signalled; the control thread touches the
-    // writer again only after that (in `finalize`). Everything shared is atomic or behind a lock.
+    // @unchecked: `pcm`, `writer`, `converter`, the buffers and the segment bookkeeping
+    // (`segment`, `segmentTarget`, the anchors) are used by the capture thread only, after
+    // `start()` and until `finished` is signalled; the control thread touches the writer and
+    // the segment again only after that (in `finalize`). A writer the capture thread replaced
+    // is handed to the serial sync queue and never touched again by the thread. Everything
+    // shared is atomic or behind a lock.
 
     private enum Request: Sendable { case none, pause, resume, stop, split }
 
@@ -79,11 +82,11 @@ final class CaptureSession: @unchecked Sendable {
     /// Frames in the current segment's file.
     let segmentFramesWritten = Atomic<Int64>(0)
     /// The segment being written, for status (published copy of `segment`).
-    let currentSegment: Mutex<Segment>
+    let currentSegment: NIOLockedValueBox<Segment>
     /// The segment `split()` closed.
-    private let splitResult = Mutex<Segment?>(nil)
+    private let splitResult = NIOLockedValueBox<Segment?>(nil)
     /// Finalizing a closed segment failed (disk): the capture thread ends with it.
-    private let finalizeFailure = Mutex<RecorderError?>(nil)
+    private let finalizeFailure = NIOLockedValueBox<RecorderError?>(nil)
     /// Uptime (ns) of the last chunk with a sample that was not exactly zero.
     let lastSignal = Atomic<UInt64>(0)
     /// Uptime (ns) of the last successful read: the watchdog's proof of progress.
@@ -115,7 +118,7 @@ final class CaptureSession: @unchecked Sendable {
         self.configuration = configuration
         self.writer = writer
         self.segment = segment
-        self.currentSegment = Mutex(segment)
+        self.currentSegment = NIOLockedValueBox(segment)
         self.files = files
         self.clock = clock
         self.segmentClosed = segmentClosed

@@ -80,9 +80,10 @@ public struct RecorderConfiguration: Sendable, Equatable {
 /// They run one at a time on a private serial queue; capture runs on a thread of its own;
 /// `currentTime` and `levels` are published by timers on a third queue.
 public final class Recorder: @unchecked Sendable {
-    // @unchecked: `session`, `current` and the timers are touched only on `control`, a serial
-    // queue; `activeSession` (read by the watchdog) and `configurationState` are behind locks;
-    // everything else is immutable or Sendable.
+    // @unchecked: `session`, `current`, `plan`, the timers and `retryTimer` are touched only on
+    // `control`, a serial queue; `activeSession` (read by the watchdog), `configurationState`
+    // and `ledger` (also used by the sync and timer queues) are behind locks; everything else
+    // is immutable or Sendable.
 
     /// idle → preparing → recording ⇄ paused → stopping → finished (or failed); recording ⇄
     /// waitingForDevice while a lost device is away.
@@ -122,7 +123,7 @@ public final class Recorder: @unchecked Sendable {
     private var retryTimer: DispatchSourceTimer?
     /// What the recording's ended capture sessions add up to; shared with the sync queue that
     /// announces segments and the timer queue that publishes.
-    private let ledger = Mutex(SessionLedger())
+    private let ledger = NIOLockedValueBox(SessionLedger())
 
     /// A recording's settings as they were when it started, for the segments after a gap.
     private struct SessionPlan {
