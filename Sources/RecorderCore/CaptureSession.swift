@@ -328,6 +328,8 @@ final class CaptureSession: @unchecked Sendable {
                     firstRead = false
                     let start = Date(timeIntervalSince1970: anchor)
                     segment.startedAt = start
+                    // A gap ends when audio flows again, not when the device opened.
+                    if segment.gapBefore != nil { segment.gapBefore?.end = start }
                     segmentTarget = clock.frames(startingAt: start, follows: false)
                     nameAfterStart()
                     currentSegment.withLock { $0 = segment }

@@ -483,7 +483,15 @@ public final class Recorder: @unchecked Sendable {
             },
             segmentStarted: { [weak self] in
                 guard let self else { return }
-                control.async { if let session = self.session { self.updateCurrentSegment(of: session) } }
+                control.async {
+                    guard let session = self.session else { return }
+                    if let gap = session.currentSegment.withLock({ $0.gapBefore }) {
+                        self.ledger.withLock { ledger in
+                            if let last = ledger.gaps.indices.last, ledger.gaps[last].start == gap.start { ledger.gaps[last] = gap }
+                        }
+                    }
+                    self.updateCurrentSegment(of: session)
+                }
             },
             fileRate: files.sampleRate, fileChannels: files.channels, converterQuality: plan.settings.quality,
             frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,

@@ -62,7 +62,8 @@ public struct SegmentSettings: Sendable, Equatable, Codable {
 public struct Gap: Sendable, Equatable, Codable {
     /// When capture stopped.
     public var start: Date
-    /// When capture continued; nil while the device is still away.
+    /// When capture continued: the next segment's first frame (at first, until that arrives,
+    /// when the device opened again); nil while the device is still away.
     public var end: Date?
     /// Where in the session it falls: the number of frames (file rate) captured before it.
     public var position: Int64
