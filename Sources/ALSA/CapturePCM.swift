@@ -187,9 +187,49 @@ public struct DeviceHint: Sendable, Equatable, Codable {
     public var description: String?
     /// `Input`, `Output`, or nil when the PCM does both.
     public var direction: String?
+
+    /// The card id in the name (`hw:CARD=PCH,DEV=0` → `PCH`), if it names one.
+    public var cardID: String? { Self.cardID(in: name) }
+
+    public static func cardID(in name: String) -> String? {
+        // No Foundation here: find "CARD=" by hand.
+        let characters = Array(name)
+        let key: [Character] = ["C", "A", "R", "D", "="]
+        guard characters.count > key.count,
+              let start = (0...(characters.count - key.count)).first(where: { Array(characters[$0..<($0 + key.count)]) == key })
+        else { return nil }
+        let terminators: Set<Character> = [",", " ", "'", "\""]
+        let id = characters[(start + key.count)...].prefix { !terminators.contains($0) }
+        return id.isEmpty ? nil : String(id)
+    }
+}
+
+/// A sound card: its number now, its stable id, its name.
+public struct SoundCard: Sendable, Equatable {
+    public var index: Int
+    public var id: String
+    public var name: String
 }
 
 extension CapturePCM {
+    /// The sound cards present (`/proc/asound/cards`, through the control interface).
+    public static func soundCards() -> [SoundCard] {
+        var cards: [SoundCard] = []
+        var index: Int32 = -1
+        while snd_card_next(&index) == 0, index >= 0 {
+            var control: OpaquePointer?
+            guard snd_ctl_open(&control, "hw:\(index)", 0) == 0, let control else { continue }
+            defer { snd_ctl_close(control) }
+            var info: OpaquePointer?
+            guard snd_ctl_card_info_malloc(&info) == 0, let info else { continue }
+            defer { snd_ctl_card_info_free(info) }
+            guard snd_ctl_card_info(control, info) == 0 else { continue }
+            cards.append(SoundCard(index: Int(index), id: String(cString: snd_ctl_card_info_get_id(info)),
+                                   name: String(cString: snd_ctl_card_info_get_name(info))))
+        }
+        return cards
+    }
+
     /// The PCMs usable for capture that ALSA's configuration lists (its name hints).
     public static func captureDevices() -> [DeviceHint] {
         var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>?

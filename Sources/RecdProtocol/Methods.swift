@@ -4,7 +4,7 @@ import Foundation
 /// Every method recd answers.
 public enum Method: String, Sendable, CaseIterable, Codable {
     case status
-    case start, pause, resume, stop, cancel
+    case start, pause, resume, stop, cancel, split
     case subscribe, unsubscribe
     case recordingsList = "recordings.list"
     case recordingsInfo = "recordings.info"
@@ -16,7 +16,7 @@ public enum Method: String, Sendable, CaseIterable, Codable {
     /// What the caller must be allowed to do. Everyone who can connect may observe.
     public var permission: Permission {
         switch self {
-        case .start, .pause, .resume, .stop, .cancel, .recordingsDelete, .recordingsRename: .control
+        case .start, .pause, .resume, .stop, .cancel, .split, .recordingsDelete, .recordingsRename: .control
         case .status, .subscribe, .unsubscribe, .recordingsList, .recordingsInfo, .devicesList, .version: .observe
         }
     }
@@ -29,7 +29,7 @@ public enum Method: String, Sendable, CaseIterable, Codable {
         case .unsubscribe: ["subscription"]
         case .recordingsInfo, .recordingsDelete: ["name"]
         case .recordingsRename: ["from", "to"]
-        case .status, .pause, .resume, .stop, .cancel, .recordingsList, .devicesList, .version: []
+        case .status, .pause, .resume, .stop, .cancel, .split, .recordingsList, .devicesList, .version: []
         }
     }
 }
@@ -37,7 +37,7 @@ public enum Method: String, Sendable, CaseIterable, Codable {
 public enum Permission: String, Sendable, Codable {
     /// status, subscribe, list, info, devices, version.
     case observe
-    /// start, pause, resume, stop, cancel, delete, rename.
+    /// start, pause, resume, stop, cancel, split, delete, rename.
     case control
 }
 
@@ -61,12 +61,22 @@ public struct StartParams: Codable, Sendable, Equatable {
     public var duration: Double?
     /// RFC 3339 wall-clock time to start at.
     public var at: Date?
+    /// Seconds per file (segment); the daemon's `[segments] length` when unset; 0: one file.
+    public var segmentLength: Double?
+    /// Cut segments at whole multiples of their length from midnight.
+    public var alignToClock: Bool?
+    /// The files' path template below the recordings directory (strftime fields, `{name}`, `{n}`).
+    public var fileTemplate: String?
 
-    static let names: Set<String> = ["name", "format", "sampleRate", "channels", "bitDepth", "quality", "bitRate", "duration", "at"]
+    static let names: Set<String> = ["name", "format", "sampleRate", "channels", "bitDepth", "quality", "bitRate", "duration", "at",
+                                     "segmentLength", "alignToClock", "fileTemplate"]
 
     public init(name: String? = nil, format: AudioFileFormat? = nil, sampleRate: Int? = nil, channels: Int? = nil,
                 bitDepth: Int? = nil, quality: RecordingQuality? = nil, bitRate: Int? = nil, duration: Double? = nil,
-                at: Date? = nil) {
+                at: Date? = nil, segmentLength: Double? = nil, alignToClock: Bool? = nil, fileTemplate: String? = nil) {
+        self.segmentLength = segmentLength
+        self.alignToClock = alignToClock
+        self.fileTemplate = fileTemplate
         self.name = name
         self.format = format
         self.sampleRate = sampleRate
@@ -76,6 +86,18 @@ public struct StartParams: Codable, Sendable, Equatable {
         self.bitRate = bitRate
         self.duration = duration
         self.at = at
+    }
+
+    /// How to cut the recording into files: these params over the daemon's defaults.
+    public func segments(over defaults: SegmentSettings) -> SegmentSettings {
+        var segments = defaults
+        if let segmentLength {
+            segments.length = segmentLength == 0 ? nil : segmentLength
+            if segmentLength == 0 { segments.alignToClock = false }
+        }
+        if let alignToClock { segments.alignToClock = alignToClock }
+        if let fileTemplate { segments.template = fileTemplate }
+        return segments
     }
 
     /// The settings to record with: these params over the daemon's defaults.
@@ -98,7 +120,7 @@ public struct StartParams: Codable, Sendable, Equatable {
 
 /// The topics a subscription can follow.
 public enum Topic: String, Sendable, Codable, CaseIterable, Comparable {
-    case state, currentTime, error, levels, recording
+    case state, currentTime, error, levels, recording, segment, warning
 
     /// Discrete topics deliver every change in order; continuous ones at most once per interval.
     public var isContinuous: Bool { self == .currentTime || self == .levels }
@@ -161,9 +183,16 @@ public struct StatusResult: Codable, Sendable, Equatable {
     /// The settings a `start` without params records with.
     public var settings: RecordingSettings
     public var recordingsDirectory: String
+    /// A condition worth attention (digital silence), or nil.
+    public var warning: RecorderWarning?
+    /// The last segment closed (in this or an earlier recording).
+    public var lastSegment: Segment?
 
     public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
-                device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String) {
+                device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String,
+                warning: RecorderWarning? = nil, lastSegment: Segment? = nil) {
+        self.warning = warning
+        self.lastSegment = lastSegment
         self.state = state
         self.currentTime = currentTime
         self.error = error
@@ -173,6 +202,17 @@ public struct StatusResult: Codable, Sendable, Equatable {
         self.statistics = statistics
         self.settings = settings
         self.recordingsDirectory = recordingsDirectory
+    }
+}
+
+/// `split`: the segment just closed (being finalized; announced on the `segment` topic once its
+/// file has its final name) and the recording, now writing the next segment.
+public struct SplitResult: Codable, Sendable, Equatable {
+    public var closed: Segment
+    public var recording: Recording?
+    public init(closed: Segment, recording: Recording?) {
+        self.closed = closed
+        self.recording = recording
     }
 }
 
@@ -204,9 +244,10 @@ public struct UnsubscribeResult: Codable, Sendable, Equatable {
 
 /// A finished file in the recordings directory.
 public struct RecordingFile: Codable, Sendable, Equatable {
-    /// Without extension.
+    /// Without extension (nor directory).
     public var name: String
-    /// With extension: what `recordings.*` methods accept unambiguously.
+    /// The path below the recordings directory, with extension: what `recordings.*` methods
+    /// accept unambiguously (`meeting.flac`, `birds/2026-11-22/20261122T140000Z.flac`).
     public var file: String
     public var path: String
     public var format: AudioFileFormat
@@ -217,9 +258,20 @@ public struct RecordingFile: Codable, Sendable, Equatable {
     /// Bytes.
     public var size: Int64
     public var modified: Date
+    /// The recording (session) the file is a segment of, its name, and the segment's number and
+    /// start: nil for files recd's session log does not know (older recd, copied in).
+    public var session: String?
+    public var sessionName: String?
+    public var segment: Int?
+    public var startedAt: Date?
 
     public init(name: String, file: String, path: String, format: AudioFileFormat, duration: Double, frames: Int64,
-                sampleRate: Int, channels: Int, size: Int64, modified: Date) {
+                sampleRate: Int, channels: Int, size: Int64, modified: Date, session: String? = nil,
+                sessionName: String? = nil, segment: Int? = nil, startedAt: Date? = nil) {
+        self.session = session
+        self.sessionName = sessionName
+        self.segment = segment
+        self.startedAt = startedAt
         self.name = name
         self.file = file
         self.path = path
@@ -248,11 +300,33 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
     public var description: String?
     /// "Input", or nil for PCMs that do both.
     public var direction: String?
+    /// The id of the sound card the PCM is on (`CARD=` in its name), e.g. `PCH` or `Device`:
+    /// stable across reboots and replugging, unlike the card's number.
+    public var card: String?
 
-    public init(name: String, description: String?, direction: String?) {
+    public init(name: String, description: String?, direction: String?, card: String? = nil) {
         self.name = name
         self.description = description
         self.direction = direction
+        self.card = card
+    }
+}
+
+/// A sound card as the kernel lists it.
+public struct SoundCardInfo: Codable, Sendable, Equatable {
+    /// Its number now (`hw:1`): may change with the order in which cards appear.
+    public var index: Int
+    /// Its id (`hw:CARD=<id>`): stable; name devices by it.
+    public var id: String
+    public var name: String
+    /// The stable name of its first capture device, through ALSA's format conversion.
+    public var stableDevice: String
+
+    public init(index: Int, id: String, name: String) {
+        self.index = index
+        self.id = id
+        self.name = name
+        self.stableDevice = "plughw:CARD=\(id),DEV=0"
     }
 }
 
@@ -260,9 +334,21 @@ public struct DevicesResult: Codable, Sendable, Equatable {
     /// The device recordings use now.
     public var current: String
     public var devices: [DeviceInfo]
-    public init(current: String, devices: [DeviceInfo]) {
+    /// The sound cards present now.
+    public var cards: [SoundCardInfo]
+    public init(current: String, devices: [DeviceInfo], cards: [SoundCardInfo] = []) {
         self.current = current
         self.devices = devices
+        self.cards = cards
+    }
+
+    private enum CodingKeys: String, CodingKey { case current, devices, cards }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        current = try container.decode(String.self, forKey: .current)
+        devices = try container.decode([DeviceInfo].self, forKey: .devices)
+        cards = try container.decodeIfPresent([SoundCardInfo].self, forKey: .cards) ?? []
     }
 }
 
@@ -284,6 +370,8 @@ public enum TopicValue: Sendable, Equatable {
     case error(RecorderError?)
     case levels(Levels)
     case recording(Recording?)
+    case segment(Segment?)
+    case warning(RecorderWarning?)
 
     public var topic: Topic {
         switch self {
@@ -292,6 +380,8 @@ public enum TopicValue: Sendable, Equatable {
         case .error: .error
         case .levels: .levels
         case .recording: .recording
+        case .segment: .segment
+        case .warning: .warning
         }
     }
 }
@@ -326,6 +416,8 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .error: value = .error(try container.decodeIfPresent(RecorderError.self, forKey: .value))
         case .levels: value = .levels(try container.decode(Levels.self, forKey: .value))
         case .recording: value = .recording(try container.decodeIfPresent(Recording.self, forKey: .value))
+        case .segment: value = .segment(try container.decodeIfPresent(Segment.self, forKey: .value))
+        case .warning: value = .warning(try container.decodeIfPresent(RecorderWarning.self, forKey: .value))
         }
     }
 
@@ -340,6 +432,8 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .error(let error): try container.encode(error, forKey: .value)
         case .levels(let levels): try container.encode(levels, forKey: .value)
         case .recording(let recording): try container.encode(recording, forKey: .value)
+        case .segment(let segment): try container.encode(segment, forKey: .value)
+        case .warning(let warning): try container.encode(warning, forKey: .value)
         }
     }
 }

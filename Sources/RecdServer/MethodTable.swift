@@ -43,8 +43,10 @@ enum MethodTable {
             let recorder = context.recorder
             let params = try decode(StartParams.self, params) ?? StartParams()
             let settings = params.settings(over: recorder.configuration.defaultSettings)
+            let segments = params.segments(over: recorder.configuration.segments)
             return try recorderCall { () throws(RecorderError) in
-                try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at)
+                try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at,
+                                   segments: segments)
             }
         },
         .pause: .blocking { context, _ throws(RPCError) in
@@ -61,6 +63,10 @@ enum MethodTable {
         .cancel: .blocking { context, _ throws(RPCError) in
             try recorderCall { () throws(RecorderError) in try context.recorder.cancel() }
             return StateResult(state: context.recorder.state.value)
+        },
+        .split: .blocking { context, _ throws(RPCError) in
+            let closed = try recorderCall { () throws(RecorderError) in try context.recorder.split() }
+            return SplitResult(closed: closed, recording: context.recorder.recording.value)
         },
         .recordingsList: .blocking { context, _ throws(RPCError) in
             RecordingsListResult(recordings: library(of: context.recorder).list().map(file))
@@ -100,9 +106,10 @@ enum MethodTable {
         },
         .devicesList: .blocking { context, _ throws(RPCError) in
             let devices = CapturePCM.captureDevices().map {
-                DeviceInfo(name: $0.name, description: $0.description, direction: $0.direction)
+                DeviceInfo(name: $0.name, description: $0.description, direction: $0.direction, card: $0.cardID)
             }
-            return DevicesResult(current: context.recorder.configuration.device, devices: devices)
+            let cards = CapturePCM.soundCards().map { SoundCardInfo(index: $0.index, id: $0.id, name: $0.name) }
+            return DevicesResult(current: context.recorder.configuration.device, devices: devices, cards: cards)
         },
     ]
 
@@ -114,7 +121,8 @@ enum MethodTable {
             levels: recorder.levels.value, recording: recorder.recording.value,
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
             statistics: recorder.statistics.value, settings: configuration.defaultSettings,
-            recordingsDirectory: configuration.recordingsDirectory)
+            recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
+            lastSegment: recorder.closedSegment.value)
     }
 
     /// Whether `name`, as `recordings.*` methods take names, may mean the recording in progress
@@ -153,7 +161,9 @@ enum MethodTable {
     static func file(_ entry: RecordingLibrary.Entry) -> RecordingFile {
         RecordingFile(name: entry.name, file: entry.file, path: entry.path, format: entry.format,
                       duration: entry.info.duration, frames: entry.info.frames, sampleRate: entry.info.sampleRate,
-                      channels: entry.info.channels, size: entry.size, modified: entry.modified)
+                      channels: entry.info.channels, size: entry.size, modified: entry.modified,
+                      session: entry.segment?.recordingId, sessionName: entry.segment?.name, segment: entry.segment?.index,
+                      startedAt: entry.segment?.startedAt)
     }
 
     private static func required<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError) -> T {

@@ -40,6 +40,8 @@ final class TopicHub: Sendable {
             recorder.state.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.state($0)) },
             recorder.error.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.error($0)) },
             recorder.recording.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.recording($0)) },
+            recorder.closedSegment.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.segment($0)) },
+            recorder.warning.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.warning($0)) },
             recorder.currentTime.subscribe(on: queue) { [weak self] in self?.publish(.currentTime($0)) },
             recorder.levels.subscribe(on: queue) { [weak self] in self?.publish(.levels($0)) },
         ]

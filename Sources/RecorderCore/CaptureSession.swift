@@ -23,14 +23,41 @@ enum CaptureOutcome: Sendable, Equatable {
 /// (pause, resume, stop) is a request the thread picks up between reads, acknowledged through
 /// a semaphore, so that `pause()` returns only once no more frames will be written.
 final class CaptureSession: @unchecked Sendable {
-    // @unchecked: `pcm`, `writer`, `converter` and the buffers are used by the capture thread
-    // only, after `start()` and until `finished` is signalled; the control thread touches the
-    // writer again only after that (in `finalize`). Everything shared is atomic or behind a lock.
+    // @unchecked: `pcm`, `writer`, `converter`, the buffers and the segment bookkeeping
+    // (`segment`, `segmentTarget`, the anchors) are used by the capture thread only, after
+    // `start()` and until `finished` is signalled; the control thread touches the writer and
+    // the segment again only after that (in `finalize`). A writer the capture thread replaced
+    // is handed to the serial sync queue and never touched again by the thread. Everything
+    // shared is atomic or behind a lock.
 
-    private enum Request: Sendable { case none, pause, resume, stop }
+    private enum Request: Sendable { case none, pause, resume, stop, split }
 
     let pcm: CapturePCM
-    let writer: SoundFileWriter
+    /// The file being written. Replaced by the capture thread at each segment boundary.
+    private(set) var writer: SoundFileWriter
+    /// Creates the next segment's file.
+    private let files: SegmentFileFactory
+    private let clock: SegmentClock
+    /// Runs on the sync queue after each segment the capture thread closed is finalized.
+    private let segmentClosed: @Sendable (Segment, RecorderError?) -> Void
+    /// Runs on the capture thread when the first segment's start is known (and its file may
+    /// have been renamed to match).
+    private let segmentStarted: @Sendable () -> Void
+    // The current segment, its length and what it had counted when it began (capture thread).
+    private var segment: Segment
+    private var segmentTarget: Int64?
+    private var segmentStartXruns = 0
+    private var segmentStartLost: Int64 = 0
+    private var firstRead = true
+    /// When frame 0 was captured (seconds since 1970), as the earliest of the estimates "read
+    /// time less the frames captured" over the last segment: a read that came late (a busy
+    /// machine) only makes an estimate later, so the minimum is the least delayed one; taking
+    /// it afresh every segment follows the device clock's drift against the wall clock.
+    /// Times every boundary as `anchor + frames written / rate`.
+    private var anchor = Double.infinity
+    private var anchorWindow = Double.infinity
+    /// After a pause: the next read sets the anchor afresh.
+    private var reanchor = false
     let configuration: PCMConfiguration
     let fileRate: Int
     let fileChannels: Int
@@ -52,6 +79,16 @@ final class CaptureSession: @unchecked Sendable {
     let framesCaptured = Atomic<Int64>(0)
     let xruns = Atomic<Int>(0)
     let framesLost = Atomic<Int64>(0)
+    /// Frames in the current segment's file.
+    let segmentFramesWritten = Atomic<Int64>(0)
+    /// The segment being written, for status (published copy of `segment`).
+    let currentSegment: NIOLockedValueBox<Segment>
+    /// The segment `split()` closed.
+    private let splitResult = NIOLockedValueBox<Segment?>(nil)
+    /// Finalizing a closed segment failed (disk): the capture thread ends with it.
+    private let finalizeFailure = NIOLockedValueBox<RecorderError?>(nil)
+    /// Uptime (ns) of the last chunk with a sample that was not exactly zero.
+    let lastSignal = Atomic<UInt64>(0)
     /// Uptime (ns) of the last successful read: the watchdog's proof of progress.
     let lastProgress = Atomic<UInt64>(0)
     private let request = NIOLockedValueBox<Request>(.none)
@@ -71,12 +108,21 @@ final class CaptureSession: @unchecked Sendable {
     /// Whether the capture thread has ended.
     var hasEnded: Bool { isEnded }
 
-    init(pcm: CapturePCM, configuration: PCMConfiguration, writer: SoundFileWriter,
+    init(pcm: CapturePCM, configuration: PCMConfiguration, writer: SoundFileWriter, segment: Segment,
+         files: SegmentFileFactory, clock: SegmentClock,
+         segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
+         segmentStarted: @escaping @Sendable () -> Void = {},
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
          frameLimit: Int64?, metering: Bool, syncInterval: Double) throws(RecorderError) {
         self.pcm = pcm
         self.configuration = configuration
         self.writer = writer
+        self.segment = segment
+        self.currentSegment = NIOLockedValueBox(segment)
+        self.files = files
+        self.clock = clock
+        self.segmentClosed = segmentClosed
+        self.segmentStarted = segmentStarted
         self.fileRate = fileRate
         self.fileChannels = fileChannels
         self.frameLimit = frameLimit
@@ -108,6 +154,7 @@ final class CaptureSession: @unchecked Sendable {
     /// Starts the capture thread. `onEnd` runs (on that thread) when it ends by itself.
     func start(onEnd: @escaping @Sendable (CaptureOutcome) -> Void) {
         lastProgress.store(Self.uptime(), ordering: .relaxed)
+        lastSignal.store(Self.uptime(), ordering: .relaxed)
         startedFlag.store(true, ordering: .releasing)
         let thread = Thread { [self] in
             let result = run()
@@ -141,6 +188,20 @@ final class CaptureSession: @unchecked Sendable {
             throw RecorderError(.failedToResume, "capture on '\(pcm.name)' is not responding (stuck in the device driver)")
         }
         if let error = resumeError.withLock({ $0 }) { throw error }
+    }
+
+    /// Closes the current segment at the last frame written and continues in a new file, with
+    /// no frame lost or repeated. Returns the closed segment (being finalized in the
+    /// background), or nil if the current segment is still empty or capture has ended.
+    func split() -> Segment? {
+        guard !isEnded, !isPaused.load(ordering: .acquiring) else { return nil }
+        splitResult.withLock { $0 = nil }
+        request.withLock { $0 = .split }
+        guard awaitAcknowledgement() else {
+            request.withLock { $0 = .none }
+            return nil
+        }
+        return splitResult.withLock { $0 }
     }
 
     /// Asks the thread to finish (flushing the converter) and waits for it, at most `timeout`
@@ -200,6 +261,20 @@ final class CaptureSession: @unchecked Sendable {
         do { try writer.close() } catch { throw RecorderError.saving(error) }
     }
 
+    /// The last segment as it ends: its frames, overruns and end, after the thread ended.
+    func finalSegment(endedAt: Date, reason: SegmentEnd) -> Segment {
+        var last = segment
+        last.frames = segmentFramesWritten.load(ordering: .acquiring)
+        last.xruns = xruns.load(ordering: .relaxed) - segmentStartXruns
+        last.framesLost = framesLost.load(ordering: .relaxed) - segmentStartLost
+        last.endedAt = endedAt
+        last.endReason = reason
+        return last
+    }
+
+    /// Waits until every segment closed so far is finalized and announced.
+    func drainFinalization() { syncQueue.sync {} }
+
     static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     // MARK: The capture thread
@@ -215,6 +290,17 @@ final class CaptureSession: @unchecked Sendable {
             switch request.withLock({ request in defer { request = .none }; return request }) {
             case .none, .resume: break
             case .stop: return finish()
+            case .split:
+                if segmentFramesWritten.load(ordering: .relaxed) > 0 {
+                    do throws(RecorderError) {
+                        let closed = try rotate(at: boundaryTime(), reason: .split)
+                        splitResult.withLock { $0 = closed }
+                    } catch {
+                        acknowledged.signal()
+                        return .failed(error)
+                    }
+                }
+                acknowledged.signal()
             case .pause:
                 if let ended = pausedUntilResumed() { return ended }
             }
@@ -226,8 +312,33 @@ final class CaptureSession: @unchecked Sendable {
                     frames = Swift.min(frames, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
                 }
                 let got = try pcm.read(into: buffer, frames: frames)
-                lastProgress.store(Self.uptime(), ordering: .relaxed)
+                let readUptime = Self.uptime()
+                lastProgress.store(readUptime, ordering: .relaxed)
                 if got == 0 { continue }
+                let captured = framesCaptured.load(ordering: .relaxed) + Int64(got)
+                let estimate = Date().timeIntervalSince1970 - Double(captured) / Double(configuration.sampleRate)
+                anchorWindow = Swift.min(anchorWindow, estimate)
+                if reanchor || anchor == .infinity {
+                    reanchor = false
+                    anchor = estimate
+                    anchorWindow = estimate
+                }
+                if firstRead {
+                    // The first segment begins with the first frame.
+                    firstRead = false
+                    let start = Date(timeIntervalSince1970: anchor)
+                    segment.startedAt = start
+                    // A gap ends when audio flows again, not when the device opened.
+                    if segment.gapBefore != nil { segment.gapBefore?.end = start }
+                    segmentTarget = clock.frames(startingAt: start, follows: false)
+                    nameAfterStart()
+                    currentSegment.withLock { $0 = segment }
+                    segmentStarted()
+                }
+                if !Self.isDigitalSilence(buffer, bytes: got * configuration.bytesPerFrame) {
+                    lastSignal.store(readUptime, ordering: .relaxed)
+                }
+                if let failure = finalizeFailure.withLock({ $0 }) { return .failed(failure) }
                 framesCaptured.add(Int64(got), ordering: .relaxed)
                 let now = Self.uptime()
                 let sync = now &- lastSync >= syncIntervalNanoseconds
@@ -244,9 +355,88 @@ final class CaptureSession: @unchecked Sendable {
                 }
             } catch let error as SndfileError {
                 return .failed(.saving(error))
+            } catch let error as RecorderError {
+                return .failed(error)
             } catch {
                 return .failed(RecorderError(.unknown, "capture on '\(pcm.name)' failed: \(error)"))
             }
+        }
+    }
+
+    /// Whether every byte of the chunk is zero (exact digital silence in any sample format:
+    /// a float -0.0 counts as signal, which no muted input delivers).
+    static func isDigitalSilence(_ buffer: UnsafeRawPointer, bytes: Int) -> Bool {
+        let words = bytes / 8
+        let wide = buffer.assumingMemoryBound(to: UInt64.self)
+        var bits: UInt64 = 0
+        for index in 0..<words { bits |= wide[index] }
+        let narrow = buffer.assumingMemoryBound(to: UInt8.self)
+        for index in (words * 8)..<bytes { bits |= UInt64(narrow[index]) }
+        return bits == 0
+    }
+
+    /// The first file was named when it was created, before the device delivered anything (an
+    /// idle sound server takes seconds; a device that came back, a fraction): give it the name
+    /// of its first frame's time, if the template has one. A failed rename keeps the old name.
+    private func nameAfterStart() {
+        let named = files.directory + "/" + files.render(index: segment.index, date: segment.startedAt) + "." + files.fileExtension
+        guard named != segment.path, let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
+        else { return }
+        // link + unlink: never over another file; both names are on the same file system.
+        guard link(segment.partialPath, wanted + ".part") == 0 else { return }
+        unlink(segment.partialPath)
+        segment.path = wanted
+    }
+
+    /// When the frame after the last one written was captured: the next segment's start.
+    private func boundaryTime() -> Date {
+        // The least delayed estimate over the segment that ends here.
+        if anchorWindow < .infinity { anchor = anchorWindow }
+        anchorWindow = .infinity
+        return Date(timeIntervalSince1970: anchor + Double(framesWritten.load(ordering: .relaxed)) / Double(fileRate))
+    }
+
+    /// Closes the current segment at the last frame written and opens the next, which starts
+    /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
+    private func rotate(at time: Date, reason: SegmentEnd) throws(RecorderError) -> Segment {
+        let next = try files.create(index: segment.index + 1, startedAt: time)
+        let closed = finalSegment(endedAt: time, reason: reason)
+        let old = HandedOver(writer)
+        writer = next.0
+        segment = next.1
+        segmentTarget = clock.frames(startingAt: time, follows: reason == .length)
+        segmentStartXruns = xruns.load(ordering: .relaxed)
+        segmentStartLost = framesLost.load(ordering: .relaxed)
+        segmentFramesWritten.store(0, ordering: .releasing)
+        currentSegment.withLock { $0 = segment }
+        let segmentClosed = self.segmentClosed
+        syncQueue.async { [self] in
+            let (finished, failure) = SegmentFinalizer.finish(old.writer, closed)
+            if let failure { finalizeFailure.withLock { $0 = $0 ?? failure } }
+            segmentClosed(finished, failure)
+        }
+        return closed
+    }
+
+    /// Writes `frames` file frames through `write(offset, count)`, moving to the next segment
+    /// whenever the current one is full: the boundary falls exactly between two frames.
+    private func writeSegmented(frames: Int, _ write: (_ offset: Int, _ count: Int) throws(SndfileError) -> Void) throws {
+        var offset = 0
+        while offset < frames {
+            var count = frames - offset
+            if let segmentTarget {
+                let room = segmentTarget - segmentFramesWritten.load(ordering: .relaxed)
+                if room <= 0 {
+                    // Frames still to write in this chunk arrived after the boundary.
+                    _ = try rotate(at: boundaryTime(), reason: .length)
+                    continue
+                }
+                count = Swift.min(count, Int(room))
+            }
+            try write(offset, count)
+            offset += count
+            segmentFramesWritten.add(Int64(count), ordering: .relaxed)
+            framesWritten.add(Int64(count), ordering: .relaxed)
         }
     }
 
@@ -277,6 +467,8 @@ final class CaptureSession: @unchecked Sendable {
                     try pcm.start()
                     lastProgress.store(Self.uptime(), ordering: .relaxed)
                     resumeError.withLock { $0 = nil }
+                    lastSignal.store(Self.uptime(), ordering: .relaxed)  // a pause is not silence
+                    reanchor = true  // frames stopped while the clock went on
                     acknowledged.signal()
                     return nil
                 } catch {
@@ -285,7 +477,7 @@ final class CaptureSession: @unchecked Sendable {
                     acknowledged.signal()
                     return .failed(failure)
                 }
-            case .none, .pause:
+            case .none, .pause, .split:
                 continue
             }
         }
@@ -332,29 +524,36 @@ final class CaptureSession: @unchecked Sendable {
         case .int16:
             let typed = buffer.assumingMemoryBound(to: Int16.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-            try writer.write(typed, frames: frames)
+            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+                try writer.write(typed + offset * channels, frames: count)
+            }
         case .int32:
             let typed = buffer.assumingMemoryBound(to: Int32.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
                                     scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
-            try writer.write(typed, frames: frames)
+            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+                try writer.write(typed + offset * channels, frames: count)
+            }
         case .float32:
             let typed = buffer.assumingMemoryBound(to: Float.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-            try writer.write(typed, frames: frames)
+            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+                try writer.write(typed + offset * channels, frames: count)
+            }
         }
-        framesWritten.add(Int64(frames), ordering: .relaxed)
     }
 
     /// Writes converted frames, never past the frame limit.
-    private func write(_ samples: UnsafePointer<Float>, frames: Int) throws(SndfileError) {
+    private func write(_ samples: UnsafePointer<Float>, frames: Int) throws {
         var count = frames
         if let frameLimit {
             count = Swift.min(count, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
             if count <= 0 { return }
         }
-        try writer.write(samples, frames: count)
-        framesWritten.add(Int64(count), ordering: .relaxed)
+        let channels = fileChannels
+        try writeSegmented(frames: count) { offset, part throws(SndfileError) in
+            try writer.write(samples + offset * channels, frames: part)
+        }
     }
 
     /// Makes the file playable up to here: header now, fsync in the background (an fsync can
@@ -362,9 +561,20 @@ final class CaptureSession: @unchecked Sendable {
     private func syncFile() {
         writer.refreshHeader()
         guard !syncPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // This writer: the capture thread may have moved to the next segment's by the time it runs.
+        let current = HandedOver(writer)
         syncQueue.async { [self] in
-            try? writer.sync()
+            try? current.writer.sync()
             syncPending.store(false, ordering: .releasing)
         }
     }
+}
+
+/// A writer passed from the capture thread to the sync queue.
+private struct HandedOver: @unchecked Sendable {
+    // @unchecked: the sync queue is serial, and the capture thread no longer touches a writer
+    // it handed over for closing; a writer handed over for fsync is only synced, which
+    // libsndfile's descriptor allows alongside writes.
+    let writer: SoundFileWriter
+    init(_ writer: SoundFileWriter) { self.writer = writer }
 }

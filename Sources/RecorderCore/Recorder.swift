@@ -35,12 +35,24 @@ public struct RecorderConfiguration: Sendable, Equatable {
     /// Seconds `stop`, `cancel` and shutdown wait for the capture thread; one stuck in the
     /// driver longer is abandoned and the file finalized with what it wrote.
     public var stopTimeout: Double
+    /// How recordings are cut into files when `start` does not say.
+    public var segments: SegmentSettings
+    /// When the device goes away (or is missing at `start`), wait for it and continue in a new
+    /// segment instead of ending the recording with `deviceLost`.
+    public var waitForDevice: Bool
+    /// The longest pause between two attempts to open a lost device, seconds (the first
+    /// attempts come sooner: 0.1 s, doubling).
+    public var maximumRetryInterval: Double
+    /// Seconds of exact digital silence after which `warning` says so; nil: never.
+    public var silenceWarningAfter: Double?
 
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
                 timeInterval: Double = 0.1, levelsInterval: Double = 0.05, meteringEnabled: Bool = true,
                 syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5,
-                captureSampleRate: Int? = nil, captureChannels: Int? = nil, stopTimeout: Double = 5) {
+                captureSampleRate: Int? = nil, captureChannels: Int? = nil, stopTimeout: Double = 5,
+                segments: SegmentSettings = SegmentSettings(), waitForDevice: Bool = true,
+                maximumRetryInterval: Double = 1.5, silenceWarningAfter: Double? = 60) {
         self.device = device
         self.recordingsDirectory = recordingsDirectory
         self.defaultSettings = defaultSettings
@@ -53,6 +65,10 @@ public struct RecorderConfiguration: Sendable, Equatable {
         self.captureSampleRate = captureSampleRate
         self.captureChannels = captureChannels
         self.stopTimeout = stopTimeout
+        self.segments = segments
+        self.waitForDevice = waitForDevice
+        self.maximumRetryInterval = maximumRetryInterval
+        self.silenceWarningAfter = silenceWarningAfter
     }
 }
 
@@ -64,11 +80,13 @@ public struct RecorderConfiguration: Sendable, Equatable {
 /// They run one at a time on a private serial queue; capture runs on a thread of its own;
 /// `currentTime` and `levels` are published by timers on a third queue.
 public final class Recorder: @unchecked Sendable {
-    // @unchecked: `session`, `current` and the timers are touched only on `control`, a serial
-    // queue; `activeSession` (read by the watchdog) and `configurationState` are behind locks;
-    // everything else is immutable or Sendable.
+    // @unchecked: `session`, `current`, `plan`, the timers and `retryTimer` are touched only on
+    // `control`, a serial queue; `activeSession` (read by the watchdog), `configurationState`
+    // and `ledger` (also used by the sync and timer queues) are behind locks; everything else
+    // is immutable or Sendable.
 
-    /// idle → preparing → recording ⇄ paused → stopping → finished (or failed).
+    /// idle → preparing → recording ⇄ paused → stopping → finished (or failed); recording ⇄
+    /// waitingForDevice while a lost device is away.
     public let state = Observed<RecorderState>(.idle)
     /// Seconds in the file so far (frames written / file rate): pauses excluded, sample-accurate.
     public let currentTime = Observed<Double>(0)
@@ -78,8 +96,15 @@ public final class Recorder: @unchecked Sendable {
     public let levels = Observed<Levels>(.none)
     /// The current (or last) recording.
     public let recording = Observed<Recording?>(nil)
-    /// Overruns and frames lost in the current recording.
+    /// Overruns, frames lost, segments and device gaps in the current recording.
     public let statistics = Observed<CaptureStatistics>(CaptureStatistics())
+    /// The last segment closed and finalized (its `.part` renamed), with its frames, overruns
+    /// and the gap before it. Each closed segment is sent once, in order: subscribe with
+    /// `delivery: .every` to see them all (uploaders, the socket's `segment` topic).
+    public let closedSegment = Observed<Segment?>(nil)
+    /// A condition worth attention that does not stop the recording (digital silence); nil
+    /// when there is none.
+    public let warning = Observed<RecorderWarning?>(nil)
 
     private let logger: Logger
     private let control = DispatchQueue(label: "recd.recorder.control")
@@ -93,6 +118,36 @@ public final class Recorder: @unchecked Sendable {
     private var current: Recording?
     private var timers: [DispatchSourceTimer] = []
     private var startTimer: DispatchSourceTimer?
+    /// The recording (session) under way: what every one of its segments is made with.
+    private var plan: SessionPlan?
+    private var retryTimer: DispatchSourceTimer?
+    /// What the recording's ended capture sessions add up to; shared with the sync queue that
+    /// announces segments and the timer queue that publishes.
+    private let ledger = NIOLockedValueBox(SessionLedger())
+
+    /// A recording's settings as they were when it started, for the segments after a gap.
+    private struct SessionPlan {
+        var settings: RecordingSettings
+        var segments: SegmentSettings
+        var configuration: RecorderConfiguration
+        /// nil while waiting for a device that was missing at the start.
+        var files: SegmentFileFactory?
+        var duration: Double?
+        var frameLimit: Int64?
+        var nextIndex = 1
+        var gapStart: Date?
+    }
+
+    /// Totals over the capture sessions a recording has had (one per device opening).
+    private struct SessionLedger {
+        var frames: Int64 = 0
+        var xruns = 0
+        var framesLost: Int64 = 0
+        var framesCaptured: Int64 = 0
+        var segmentsClosed = 0
+        var gaps: [Gap] = []
+        var lastClosed: Segment?
+    }
 
     public init(configuration: RecorderConfiguration, logger: Logger = Logger(label: "recd.recorder")) {
         self.configurationState = NIOLockedValueBox(configuration)
@@ -111,8 +166,9 @@ public final class Recorder: @unchecked Sendable {
 
     /// Opens the device and creates the file, ready for `record()`.
     @discardableResult
-    public func prepare(name: String? = nil, settings: RecordingSettings? = nil) throws(RecorderError) -> Recording {
-        try onControl { () throws(RecorderError) in try prepareOnQueue(name: name, settings: settings) }
+    public func prepare(name: String? = nil, settings: RecordingSettings? = nil,
+                        segments: SegmentSettings? = nil) throws(RecorderError) -> Recording {
+        try onControl { () throws(RecorderError) in try prepareOnQueue(name: name, settings: settings, segments: segments) }
     }
 
     /// Starts (or, with `at`, schedules) a recording. Prepares one with the default settings
@@ -124,18 +180,22 @@ public final class Recorder: @unchecked Sendable {
     @discardableResult
     public func record(forDuration duration: Double? = nil, at date: Date? = nil) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
-            if case .preparing = state.value {} else { try prepareOnQueue(name: nil, settings: nil) }
+            if case .preparing = state.value {} else { try prepareOnQueue(name: nil, settings: nil, segments: nil) }
             return try recordOnQueue(duration: duration, at: date)
         }
     }
 
-    /// Prepares and starts in one step: what a daemon's `start` request does.
+    /// Prepares and starts in one step: what a daemon's `start` request does. When the device
+    /// is missing and `waitForDevice` is on, the recording waits for it (`waitingForDevice`)
+    /// instead of failing, unless it is scheduled (`at`).
     @discardableResult
     public func start(name: String?, settings: RecordingSettings?, duration: Double? = nil,
-                      at date: Date? = nil) throws(RecorderError) -> Recording {
+                      at date: Date? = nil, segments: SegmentSettings? = nil) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
             if let duration { try Self.validate(duration: duration) }
-            try prepareOnQueue(name: name, settings: settings, operation: "start")
+            let prepared = try prepareOnQueue(name: name, settings: settings, segments: segments, operation: "start",
+                                              waitingAllowed: date == nil, duration: duration)
+            if case .waitingForDevice = state.value { return prepared }
             do throws(RecorderError) {
                 return try recordOnQueue(duration: duration, at: date)
             } catch {
@@ -170,7 +230,7 @@ public final class Recorder: @unchecked Sendable {
                 try session.resume()
             } catch {
                 // The capture thread has ended; finalize now so the state says why.
-                _ = finalize(session, outcome: session.stop(timeout: configuration.stopTimeout))
+                _ = finalize(session, outcome: session.stop(timeout: configuration.stopTimeout), mayWait: false)
                 throw error
             }
             state.send(.recording(recording))
@@ -178,10 +238,28 @@ public final class Recorder: @unchecked Sendable {
         }
     }
 
+    /// Closes the current segment at the last frame captured and continues in the next file,
+    /// without losing or repeating a frame. Returns the closed segment; it is announced on
+    /// `closedSegment` once finalized.
+    @discardableResult
+    public func split() throws(RecorderError) -> Segment {
+        try onControl { () throws(RecorderError) in
+            guard case .recording = state.value, let session else { throw .invalidState("split", state.value) }
+            guard let closed = session.split() else {
+                if session.hasEnded { throw .invalidState("split", state.value) }
+                throw RecorderError(.invalidState, "cannot split: the current segment holds no audio yet")
+            }
+            updateCurrentSegment(of: session)
+            logger.info("recording split", metadata: ["recording.id": "\(closed.recordingId)", "segment.path": "\(closed.path)"])
+            return closed
+        }
+    }
+
     /// Ends the recording: flushes, finalizes and renames the file. Returns the finished recording.
     @discardableResult
     public func stop() throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
+            if case .waitingForDevice = state.value { return endWaiting() }
             guard let session, let recording = current, state.value.isActive else {
                 throw .invalidState("stop", state.value)
             }
@@ -193,7 +271,7 @@ public final class Recorder: @unchecked Sendable {
                 cancelStartTimer()
                 outcome = .stopped
             }
-            let (finished, failure) = finalize(session, outcome: outcome)
+            let (finished, failure) = finalize(session, outcome: outcome, mayWait: false)
             if let failure, failure.code == .failedToSave { throw failure }
             return finished
         }
@@ -202,14 +280,27 @@ public final class Recorder: @unchecked Sendable {
     /// Ends the recording and deletes its file.
     public func cancel() throws(RecorderError) {
         try onControl { () throws(RecorderError) in
+            if case .waitingForDevice(let recording, _) = state.value {
+                cancelRetry()
+                clearSession()
+                plan = nil
+                currentTime.send(0)
+                self.recording.send(nil)
+                state.send(.idle)
+                logger.info("recording cancelled", metadata: ["recording.id": "\(recording.id)"])
+                return
+            }
             guard let session, let recording = current, state.value.isActive else {
                 throw .invalidState("cancel", state.value)
             }
             if session.started { _ = session.stop(timeout: configuration.stopTimeout) } else { cancelStartTimer() }
             stopTimers()
             try? session.closeFile()
-            unlink(recording.partialPath)
+            // The segment being written goes; segments already closed were announced and stay.
+            unlink(session.currentSegment.withLock { $0.partialPath })
             clearSession()
+            plan = nil
+            warning.send(nil)
             currentTime.send(0)
             self.recording.send(nil)
             state.send(.idle)
@@ -237,7 +328,10 @@ public final class Recorder: @unchecked Sendable {
     ) throws(E) -> T {
         let result: Result<T, E> = control.sync {
             let library = RecordingLibrary(directory: configuration.recordingsDirectory)
-            let active = current.map { ($0.path as NSString).lastPathComponent }
+            // The segment being written, as `recordings.*` name it: its path below the directory.
+            let prefix = configuration.recordingsDirectory + "/"
+            let active = session == nil ? nil
+                : current.flatMap { $0.path.hasPrefix(prefix) ? String($0.path.dropFirst(prefix.count)) : nil }
             return Result { () throws(E) in try body(library, active) }
         }
         return try result.get()
@@ -257,8 +351,9 @@ public final class Recorder: @unchecked Sendable {
     }
 
     @discardableResult
-    private func prepareOnQueue(name: String?, settings: RecordingSettings?,
-                                operation: String = "prepare a recording") throws(RecorderError) -> Recording {
+    private func prepareOnQueue(name: String?, settings: RecordingSettings?, segments: SegmentSettings?,
+                                operation: String = "prepare a recording", waitingAllowed: Bool = false,
+                                duration: Double? = nil) throws(RecorderError) -> Recording {
         switch state.value {
         case .idle, .finished, .failed: break
         default: throw .invalidState(operation, state.value)
@@ -267,78 +362,183 @@ public final class Recorder: @unchecked Sendable {
         let configuration = self.configuration
         let settings = settings ?? configuration.defaultSettings
         try settings.validate()
+        let segments = segments ?? configuration.segments
+        try segments.validate()
         if let name { try RecordingName.validate(name) }
         let directory = configuration.recordingsDirectory
         if let errnoValue = Self.makeDirectory(directory) {
             throw fail(RecorderError(.failedToBegin, "cannot create recordings directory \(directory): \(Self.reason(errnoValue))"))
         }
         let name = if let name { name } else { uniqueDefaultName(in: directory, fileExtension: settings.format.fileExtension) }
-        let path = "\(directory)/\(name).\(settings.format.fileExtension)"
-        if FileManager.default.fileExists(atPath: path) || FileManager.default.fileExists(atPath: path + ".part") {
-            throw RecorderError(.invalidSettings, "a recording named '\(name)' already exists at \(path)")
+        let template = segments.effectiveTemplate
+        if template == SegmentSettings.single {
+            // One file named after the recording: a name in use is a mistake, not a new segment.
+            let path = "\(directory)/\(name).\(settings.format.fileExtension)"
+            if FileManager.default.fileExists(atPath: path) || FileManager.default.fileExists(atPath: path + ".part") {
+                throw RecorderError(.invalidSettings, "a recording named '\(name)' already exists at \(path)")
+            }
         }
+        var plan = SessionPlan(settings: settings, segments: segments, configuration: configuration, duration: duration)
+        let id = UUID().uuidString.lowercased()
 
         let pcm: CapturePCM
         let pcmConfiguration: PCMConfiguration
         do throws(ALSAError) {
-            pcm = try CapturePCM(name: configuration.device)
-            pcmConfiguration = try pcm.configure(
-                sampleFormat: settings.preferredCaptureFormat,
-                sampleRate: configuration.captureSampleRate ?? settings.sampleRate,
-                channels: configuration.captureChannels ?? settings.channels,
-                periodMicroseconds: Int(configuration.periodTime * 1_000_000),
-                bufferMicroseconds: Int(configuration.bufferTime * 1_000_000))
+            (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
         } catch {
-            throw fail(.opening(error))
+            guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error) else { throw fail(.opening(error)) }
+            return startWaiting(id: id, name: name, plan: plan, error: .opening(error))
         }
-        var fileRate = settings.sampleRate ?? pcmConfiguration.sampleRate
-        if settings.format == .opus, !RecordingSettings.opusRates.contains(fileRate) { fileRate = 48000 }
-        let fileChannels = settings.channels ?? Swift.min(pcmConfiguration.channels, 8)
-        guard SoundFileFormat.isWritable(settings.fileFormat, sampleRate: fileRate, channels: fileChannels) else {
-            throw RecorderError(.invalidSettings,
-                "\(settings.format.rawValue) cannot hold \(fileChannels) channel(s) at \(fileRate) Hz")
-        }
-
-        let partialPath = path + ".part"
+        let files = try makeFiles(id: id, name: name, plan: plan, device: pcmConfiguration)
+        plan.files = files
         let writer: SoundFileWriter
-        do throws(SndfileError) {
-            writer = try SoundFileWriter(path: partialPath, format: settings.fileFormat, sampleRate: fileRate,
-                                         channels: fileChannels,
-                                         compressionLevel: settings.compressionLevel(channels: fileChannels))
+        let segment: Segment
+        do throws(RecorderError) {
+            (writer, segment) = try files.create(index: 1, startedAt: Date())
         } catch {
-            throw fail(RecorderError(.failedToBegin, "cannot create \(error.description)"))
+            throw fail(RecorderError(.failedToBegin, error.message))
         }
+        plan.nextIndex = 2
         let session: CaptureSession
         do throws(RecorderError) {
-            session = try CaptureSession(
-                pcm: pcm, configuration: pcmConfiguration, writer: writer, fileRate: fileRate,
-                fileChannels: fileChannels, converterQuality: settings.quality, frameLimit: nil,
-                metering: configuration.meteringEnabled, syncInterval: configuration.syncInterval)
+            session = try makeSession(pcm: pcm, configuration: pcmConfiguration, writer: writer, segment: segment,
+                                      files: files, plan: plan, frameLimit: nil)
         } catch {
-            unlink(partialPath)
+            unlink(segment.partialPath)
             throw error
         }
 
         let recording = Recording(
-            id: UUID().uuidString.lowercased(), name: name, path: path, format: settings.format,
-            sampleRate: fileRate, channels: fileChannels, bitDepth: settings.effectiveBitDepth,
+            id: id, name: name, path: segment.path, format: settings.format,
+            sampleRate: files.sampleRate, channels: files.channels, bitDepth: settings.effectiveBitDepth,
             quality: settings.quality, device: configuration.device,
             deviceFormat: DeviceFormat(sampleFormat: pcmConfiguration.sampleFormat.rawValue,
-                                       sampleRate: pcmConfiguration.sampleRate, channels: pcmConfiguration.channels))
+                                       sampleRate: pcmConfiguration.sampleRate, channels: pcmConfiguration.channels),
+            segment: segment, segmentSettings: segments)
+        self.plan = plan
         self.session = session
         activeSession.withLock { $0 = session }
         current = recording
+        ledger.withLock { $0 = SessionLedger() }
         error.send(nil)
+        warning.send(nil)
         currentTime.send(0)
         statistics.send(CaptureStatistics())
-        levels.send(Levels(channels: Array(repeating: .silence, count: fileChannels), clipCount: 0))
+        levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
         self.recording.send(recording)
         state.send(.preparing(recording))
         logger.info("recording prepared", metadata: [
-            "recording.id": "\(recording.id)", "recording.path": "\(path)", "device.name": "\(configuration.device)",
+            "recording.id": "\(recording.id)", "recording.path": "\(segment.path)", "device.name": "\(configuration.device)",
             "device.format": "\(pcmConfiguration.sampleFormat.rawValue)/\(pcmConfiguration.sampleRate)/\(pcmConfiguration.channels)",
         ])
         return recording
+    }
+
+    /// Opens and configures the capture device for `settings`.
+    private static func openDevice(_ configuration: RecorderConfiguration,
+                                   _ settings: RecordingSettings) throws(ALSAError) -> (CapturePCM, PCMConfiguration) {
+        let pcm = try CapturePCM(name: configuration.device)
+        let pcmConfiguration = try pcm.configure(
+            sampleFormat: settings.preferredCaptureFormat,
+            sampleRate: configuration.captureSampleRate ?? settings.sampleRate,
+            channels: configuration.captureChannels ?? settings.channels,
+            periodMicroseconds: Int(configuration.periodTime * 1_000_000),
+            bufferMicroseconds: Int(configuration.bufferTime * 1_000_000))
+        return (pcm, pcmConfiguration)
+    }
+
+    /// Whether waiting may heal a device error: the device is missing, gone or busy. Not a
+    /// refusal (no permission) or a format it cannot deliver.
+    static func mayComeBack(_ error: ALSAError) -> Bool {
+        ![EACCES, EPERM, EINVAL, ENOMEM, ENOSYS].contains(error.errno)
+    }
+
+    /// The file format, rate and channels for a recording, from its settings and what the
+    /// device delivers (the first time it opens).
+    private func makeFiles(id: String, name: String, plan: SessionPlan,
+                           device: PCMConfiguration) throws(RecorderError) -> SegmentFileFactory {
+        let settings = plan.settings
+        var fileRate = settings.sampleRate ?? device.sampleRate
+        if settings.format == .opus, !RecordingSettings.opusRates.contains(fileRate) { fileRate = 48000 }
+        let fileChannels = settings.channels ?? Swift.min(device.channels, 8)
+        guard SoundFileFormat.isWritable(settings.fileFormat, sampleRate: fileRate, channels: fileChannels) else {
+            throw RecorderError(.invalidSettings,
+                "\(settings.format.rawValue) cannot hold \(fileChannels) channel(s) at \(fileRate) Hz")
+        }
+        return SegmentFileFactory(
+            directory: plan.configuration.recordingsDirectory, template: plan.segments.effectiveTemplate,
+            localTime: plan.segments.localTime, name: name, recordingId: id,
+            fileExtension: settings.format.fileExtension, format: settings.fileFormat, sampleRate: fileRate,
+            channels: fileChannels, compressionLevel: settings.compressionLevel(channels: fileChannels))
+    }
+
+    private func makeSession(pcm: CapturePCM, configuration pcmConfiguration: PCMConfiguration, writer: SoundFileWriter,
+                             segment: Segment, files: SegmentFileFactory, plan: SessionPlan,
+                             frameLimit: Int64?) throws(RecorderError) -> CaptureSession {
+        try CaptureSession(
+            pcm: pcm, configuration: pcmConfiguration, writer: writer, segment: segment, files: files,
+            clock: SegmentClock(settings: plan.segments, rate: files.sampleRate),
+            segmentClosed: { [weak self, directory = files.directory] segment, failure in
+                self?.segmentClosed(segment, failure: failure, directory: directory)
+            },
+            segmentStarted: { [weak self] in
+                guard let self else { return }
+                control.async {
+                    guard let session = self.session else { return }
+                    if let gap = session.currentSegment.withLock({ $0.gapBefore }) {
+                        self.ledger.withLock { ledger in
+                            if let last = ledger.gaps.indices.last, ledger.gaps[last].start == gap.start { ledger.gaps[last] = gap }
+                        }
+                    }
+                    self.updateCurrentSegment(of: session)
+                }
+            },
+            fileRate: files.sampleRate, fileChannels: files.channels, converterQuality: plan.settings.quality,
+            frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,
+            syncInterval: plan.configuration.syncInterval)
+    }
+
+    /// A segment the capture thread closed is finalized (on its sync queue): count it,
+    /// announce it, and show the next one in `recording`.
+    private func segmentClosed(_ segment: Segment, failure: RecorderError?, directory: String) {
+        ledger.withLock {
+            $0.segmentsClosed += 1
+            $0.lastClosed = segment
+        }
+        announce(segment, directory: directory)
+        if let failure {
+            logger.error("segment could not be finalized", metadata: ["segment.path": "\(segment.path)",
+                                                                       "error.message": "\(failure.message)"])
+        }
+        control.async { [self] in
+            guard let session else { return }
+            updateCurrentSegment(of: session)
+        }
+    }
+
+    /// Logs the closed segment in its session's log (what `recordings.list` groups by) and
+    /// publishes it.
+    private func announce(_ segment: Segment, directory: String) {
+        // A recording that is one file needs no log to be listed as one.
+        if segment.index > 1 || segment.endReason != .end { RecordingLibrary(directory: directory).log(segment) }
+        logger.info("segment closed", metadata: [
+            "recording.id": "\(segment.recordingId)", "segment.index": "\(segment.index)", "segment.path": "\(segment.path)",
+            "segment.frames": "\(segment.frames)", "segment.end": "\(segment.endReason?.rawValue ?? "")",
+        ])
+        closedSegment.send(segment)
+    }
+
+    /// Publishes the segment the capture thread is writing now (after a boundary or split).
+    private func updateCurrentSegment(of session: CaptureSession) {
+        guard session === self.session, var recording = current else { return }
+        let segment = session.currentSegment.withLock { $0 }
+        guard recording.segment != segment else { return }
+        recording.segment = segment
+        recording.path = segment.path
+        current = recording
+        // Only `recording` follows the segments: `state` changes (and is published) on
+        // transitions, and its recording is as of the last one.
+        self.recording.send(recording)
     }
 
     private func recordOnQueue(duration: Double?, at date: Date?) throws(RecorderError) -> Recording {
@@ -350,6 +550,7 @@ public final class Recorder: @unchecked Sendable {
             let frames = Int64((duration * Double(recording.sampleRate)).rounded())
             session.frameLimit = frames
             recording.frameLimit = frames
+            plan?.frameLimit = frames
         }
         if let date, date > Date() {
             recording.scheduledAt = date
@@ -376,6 +577,13 @@ public final class Recorder: @unchecked Sendable {
         cancelStartTimer()
         recording.startedAt = Date()
         current = recording
+        startCapture(session, recording: recording)
+        logger.info("recording started", metadata: ["recording.id": "\(recording.id)"])
+        return recording
+    }
+
+    /// Starts the capture thread and the publication timers, and publishes `recording`.
+    private func startCapture(_ session: CaptureSession, recording: Recording) {
         session.start { [weak self] outcome in
             guard let self else { return }
             control.async {
@@ -386,39 +594,85 @@ public final class Recorder: @unchecked Sendable {
         startTimers(for: session, rate: recording.sampleRate)
         self.recording.send(recording)
         state.send(.recording(recording))
-        logger.info("recording started", metadata: ["recording.id": "\(recording.id)"])
-        return recording
     }
 
-    /// Closes and renames the file after capture ended, and publishes the end state.
-    private func finalize(_ session: CaptureSession, outcome: CaptureOutcome) -> (Recording, RecorderError?) {
+    /// Closes and renames the file after capture ended, and publishes the end state, or, when
+    /// the device went away and `mayWait`, starts waiting for it.
+    private func finalize(_ session: CaptureSession, outcome: CaptureOutcome,
+                          mayWait: Bool = true) -> (Recording, RecorderError?) {
         var recording = current!
         stopTimers()
         var failure: RecorderError?
         if case .failed(let error) = outcome { failure = error }
+        let endedAt = Date()
+        let deviceLost = failure?.code == .deviceLost
+        let waiting = mayWait && deviceLost && (plan?.configuration.waitForDevice ?? false)
+        var last = session.finalSegment(endedAt: endedAt, reason: waiting ? .deviceLost : .end)
+        var saveFailure: RecorderError?
         do throws(RecorderError) {
             try session.closeFile()
         } catch {
-            failure = failure ?? error
+            saveFailure = error
         }
-        recording.frames = session.framesWritten.load(ordering: .acquiring)
-        recording.endedAt = Date()
-        // Even after a failure the file holds everything captured: keep it under its name, or
-        // under a numbered one if something took that name meanwhile (never replace a file).
-        do throws(RecorderError) {
-            let path = try RecordingLibrary.moveIntoPlace(recording.partialPath, preferred: recording.path)
-            if path != recording.path {
+        let earlier = ledger.withLock { $0.lastClosed }
+        if last.frames == 0, earlier != nil {
+            // Nothing after the last boundary: no empty file.
+            unlink(last.partialPath)
+            last = earlier!
+        } else {
+            // Even after a failure the file holds everything captured: keep it under its name.
+            let wanted = last.path
+            (last, saveFailure) = SegmentFinalizer.moveIntoPlace(last, failure: saveFailure)
+            if last.path != wanted {
                 logger.warning("recording's name was taken; saved under another", metadata: [
-                    "recording.id": "\(recording.id)", "recording.path": "\(path)", "recording.wanted": "\(recording.path)"])
-                recording.path = path
-                recording.name = ((path as NSString).lastPathComponent as NSString).deletingPathExtension
+                    "recording.id": "\(last.recordingId)", "recording.path": "\(last.path)", "recording.wanted": "\(wanted)"])
+                if last.index == 1, plan?.segments.effectiveTemplate == SegmentSettings.single {
+                    // A recording in one file is known by its file's name.
+                    recording.name = ((last.path as NSString).lastPathComponent as NSString).deletingPathExtension
+                }
             }
-            Self.syncDirectory(of: recording.path)
-        } catch {
-            failure = failure ?? error
+            ledger.withLock {
+                $0.segmentsClosed += 1
+                $0.lastClosed = last
+            }
+            announce(last, directory: plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
         }
-        publishTime(of: session, rate: recording.sampleRate)
+        // The next capture session (after a gap) numbers its segments on from here.
+        plan?.nextIndex = session.currentSegment.withLock { $0.index } + 1
+        let totals = ledger.withLock { ledger in
+            ledger.frames += session.framesWritten.load(ordering: .acquiring)
+            ledger.xruns += session.xruns.load(ordering: .relaxed)
+            ledger.framesLost += session.framesLost.load(ordering: .relaxed)
+            ledger.framesCaptured += session.framesCaptured.load(ordering: .relaxed)
+            return ledger
+        }
+        recording.frames = totals.frames
+        recording.segment = last
+        recording.path = last.path
+        publishTotals(rate: recording.sampleRate)
         clearSession()
+        if waiting, saveFailure == nil, let lost = failure {
+            current = recording
+            self.recording.send(recording)
+            plan?.gapStart = endedAt
+            ledger.withLock { $0.gaps.append(Gap(start: endedAt, position: $0.frames, error: lost)) }
+            publishTotals(rate: recording.sampleRate)
+            logger.warning("capture device lost; waiting for it", metadata: [
+                "recording.id": "\(recording.id)", "error.message": "\(lost.message)"])
+            scheduleRetry(recording, error: lost, since: endedAt, attempts: 0)
+            return (recording, nil)
+        }
+        failure = saveFailure ?? failure
+        return end(recording, failure: failure)
+    }
+
+    /// Publishes the end of a recording: finished, or failed with `failure`.
+    private func end(_ recording: Recording, failure: RecorderError?) -> (Recording, RecorderError?) {
+        var recording = recording
+        recording.endedAt = Date()
+        plan = nil
+        current = nil
+        warning.send(nil)
         self.recording.send(recording)
         if let failure {
             logger.error("recording failed", metadata: ["recording.id": "\(recording.id)", "error.code": "\(failure.code.rawValue)",
@@ -432,12 +686,147 @@ public final class Recorder: @unchecked Sendable {
         return (recording, failure)
     }
 
+    // MARK: Waiting for a device
+
+    /// `start` found no device: the recording exists, waiting for it, with no file yet.
+    private func startWaiting(id: String, name: String, plan: SessionPlan, error: RecorderError) -> Recording {
+        let configuration = plan.configuration
+        let settings = plan.settings
+        // Until the device opens, the format is what was asked for (the device may change it).
+        let rate = settings.sampleRate ?? configuration.captureSampleRate ?? 48000
+        let channels = settings.channels ?? configuration.captureChannels ?? 2
+        let recording = Recording(
+            id: id, name: name, path: "", format: settings.format, sampleRate: rate, channels: channels,
+            bitDepth: settings.effectiveBitDepth, quality: settings.quality, device: configuration.device,
+            deviceFormat: DeviceFormat(sampleFormat: settings.preferredCaptureFormat.rawValue, sampleRate: rate, channels: channels),
+            startedAt: Date(), segmentSettings: plan.segments)
+        var plan = plan
+        let since = Date()
+        plan.gapStart = since
+        self.plan = plan
+        current = recording
+        ledger.withLock { $0 = SessionLedger(gaps: [Gap(start: since, position: 0, error: error)]) }
+        self.error.send(nil)
+        warning.send(nil)
+        currentTime.send(0)
+        statistics.send(CaptureStatistics(gaps: ledger.withLock { $0.gaps }))
+        self.recording.send(recording)
+        logger.warning("capture device missing; waiting for it", metadata: [
+            "recording.id": "\(id)", "error.message": "\(error.message)"])
+        scheduleRetry(recording, error: error, since: since, attempts: 1)
+        return recording
+    }
+
+    /// Publishes the wait and arms the next attempt: 0.1 s, doubling, at most `maximumRetryInterval`.
+    private func scheduleRetry(_ recording: Recording, error: RecorderError, since: Date, attempts: Int) {
+        let maximum = plan?.configuration.maximumRetryInterval ?? 1.5
+        let delay = Swift.min(maximum, 0.1 * Double(1 << Swift.min(attempts, 20)))
+        let wait = DeviceWait(error: error, since: since, retryAt: Date().addingTimeInterval(delay), attempts: attempts)
+        state.send(.waitingForDevice(recording, wait))
+        cancelRetry()
+        let timer = DispatchSource.makeTimerSource(queue: control)
+        timer.schedule(deadline: .now() + .nanoseconds(Int(delay * 1_000_000_000)), leeway: .milliseconds(10))
+        timer.setEventHandler { [weak self] in self?.retryDevice() }
+        timer.resume()
+        retryTimer = timer
+    }
+
+    private func cancelRetry() {
+        retryTimer?.cancel()
+        retryTimer = nil
+    }
+
+    /// One attempt to open the device again; on success, capture continues in a new segment.
+    private func retryDevice() {
+        cancelRetry()
+        guard case .waitingForDevice(var recording, let wait) = state.value, var plan else { return }
+        let pcm: CapturePCM
+        let pcmConfiguration: PCMConfiguration
+        do throws(ALSAError) {
+            (pcm, pcmConfiguration) = try Self.openDevice(plan.configuration, plan.settings)
+        } catch {
+            let failure = RecorderError.opening(error)
+            guard Self.mayComeBack(error) else {
+                _ = end(recording, failure: failure)
+                return
+            }
+            scheduleRetry(recording, error: failure, since: wait.since, attempts: wait.attempts + 1)
+            return
+        }
+        let now = Date()
+        do throws(RecorderError) {
+            let files: SegmentFileFactory
+            if let existing = plan.files {
+                files = existing
+            } else {
+                // The first opening of a device that was missing at the start decides the format.
+                files = try makeFiles(id: recording.id, name: recording.name, plan: plan, device: pcmConfiguration)
+                plan.files = files
+                recording.sampleRate = files.sampleRate
+                recording.channels = files.channels
+                if let duration = plan.duration {
+                    plan.frameLimit = Int64((duration * Double(files.sampleRate)).rounded())
+                    recording.frameLimit = plan.frameLimit
+                }
+            }
+            recording.deviceFormat = DeviceFormat(sampleFormat: pcmConfiguration.sampleFormat.rawValue,
+                                                  sampleRate: pcmConfiguration.sampleRate, channels: pcmConfiguration.channels)
+            let gap = ledger.withLock { ledger -> Gap? in
+                guard !ledger.gaps.isEmpty else { return nil }
+                ledger.gaps[ledger.gaps.count - 1].end = now
+                return ledger.gaps.last
+            }
+            let (writer, segment) = try files.create(index: plan.nextIndex, startedAt: now, gapBefore: gap)
+            let written = ledger.withLock { $0.frames }
+            let remaining = plan.frameLimit.map { $0 - written }
+            let session: CaptureSession
+            do throws(RecorderError) {
+                session = try makeSession(pcm: pcm, configuration: pcmConfiguration, writer: writer, segment: segment,
+                                          files: files, plan: plan, frameLimit: remaining)
+            } catch {
+                try? writer.close()
+                unlink(segment.partialPath)
+                throw error
+            }
+            plan.nextIndex += 1
+            plan.gapStart = nil
+            self.plan = plan
+            recording.segment = segment
+            recording.path = segment.path
+            if recording.startedAt == nil { recording.startedAt = now }
+            self.session = session
+            activeSession.withLock { $0 = session }
+            current = recording
+            levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
+            logger.notice("capture device is back; recording continues", metadata: [
+                "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
+                "gap.seconds": "\(gap.map { String(format: "%.3f", $0.duration) } ?? "")"])
+            startCapture(session, recording: recording)
+        } catch {
+            _ = end(recording, failure: error)
+        }
+    }
+
+    /// `stop` while waiting: the recording ends with what its segments hold.
+    private func endWaiting() -> Recording {
+        cancelRetry()
+        guard var recording = current else { return state.value.recording! }
+        let now = Date()
+        ledger.withLock { ledger in
+            if !ledger.gaps.isEmpty, ledger.gaps[ledger.gaps.count - 1].end == nil { ledger.gaps[ledger.gaps.count - 1].end = now }
+        }
+        recording.frames = ledger.withLock { $0.frames }
+        publishTotals(rate: recording.sampleRate)
+        return end(recording, failure: nil).0
+    }
+
     /// A prepared recording that will not start after all: close and delete its file.
     private func discardPrepared() {
         guard let session, let recording = current else { return }
         try? session.closeFile()
         unlink(recording.partialPath)
         clearSession()
+        plan = nil
         self.recording.send(nil)
         state.send(.idle)
     }
@@ -491,11 +880,44 @@ public final class Recorder: @unchecked Sendable {
         startTimer = nil
     }
 
+    /// Publishes the recording's time and statistics: the ended capture sessions' totals plus
+    /// this one's counters. Also raises and clears the digital-silence warning.
     private func publishTime(of session: CaptureSession, rate: Int) {
-        currentTime.send(Double(session.framesWritten.load(ordering: .relaxed)) / Double(rate))
-        statistics.send(CaptureStatistics(xruns: session.xruns.load(ordering: .relaxed),
-                                          framesLost: session.framesLost.load(ordering: .relaxed),
-                                          framesCaptured: session.framesCaptured.load(ordering: .relaxed)))
+        let totals = ledger.withLock { $0 }
+        currentTime.send(Double(totals.frames + session.framesWritten.load(ordering: .relaxed)) / Double(rate))
+        statistics.send(CaptureStatistics(xruns: totals.xruns + session.xruns.load(ordering: .relaxed),
+                                          framesLost: totals.framesLost + session.framesLost.load(ordering: .relaxed),
+                                          framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
+                                          segmentsClosed: totals.segmentsClosed, gaps: totals.gaps))
+        checkSilence(of: session)
+    }
+
+    /// Publishes the totals when no capture session runs (between sessions, at the end).
+    private func publishTotals(rate: Int) {
+        let totals = ledger.withLock { $0 }
+        currentTime.send(Double(totals.frames) / Double(rate))
+        statistics.send(CaptureStatistics(xruns: totals.xruns, framesLost: totals.framesLost,
+                                          framesCaptured: totals.framesCaptured, segmentsClosed: totals.segmentsClosed,
+                                          gaps: totals.gaps))
+    }
+
+    /// "Running but recording nothing": every sample exactly zero for `silenceWarningAfter`.
+    private func checkSilence(of session: CaptureSession) {
+        guard let limit = configuration.silenceWarningAfter, limit > 0, session.started,
+              !session.isPaused.load(ordering: .relaxed) else { return }
+        let silentFor = Double(CaptureSession.uptime() &- session.lastSignal.load(ordering: .relaxed)) / 1_000_000_000
+        let current = warning.value
+        if silentFor >= limit, current == nil {
+            let since = Date().addingTimeInterval(-silentFor)
+            let message = String(format: "the input has been digital silence (every sample zero) for %.0f s: "
+                                 + "muted, disconnected, or the wrong device?", silentFor)
+            warning.send(RecorderWarning(code: .digitalSilence, message: message, since: since))
+            logger.warning("input is digital silence", metadata: ["device.name": "\(session.pcm.name)",
+                                                                   "silence.seconds": "\(Int(silentFor))"])
+        } else if silentFor < limit, current?.code == .digitalSilence {
+            warning.send(nil)
+            logger.notice("input signal is back", metadata: ["device.name": "\(session.pcm.name)"])
+        }
     }
 
     // MARK: Helpers
@@ -522,7 +944,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// Makes a rename durable: fsync the directory that holds the entry.
-    private static func syncDirectory(of path: String) {
+    static func syncDirectory(of path: String) {
         let directory = (path as NSString).deletingLastPathComponent
         let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return }

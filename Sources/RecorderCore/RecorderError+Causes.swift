@@ -9,7 +9,8 @@ extension RecorderError {
         let message = "cannot open capture device '\(error.device)': \(error.reason) (\(error.function))"
         switch error.errno {
         case EACCES, EPERM: return RecorderError(.noPermission, message)
-        case ENOENT, ENODEV, ENXIO: return RecorderError(.deviceNotFound, message)
+        // ECONNREFUSED: the sound server (PulseAudio, PipeWire) behind the PCM is not running.
+        case ENOENT, ENODEV, ENXIO, ECONNREFUSED: return RecorderError(.deviceNotFound, message)
         case EBUSY, EAGAIN: return RecorderError(.deviceBusy, message)
         default: return RecorderError(.failedToBegin, message)
         }

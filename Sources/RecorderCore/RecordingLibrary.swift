@@ -18,12 +18,46 @@ public struct RecordingLibrary: Sendable {
     /// One finished file as libsndfile reads it.
     public struct Entry: Sendable, Equatable {
         public var name: String
+        /// The path below the recordings directory (`meeting.flac`, `birds/2026-11-22/20261122T140000Z.flac`).
         public var file: String
         public var path: String
         public var format: AudioFileFormat
         public var info: SoundFileInfo
         public var size: Int64
         public var modified: Date
+        /// The recording (session) and segment it is, when recd's session log knows the file.
+        public var segment: Segment?
+    }
+
+    /// Where recd logs each closed segment, one JSON object per line per session: what groups
+    /// files into sessions. Hidden, so listings skip it.
+    public static let sessionLogDirectory = ".sessions"
+
+    /// Appends `segment` to its session's log (best effort: the file itself is what matters).
+    public func log(_ segment: Segment) {
+        let logDirectory = directory + "/" + Self.sessionLogDirectory
+        guard Recorder.makeDirectory(logDirectory) == nil,
+              var data = try? JSONEncoder.sessionLog.encode(segment) else { return }
+        data.append(0x0A)
+        let fd = open(logDirectory + "/" + segment.recordingId + ".jsonl", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+
+    /// Every logged segment by its final path.
+    func loggedSegments() -> [String: Segment] {
+        let logDirectory = directory + "/" + Self.sessionLogDirectory
+        guard let logs = try? FileManager.default.contentsOfDirectory(atPath: logDirectory) else { return [:] }
+        var segments: [String: Segment] = [:]
+        let decoder = JSONDecoder.sessionLog
+        for log in logs where log.hasSuffix(".jsonl") {
+            guard let text = try? String(contentsOfFile: logDirectory + "/" + log, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n") {
+                if let segment = try? decoder.decode(Segment.self, from: Data(line.utf8)) { segments[segment.path] = segment }
+            }
+        }
+        return segments
     }
 
     public enum LookupError: Error, Equatable, CustomStringConvertible {
@@ -38,17 +72,38 @@ public struct RecordingLibrary: Sendable {
         }
     }
 
-    /// Every finished recording, oldest first. Unfinished (`.part`) and unreadable files are skipped.
+    /// Every finished recording, oldest first (segments by their start). Unfinished (`.part`)
+    /// and unreadable files are skipped.
     public func list() -> [Entry] {
-        fileNames().compactMap { entry(file: $0) }.sorted { ($0.modified, $0.file) < ($1.modified, $1.file) }
+        let segments = loggedSegments()
+        let entries = fileNames().compactMap { file -> Entry? in
+            guard var entry = entry(file: file) else { return nil }
+            entry.segment = segments[entry.path]
+            return entry
+        }
+        // A session's segments stay together, in their order, at the session's start.
+        var sessionStart: [String: Date] = [:]
+        for case let segment? in entries.map(\.segment) {
+            sessionStart[segment.recordingId] = min(sessionStart[segment.recordingId] ?? segment.startedAt, segment.startedAt)
+        }
+        func key(_ entry: Entry) -> (Date, String, Int, String) {
+            guard let segment = entry.segment else { return (entry.modified, "", 0, entry.file) }
+            return (sessionStart[segment.recordingId]!, segment.recordingId, segment.index, entry.file)
+        }
+        return entries.sorted { key($0) < key($1) }
     }
 
     /// The recording `name` names: a file name with extension, or a name without one that only
     /// one file has.
     public func find(_ name: String) throws(LookupError) -> Entry {
-        guard !name.isEmpty, !name.contains("/"), !name.hasPrefix(".") else { throw .notFound(name) }
+        // A name, or a path below the directory (a segment), never leaving it or entering hidden ones.
+        let components = name.split(separator: "/", omittingEmptySubsequences: false)
+        guard !name.isEmpty, components.allSatisfy({ !$0.isEmpty && !$0.hasPrefix(".") }) else { throw .notFound(name) }
         let files = fileNames()
-        if files.contains(name), let entry = entry(file: name) { return entry }
+        if files.contains(name), var entry = entry(file: name) {
+            entry.segment = loggedSegments()[entry.path]
+            return entry
+        }
         let matches = files.filter { ($0 as NSString).deletingPathExtension == name }
         if matches.count > 1 { throw .ambiguous(name, matches.sorted()) }
         guard let file = matches.first, let entry = entry(file: file) else { throw .notFound(name) }
@@ -65,7 +120,9 @@ public struct RecordingLibrary: Sendable {
     /// Renames a recording, keeping its extension. Never replaces another file.
     public func rename(_ entry: Entry, to newName: String) throws(RecorderError) -> Entry {
         try RecordingName.validate(newName)
-        let file = newName + "." + entry.format.fileExtension
+        // A segment keeps its directory.
+        let folder = (entry.file as NSString).deletingLastPathComponent
+        let file = (folder.isEmpty ? "" : folder + "/") + newName + "." + entry.format.fileExtension
         let target = directory + "/" + file
         switch Self.renameWithoutReplacing(entry.path, target) {
         case .success: break
@@ -83,9 +140,9 @@ public struct RecordingLibrary: Sendable {
     /// holder of the directory's lock may call this: another daemon's `.part` is a live file.
     /// Returns the recovered paths.
     public func recoverPartialFiles(logger: Logger) -> [String] {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
+        let names = walk { $0.hasSuffix(".part") }
         var recovered: [String] = []
-        for partial in names.sorted() where partial.hasSuffix(".part") && !partial.hasPrefix(".") {
+        for partial in names.sorted() {
             let source = directory + "/" + partial
             let wanted = String(source.dropLast(5))
             do throws(RecorderError) {
@@ -142,8 +199,29 @@ public struct RecordingLibrary: Sendable {
 
     private func fileNames() -> [String] {
         let extensions = Set(AudioFileFormat.allCases.map(\.fileExtension))
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return names.filter { !$0.hasPrefix(".") && extensions.contains(($0 as NSString).pathExtension) }
+        return walk { extensions.contains(($0 as NSString).pathExtension) }
+    }
+
+    /// Paths below the directory (segments live in subdirectories) whose name `matches`;
+    /// hidden entries are skipped, symbolic links not followed.
+    private func walk(_ matches: (String) -> Bool) -> [String] {
+        var found: [String] = []
+        var pending = [""]
+        while let relative = pending.popLast() {
+            let absolute = relative.isEmpty ? directory : directory + "/" + relative
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: absolute) else { continue }
+            for name in names where !name.hasPrefix(".") {
+                let path = relative.isEmpty ? name : relative + "/" + name
+                var info = stat()
+                guard lstat(directory + "/" + path, &info) == 0 else { continue }
+                if info.st_mode & S_IFMT == S_IFDIR {
+                    if pending.count + found.count < 100_000 { pending.append(path) }
+                } else if matches(name) {
+                    found.append(path)
+                }
+            }
+        }
+        return found
     }
 
     private func entry(file: String) -> Entry? {
@@ -153,9 +231,29 @@ public struct RecordingLibrary: Sendable {
               let reader = try? SoundFileReader(path: path),
               let format = AudioFileFormat.allCases.first(where: { $0.fileExtension == (file as NSString).pathExtension })
         else { return nil }
-        return Entry(name: (file as NSString).deletingPathExtension, file: file, path: path, format: format,
+        return Entry(name: ((file as NSString).lastPathComponent as NSString).deletingPathExtension, file: file, path: path, format: format,
                      info: reader.info, size: (attributes[.size] as? NSNumber)?.int64Value ?? 0,
                      modified: attributes[.modificationDate] as? Date ?? Date(timeIntervalSince1970: 0))
     }
 }
 
+extension JSONEncoder {
+    /// Session logs: dates as seconds since 1970, exact to the microsecond.
+    static var sessionLog: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(date.timeIntervalSince1970)
+        }
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+}
+
+extension JSONDecoder {
+    static var sessionLog: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        return decoder
+    }
+}

@@ -5,7 +5,8 @@ public struct Recording: Sendable, Equatable, Codable, Identifiable {
     public var id: String
     /// The file name without extension; unique within the recordings directory.
     public var name: String
-    /// The final path (`<dir>/<name>.<ext>`). While recording, data goes to `path + ".part"`.
+    /// The current (or, once ended, the last) file's final path: `<dir>/<name>.<ext>` for an
+    /// unsegmented recording. While recording, data goes to `path + ".part"`.
     public var path: String
     public var format: AudioFileFormat
     public var sampleRate: Int
@@ -22,14 +23,19 @@ public struct Recording: Sendable, Equatable, Codable, Identifiable {
     public var scheduledAt: Date?
     /// For `record(forDuration:)`: the exact number of frames the file will hold.
     public var frameLimit: Int64?
-    /// Frames in the file. Filled in when the recording ends.
+    /// Frames in the file (in all of its segments). Filled in when the recording ends.
     public var frames: Int64
     public var endedAt: Date?
+    /// The segment being written (the last one once ended); nil while waiting for a device
+    /// before the first one.
+    public var segment: Segment?
+    /// How the recording is cut into files.
+    public var segmentSettings: SegmentSettings?
 
     public init(id: String, name: String, path: String, format: AudioFileFormat, sampleRate: Int, channels: Int,
                 bitDepth: Int?, quality: RecordingQuality, device: String, deviceFormat: DeviceFormat,
                 startedAt: Date? = nil, scheduledAt: Date? = nil, frameLimit: Int64? = nil, frames: Int64 = 0,
-                endedAt: Date? = nil) {
+                endedAt: Date? = nil, segment: Segment? = nil, segmentSettings: SegmentSettings? = nil) {
         self.id = id
         self.name = name
         self.path = path
@@ -45,6 +51,8 @@ public struct Recording: Sendable, Equatable, Codable, Identifiable {
         self.frameLimit = frameLimit
         self.frames = frames
         self.endedAt = endedAt
+        self.segment = segment
+        self.segmentSettings = segmentSettings
     }
 
     /// Seconds of audio in the file (frames / rate).
@@ -75,6 +83,9 @@ public enum RecorderState: Sendable, Equatable {
     case preparing(Recording)
     case recording(Recording)
     case paused(Recording)
+    /// The device went away (or is not there yet): the last segment is finalized, and the
+    /// recorder tries to open the device again, continuing in a new segment when it can.
+    case waitingForDevice(Recording, DeviceWait)
     /// Finalizing the file.
     case stopping(Recording)
     /// The file is complete at `recording.path`.
@@ -83,7 +94,7 @@ public enum RecorderState: Sendable, Equatable {
     case failed(Recording?, RecorderError)
 
     public enum Name: String, Sendable, Codable, CaseIterable {
-        case idle, preparing, recording, paused, stopping, finished, failed
+        case idle, preparing, recording, paused, waitingForDevice, stopping, finished, failed
     }
 
     public var name: Name {
@@ -92,6 +103,7 @@ public enum RecorderState: Sendable, Equatable {
         case .preparing: .preparing
         case .recording: .recording
         case .paused: .paused
+        case .waitingForDevice: .waitingForDevice
         case .stopping: .stopping
         case .finished: .finished
         case .failed: .failed
@@ -102,32 +114,41 @@ public enum RecorderState: Sendable, Equatable {
         switch self {
         case .idle: nil
         case .preparing(let r), .recording(let r), .paused(let r), .stopping(let r), .finished(let r): r
+        case .waitingForDevice(let r, _): r
         case .failed(let r, _): r
         }
     }
 
     public var error: RecorderError? {
         if case .failed(_, let error) = self { return error }
+        if case .waitingForDevice(_, let wait) = self { return wait.error }
+        return nil
+    }
+
+    /// While waiting for the device: since when, the last error, the next attempt.
+    public var deviceWait: DeviceWait? {
+        if case .waitingForDevice(_, let wait) = self { return wait }
         return nil
     }
 
     /// Whether a recording is under way (a capture thread exists or is about to).
     public var isActive: Bool {
         switch name {
-        case .preparing, .recording, .paused, .stopping: true
+        case .preparing, .recording, .paused, .waitingForDevice, .stopping: true
         case .idle, .finished, .failed: false
         }
     }
 }
 
 extension RecorderState: Codable {
-    private enum CodingKeys: String, CodingKey { case name, recording, error }
+    private enum CodingKeys: String, CodingKey { case name, recording, error, wait }
 
     public func encode(to encoder: Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(name, forKey: .name)
         try container.encodeIfPresent(recording, forKey: .recording)
         try container.encodeIfPresent(error, forKey: .error)
+        try container.encodeIfPresent(deviceWait, forKey: .wait)
     }
 
     public init(from decoder: Decoder) throws {
@@ -147,6 +168,12 @@ extension RecorderState: Codable {
         case .preparing: self = .preparing(try required())
         case .recording: self = .recording(try required())
         case .paused: self = .paused(try required())
+        case .waitingForDevice:
+            guard let wait = try container.decodeIfPresent(DeviceWait.self, forKey: .wait) else {
+                throw DecodingError.keyNotFound(CodingKeys.wait, .init(codingPath: decoder.codingPath,
+                    debugDescription: "state waitingForDevice needs wait"))
+            }
+            self = .waitingForDevice(try required(), wait)
         case .stopping: self = .stopping(try required())
         case .finished: self = .finished(try required())
         case .failed: self = .failed(recording, error ?? RecorderError(.unknown, "unknown failure"))
@@ -183,7 +210,8 @@ public struct Levels: Sendable, Equatable, Codable {
     public static let none = Levels(channels: [], clipCount: 0)
 }
 
-/// How capture is going: overruns and what they cost.
+/// How capture is going in the current recording (all its segments): overruns and what
+/// they cost, segments, and the gaps a lost device left.
 public struct CaptureStatistics: Sendable, Equatable, Codable {
     /// Overruns and suspends recovered from.
     public var xruns: Int
@@ -191,10 +219,30 @@ public struct CaptureStatistics: Sendable, Equatable, Codable {
     public var framesLost: Int64
     /// Frames read from the device (at the device's rate) in this recording.
     public var framesCaptured: Int64
+    /// Segments closed so far.
+    public var segmentsClosed: Int
+    /// Times the device went away, in order; the last one is open while waiting.
+    public var gaps: [Gap]
 
-    public init(xruns: Int = 0, framesLost: Int64 = 0, framesCaptured: Int64 = 0) {
+    public init(xruns: Int = 0, framesLost: Int64 = 0, framesCaptured: Int64 = 0, segmentsClosed: Int = 0, gaps: [Gap] = []) {
         self.xruns = xruns
         self.framesLost = framesLost
         self.framesCaptured = framesCaptured
+        self.segmentsClosed = segmentsClosed
+        self.gaps = gaps
+    }
+
+    /// Seconds without capture, over every gap.
+    public var gapSeconds: Double { gaps.reduce(0) { $0 + $1.duration } }
+
+    private enum CodingKeys: String, CodingKey { case xruns, framesLost, framesCaptured, segmentsClosed, gaps }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        xruns = try container.decode(Int.self, forKey: .xruns)
+        framesLost = try container.decode(Int64.self, forKey: .framesLost)
+        framesCaptured = try container.decode(Int64.self, forKey: .framesCaptured)
+        segmentsClosed = try container.decodeIfPresent(Int.self, forKey: .segmentsClosed) ?? 0
+        gaps = try container.decodeIfPresent([Gap].self, forKey: .gaps) ?? []
     }
 }

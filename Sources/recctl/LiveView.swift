@@ -31,9 +31,12 @@ final class LiveView {
     private var time: Double = 0
     private var levels: Levels = .none
     private var error: RecorderError?
+    private var warning: RecorderWarning?
     private var drawn = false
     private var columns: Int?
     private var lastStatusLine: String?
+    /// The snapshot's segment is old news: only segments closed while watching get a line.
+    private var seenSegment = false
 
     init(format: LiveFormat, quiet: Bool = false) {
         self.format = format
@@ -59,6 +62,14 @@ final class LiveView {
             case .levels(let newLevels): levels = newLevels
             case .error(let newError): error = newError
             case .recording: break
+            case .warning(let newWarning): warning = newWarning
+            case .segment(let segment):
+                defer { seenSegment = true }
+                guard seenSegment, let segment, !quiet else { break }
+                // A line of its own above the redrawn one.
+                if drawn { print("\r\u{1B}[2K", terminator: "") }
+                print(Output.describeClosed(segment))
+                drawn = false
             }
         }
         guard !quiet else { return }
@@ -81,7 +92,7 @@ final class LiveView {
 
     private func draw() {
         if terminalResized.exchange(false, ordering: .relaxed) { columns = Self.terminalColumns() }
-        let line = LiveLine.render(state: state, time: time, levels: levels, error: error, columns: columns)
+        let line = LiveLine.render(state: state, time: time, levels: levels, error: error, warning: warning, columns: columns)
         // Carriage return + erase line: the meter is redrawn in place. It never reaches the last
         // column, so the terminal never wraps it (a wrapped line would be left behind).
         print("\r\u{1B}[2K" + line, terminator: "")
@@ -125,18 +136,20 @@ enum LiveLine {
         Detail(meterWidth: 0, average: false, peak: false, name: false),
     ]
 
-    static func render(state: RecorderState, time: Double, levels: Levels, error: RecorderError?, columns: Int?) -> String {
+    static func render(state: RecorderState, time: Double, levels: Levels, error: RecorderError?,
+                       warning: RecorderWarning? = nil, columns: Int?) -> String {
         // One column stays free: writing the last one would leave the cursor waiting to wrap.
         let limit = columns.map { max(1, $0 - 1) }
         for detail in details {
-            let line = render(state: state, time: time, levels: levels, error: error, detail: detail)
+            let line = render(state: state, time: time, levels: levels, error: error, warning: warning, detail: detail)
             if limit == nil || visibleWidth(line) <= limit! { return line }
         }
-        let line = render(state: state, time: time, levels: levels, error: error, detail: details.last!)
+        let line = render(state: state, time: time, levels: levels, error: error, warning: warning, detail: details.last!)
         return truncate(line, to: limit!)
     }
 
-    static func render(state: RecorderState, time: Double, levels: Levels, error: RecorderError?, detail: Detail) -> String {
+    static func render(state: RecorderState, time: Double, levels: Levels, error: RecorderError?,
+                       warning: RecorderWarning? = nil, detail: Detail) -> String {
         var line = Output.styledState(state.name) + "  " + Output.duration(time)
         if state.name == .recording || state.name == .paused {
             for (index, channel) in levels.channels.enumerated() where detail.meters || detail.peak {
@@ -151,6 +164,11 @@ enum LiveLine {
             if levels.clipCount > 0 { line += "  " + Output.red("clip \(levels.clipCount)") }
         }
         if detail.name, let name = state.recording?.name { line += "  " + name }
+        if detail.name, let segment = state.recording?.segment, segment.index > 1 { line += Output.dim(" #\(segment.index)") }
+        if let wait = state.deviceWait {
+            line += "  " + Output.yellow(wait.error.code.rawValue) + " " + Output.retry(wait)
+        }
+        if let warning { line += "  " + Output.yellow(warning.code.rawValue) }
         if let error { line += "  " + Output.red(error.code.rawValue) }
         return line
     }
@@ -214,6 +232,7 @@ enum StatusBar {
         case .preparing: return "◌ " + (state.recording?.scheduledAt != nil ? "scheduled" : "preparing")
         case .stopping: return "■ " + elapsed
         case .failed: return "✗ " + ((error ?? state.error)?.code.rawValue ?? "failed")
+        case .waitingForDevice: return "⧗ " + elapsed + " " + (state.deviceWait?.error.code.rawValue ?? "waiting")
         case .idle, .finished: return ""
         }
     }
@@ -233,6 +252,7 @@ enum StatusBar {
             tooltip += "\npeak " + Meter.decibels(peak).trimmingCharacters(in: .whitespaces) + " dBFS"
         }
         if let error = error ?? state.error { tooltip += "\n\(error.code.rawValue): \(error.message)" }
+        if let wait = state.deviceWait { tooltip += "\nwaiting for the device: \(wait.error.message)" }
         let line = WaybarLine(text: text(state: state, time: time, error: error), tooltip: tooltip,
                               class: state.name.rawValue, percentage: percentage(state: state, levels: levels))
         let encoder = JSONEncoder()

@@ -42,6 +42,7 @@ enum Output {
         switch name {
         case .recording: red("● recording")
         case .paused: yellow("‖ paused")
+        case .waitingForDevice: yellow("… waiting for device")
         case .failed: red("✗ failed")
         case .finished: green("✓ finished")
         case .idle: "idle"
@@ -71,10 +72,33 @@ enum Output {
         return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
     }
 
+    /// A segment's measured start (14:59:59.998) shows as the second it is named after.
+    static func nearestSecond(_ date: Date?) -> Date? {
+        date.map { Date(timeIntervalSince1970: $0.timeIntervalSince1970.rounded()) }
+    }
+
     static func localTime(_ date: Date) -> String {
         let formatter = DateFormatter()
         formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
         return formatter.string(from: date)
+    }
+
+    /// "retry in 0.8 s (attempt 5)"
+    static func retry(_ wait: DeviceWait, now: Date = Date()) -> String {
+        String(format: "retry in %.1f s (attempt %d)", max(0, wait.retryAt.timeIntervalSince(now)), wait.attempts + 1)
+    }
+
+    /// "closed segment #3 /path (00:02:00.0, 14:00:00, 2 xruns, after a 3.1 s gap)"
+    static func describeClosed(_ segment: Segment) -> String {
+        "closed segment #\(segment.index) \(segment.path) (" + segmentDetails(segment) + ")"
+    }
+
+    static func segmentDetails(_ segment: Segment) -> String {
+        var details = [duration(segment.duration), "from " + localTime(segment.startedAt)]
+        if segment.xruns > 0 { details.append("\(segment.xruns) xruns, \(segment.framesLost) frames lost") }
+        if let gap = segment.gapBefore { details.append(String(format: "after a %.1f s gap", gap.duration)) }
+        if let end = segment.endReason, end != .length { details.append("ended by " + end.rawValue) }
+        return details.joined(separator: ", ")
     }
 
     static func format(of recording: Recording) -> String {
@@ -91,9 +115,22 @@ enum Output {
 
     static func printStatus(_ status: StatusResult) {
         var rows: [(String, String)] = [("state", styledState(status.state.name))]
+        if let wait = status.state.deviceWait {
+            rows.append(("waiting", yellow("\(wait.error.code.rawValue): \(wait.error.message)")))
+            rows.append(("", "since " + localTime(wait.since) + ", " + retry(wait)))
+        }
         if let recording = status.recording {
             rows.append(("elapsed", duration(status.currentTime)))
-            rows.append(("file", recording.path + (status.state.isActive ? dim(" (writing .part)") : "")))
+            let writing = status.state.isActive && status.state.name != .waitingForDevice
+            if !recording.path.isEmpty {
+                rows.append(("file", recording.path + (writing ? dim(" (writing .part)") : "")))
+            }
+            if let segment = recording.segment, segment.index > 1 || recording.segmentSettings?.length != nil {
+                let length = recording.segmentSettings?.length.map {
+                    " of " + duration($0) + (recording.segmentSettings?.alignToClock == true ? " on the clock" : "")
+                } ?? ""
+                rows.append(("segment", "#\(segment.index)\(length), from " + localTime(segment.startedAt)))
+            }
             rows.append(("format", format(of: recording)))
         }
         rows.append(("device", status.device))
@@ -104,6 +141,17 @@ enum Output {
             if status.levels.clipCount > 0 { rows.append(("clipped", red("\(status.levels.clipCount) samples"))) }
         }
         rows.append(("xruns", "\(status.statistics.xruns)" + (status.statistics.framesLost > 0 ? " (\(status.statistics.framesLost) frames lost)" : "")))
+        if status.recording != nil, status.statistics.segmentsClosed > 0 || !status.statistics.gaps.isEmpty {
+            var session = "\(status.statistics.segmentsClosed) segment(s) closed"
+            let gaps = status.statistics.gaps
+            if !gaps.isEmpty {
+                session += String(format: ", %d device gap(s), %.1f s without capture", gaps.count, status.statistics.gapSeconds)
+            }
+            rows.append(("session", session))
+        }
+        if let warning = status.warning {
+            rows.append(("warning", yellow("\(warning.code.rawValue): \(warning.message)")))
+        }
         rows.append(("error", status.error.map { red("\($0.code.rawValue): \($0.message)") } ?? "none"))
         for (key, value) in rows { line(key.padding(toLength: 9, withPad: " ", startingAt: 0) + value) }
     }
@@ -111,7 +159,32 @@ enum Output {
     static func printTable(_ files: [RecordingFile]) {
         guard !files.isEmpty else { return line(dim("no recordings")) }
         let header = ["NAME", "DURATION", "SIZE", "FORMAT", "DATE"]
-        let rows = files.map { [$0.file, duration($0.duration), size($0.size), "\($0.format.rawValue) \($0.sampleRate / 1000) kHz \($0.channels) ch", localTime($0.modified)] }
+        func row(_ file: RecordingFile, indent: String = "") -> [String] {
+            [indent + file.file, duration(file.duration), size(file.size),
+             "\(file.format.rawValue) \(file.sampleRate / 1000) kHz \(file.channels) ch", localTime(nearestSecond(file.startedAt) ?? file.modified)]
+        }
+        // Segments of one recording (session) under a line that sums them up, in place of its first.
+        var rows: [[String]] = []
+        var grouped = Set<String>()
+        for file in files {
+            guard let session = file.session else {
+                rows.append(row(file))
+                continue
+            }
+            guard !grouped.contains(session) else { continue }
+            grouped.insert(session)
+            let segments = files.filter { $0.session == session }.sorted { ($0.segment ?? 0) < ($1.segment ?? 0) }
+            if segments.count == 1 {
+                rows.append(row(segments[0]))
+                continue
+            }
+            let first = segments[0]
+            rows.append(["\(first.sessionName ?? first.name)/ (\(segments.count) segments)",
+                         duration(segments.reduce(0) { $0 + $1.duration }), size(segments.reduce(0) { $0 + $1.size }),
+                         "\(first.format.rawValue) \(first.sampleRate / 1000) kHz \(first.channels) ch",
+                         localTime(nearestSecond(first.startedAt) ?? first.modified)])
+            rows += segments.map { row($0, indent: "  ") }
+        }
         let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max()! }
         func render(_ cells: [String]) -> String {
             cells.enumerated().map { index, cell in
@@ -135,6 +208,12 @@ enum Output {
             let marker = device.name == result.current ? "*" : " "
             let description = device.description.map { dim(" — " + $0.replacingOccurrences(of: "\n", with: ", ")) } ?? ""
             line("\(marker) \(device.name)\(description)")
+        }
+        if !result.cards.isEmpty {
+            line(bold("cards") + dim(" (name devices by id: it stays the same across reboots and replugging)"))
+            for card in result.cards {
+                line("  \(card.index)  \(card.id)  \(card.name)  " + dim("-> hw:CARD=\(card.id),DEV=0 or \(card.stableDevice)"))
+            }
         }
         if !result.devices.contains(where: { $0.name == result.current }) {
             line("* \(result.current)" + dim(" (configured; not among ALSA's hints)"))

@@ -31,7 +31,7 @@ struct Recctl: ParsableCommand {
             64 wrong usage; 69 cannot connect to recd.
             """,
         version: RecdVersion.current,
-        subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Watch.self,
+        subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Watch.self,
                       List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
 
     /// Lets --socket and --json come before the subcommand too (`recctl --json status`):
@@ -121,7 +121,7 @@ struct ConnectionOptions: ParsableArguments {
 // MARK: Commands
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show state, elapsed time, file, format, device, levels, xruns and the last error.")
+    static let configuration = CommandConfiguration(abstract: "Show state, elapsed time, file and segment, format, device, levels, xruns, gaps, warnings and the last error.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
@@ -155,11 +155,20 @@ struct Start: ParsableCommand {
     var duration: String?
     @Option(help: ArgumentHelp("Start at this time: HH:MM[:SS] (next occurrence, local time), +DURATION, or RFC 3339.", valueName: "time"))
     var at: String?
+    @Option(help: ArgumentHelp("Cut the recording into files this long: seconds or HH:MM:SS (0: one file).", valueName: "duration"))
+    var segment: String?
+    @Flag(help: "Cut segments at whole multiples of their length from midnight (3600: on the hour).")
+    var alignToClock = false
+    @Option(help: ArgumentHelp("The files' path below the recordings directory: strftime fields, {name}, {n}.", valueName: "template"))
+    var template: String?
     @Flag(help: "Wait until the recording ends, showing progress; exit with its outcome.")
     var wait = false
     @OptionGroup var options: ConnectionOptions
 
     func validate() throws {
+        if let segment, segment != "0", TimeParsing.duration(segment) == nil {
+            throw ValidationError("--segment must be seconds (3600) or HH:MM:SS, or 0 for one file, not '\(segment)'")
+        }
         if let duration, TimeParsing.duration(duration) == nil {
             throw ValidationError("--duration must be seconds (90, 1.5) or HH:MM:SS, not '\(duration)'")
         }
@@ -172,13 +181,19 @@ struct Start: ParsableCommand {
         let connection = try options.connect()
         let params = StartParams(name: name, format: format, sampleRate: sampleRate, channels: channels, bitDepth: bitDepth,
                                  quality: quality, bitRate: bitRate, duration: duration.flatMap(TimeParsing.duration),
-                                 at: at.flatMap { TimeParsing.time($0) })
+                                 at: at.flatMap { TimeParsing.time($0) },
+                                 segmentLength: segment.map { $0 == "0" ? 0 : TimeParsing.duration($0)! },
+                                 alignToClock: alignToClock ? true : nil, fileTemplate: template)
         // Subscribe first so that the end of a short recording cannot slip past.
         let subscription: SubscribeResult? = wait
             ? try options.call(connection, .subscribe, SubscribeParams(topics: [.state, .currentTime, .levels], interval: 0.1))
             : nil
         let recording: Recording = try options.call(connection, .start, params)
-        if options.json { Output.printJSON(recording) } else {
+        if options.json { Output.printJSON(recording) } else if recording.segment == nil {
+            // The device is missing: recd waits for it.
+            Output.line("recording \(Output.bold(recording.name)): waiting for the device; it starts when the device appears "
+                        + "(`recctl status` says why)")
+        } else {
             let when = recording.scheduledAt.map { " at " + Output.localTime($0) } ?? ""
             Output.line("recording \(Output.bold(recording.name)) -> \(recording.path)\(when)")
         }
@@ -238,6 +253,19 @@ struct Cancel: ParsableCommand {
     func run() throws { try options.changeState(.cancel) { _ in "cancelled" } }
 }
 
+struct Split: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Close the current file and continue recording in the next, without losing a frame.")
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let result: SplitResult = try options.call(try options.connect(), .split)
+        if options.json { return Output.printJSON(result) }
+        Output.line("closed \(result.closed.path) (\(Output.duration(result.closed.duration)))")
+        if let next = result.recording?.segment { Output.line("now writing \(next.path)") }
+    }
+}
+
 struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Watch the recorder live.",
@@ -249,11 +277,11 @@ struct Watch: ParsableCommand {
 
     @Option(help: ArgumentHelp("terminal, json, waybar or plain (default: terminal on a terminal, else json).", valueName: "format"))
     var format: LiveFormat?
-    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording (default: all).", valueName: "topic"))
+    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording, segment, warning (default: all).", valueName: "topic"))
     var topics: [Topic] = []
     @Option(help: ArgumentHelp("Seconds between time and level updates at most (default: 0.1; 1 for waybar and plain).", valueName: "seconds"))
     var interval: Double?
-    @Option(help: ArgumentHelp("Exit once the recorder is in this state (idle, preparing, recording, paused, stopping, finished, failed) — at once if it already is.", valueName: "state"))
+    @Option(help: ArgumentHelp("Exit once the recorder is in this state (idle, preparing, recording, paused, waitingForDevice, stopping, finished, failed) — at once if it already is.", valueName: "state"))
     var until: RecorderState.Name?
     @OptionGroup var options: ConnectionOptions
 
@@ -279,7 +307,7 @@ struct Watch: ParsableCommand {
 }
 
 struct List: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List recordings: name, duration, size, format, date.")
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List recordings: name, duration, size, format, date; a recording's segments grouped under it.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {

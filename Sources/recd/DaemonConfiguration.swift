@@ -21,6 +21,19 @@ struct DaemonConfiguration: Equatable, Sendable {
     var captureSampleRate: Int?
     var captureChannels: Int?
     var stopTimeout = 5.0
+    var waitForDevice = true
+    var retryIntervalMax = 1.5
+    var silenceWarningAfter: Double? = 60
+    var segments = SegmentSettings()
+
+    /// Start recording, with the configured settings, as soon as the daemon is ready.
+    var autostart = false
+    /// The name of autostarted recordings (the directory of their segments); nil: "recd" when
+    /// segmented, else a fresh timestamped name each time (one file per recording).
+    var autostartName: String?
+
+    /// What `start` at startup is called.
+    var autostartRecordingName: String? { autostartName ?? (segments.length != nil ? "recd" : nil) }
 
     var meteringEnabled = true
     var levelsInterval = 0.05
@@ -64,7 +77,9 @@ struct DaemonConfiguration: Equatable, Sendable {
                               timeInterval: timeInterval, levelsInterval: levelsInterval, meteringEnabled: meteringEnabled,
                               syncInterval: syncInterval, periodTime: periodTime, bufferTime: bufferTime,
                               captureSampleRate: captureSampleRate, captureChannels: captureChannels,
-                              stopTimeout: stopTimeout)
+                              stopTimeout: stopTimeout,
+                              segments: segments, waitForDevice: waitForDevice, maximumRetryInterval: retryIntervalMax,
+                              silenceWarningAfter: silenceWarningAfter)
     }
 
     // MARK: The TOML file
@@ -109,6 +124,27 @@ struct DaemonConfiguration: Equatable, Sendable {
         try reader.read("capture.sample_rate", in: 1000...768_000, "Hz") { (value: Int) in captureSampleRate = value }
         try reader.read("capture.channels", in: 1...32) { (value: Int) in captureChannels = value }
         try reader.read("capture.stop_timeout", in: 0.1...20, "seconds") { (value: Double) in stopTimeout = value }
+        try reader.read("capture.wait_for_device") { (value: Bool) in waitForDevice = value }
+        try reader.read("capture.retry_interval_max", in: 0.1...60, "seconds") { (value: Double) in retryIntervalMax = value }
+        try reader.read("capture.silence_warning", in: 0...86400, "seconds") { (value: Double) in
+            silenceWarningAfter = value > 0 ? value : nil
+        }
+        var segmentSettings = segments
+        try reader.read("segments.length", in: 1...86400, "seconds") { (value: Double) in segmentSettings.length = value }
+        try reader.read("segments.align_to_clock") { (value: Bool) in segmentSettings.alignToClock = value }
+        try reader.read("segments.template") { (value: String) in segmentSettings.template = value }
+        try reader.read("segments.local_time") { (value: Bool) in segmentSettings.localTime = value }
+        do {
+            try segmentSettings.validate()
+        } catch {
+            throw ConfigurationError(file: file, line: reader.line(of: "segments"), key: "segments", message: error.message)
+        }
+        segments = segmentSettings
+        try reader.read("autostart.enabled") { (value: Bool) in autostart = value }
+        try reader.read("autostart.name") { (value: String) throws(ConfigurationError) in
+            do throws(RecorderError) { try RecordingName.validate(value) } catch { throw reader.invalid("autostart.name", error.message) }
+            autostartName = value
+        }
         try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
         try reader.read("metering.levels_interval", in: 0.005...60, "seconds") { (value: Double) in levelsInterval = value }
         try reader.read("metering.time_interval", in: 0.005...60, "seconds") { (value: Double) in timeInterval = value }

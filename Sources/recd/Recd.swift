@@ -163,7 +163,8 @@ struct Recd: AsyncParsableCommand {
                 logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(error)"])
                 return nil
             }
-        }, logger: logger)
+        }, autostart: configuration.autostart ? .init(name: configuration.autostartRecordingName) : nil,
+           logger: logger)
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.
         let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder)

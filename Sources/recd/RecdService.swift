@@ -17,6 +17,13 @@ struct RecdService: Service {
     let listenTarget: ListenTarget
     /// Re-reads the configuration (SIGHUP); nil when it cannot be used.
     let reload: @Sendable () -> DaemonConfiguration?
+    /// Start recording as soon as clients can connect (under this name, or a fresh one); nil:
+    /// wait for a client.
+    let autostart: Autostart?
+
+    struct Autostart: Sendable {
+        var name: String?
+    }
     let logger: Logger
 
     func run() async throws {
@@ -24,6 +31,7 @@ struct RecdService: Service {
         // Ready only once clients can connect (MPD does the same).
         Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
         logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
+        if let autostart { startRecording(name: autostart.name) }
 
         await withDiscardingTaskGroup { serving in
             serving.addTask { await server.serve() }
@@ -35,6 +43,21 @@ struct RecdService: Service {
                 group.cancelAll()
             }
             await shutDown()
+        }
+    }
+
+    /// The always-recording service: start with the configured settings, no client needed. A
+    /// missing device is waited for (the recorder's `waitForDevice`), not a failure.
+    private func startRecording(name: String?) {
+        DispatchQueue.global().async { [recorder, logger] in
+            do throws(RecorderError) {
+                let recording = try recorder.start(name: name, settings: nil)
+                logger.notice("recording started at startup", metadata: ["recording.name": "\(recording.name)",
+                                                                         "recording.state": "\(recorder.state.value.name.rawValue)"])
+            } catch {
+                logger.error("recording could not start at startup", metadata: ["error.code": "\(error.code.rawValue)",
+                                                                                "error.message": "\(error.message)"])
+            }
         }
     }
 
@@ -102,6 +125,7 @@ struct RecdService: Service {
         case .preparing: return "preparing -> \(file)"
         case .recording: return "recording \(formatElapsed(recorder.currentTime.value)) -> \(file)"
         case .paused: return "paused \(formatElapsed(recorder.currentTime.value)) -> \(file)"
+        case .waitingForDevice(_, let wait): return "waiting for device (\(wait.error.code.rawValue)), attempt \(wait.attempts)"
         case .stopping: return "stopping -> \(file)"
         case .finished: return "idle (last: \(file))"
         case .failed(_, let error): return "failed: \(error.code.rawValue)"

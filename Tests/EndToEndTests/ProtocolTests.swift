@@ -138,7 +138,7 @@ struct ProtocolTests {
 
     @Test func aDeviceLostMidRecordingIsReportedToSubscribersAndStatus() throws {
         let server = try PulseServer()
-        let daemon = try Daemon(device: TestDevices.paced(server))
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[capture]\nwait_for_device = false\n")
         let watcher = try daemon.connect()
         let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.state, .error]))
         let client = try daemon.connect()
@@ -168,7 +168,7 @@ struct ProtocolTests {
     }
 
     @Test func aDeviceThatCannotBeOpenedIsARecorderError() throws {
-        let daemon = try Daemon(device: "no_such_device_here")
+        let daemon = try Daemon(device: "no_such_device_here", config: "[capture]\nwait_for_device = false\n")
         let client = try daemon.connect()
         let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"start"}"#)
         #expect(answer.errorCode == -32000)

@@ -227,7 +227,7 @@ struct RecctlTests {
 
     @Test func startWaitExitsOneWhenTheRecordingFails() throws {
         let server = try PulseServer()
-        let daemon = try Daemon(device: TestDevices.paced(server))
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[capture]\nwait_for_device = false\n")
         let waiting = try BackgroundCommand(Binaries.recctl, ["start", "doomed", "--wait"], environment: ["RECD_SOCKET": daemon.socket])
         #expect(try waitForTime(daemon, atLeast: 0.3))
         server.kill()

@@ -154,7 +154,7 @@ struct SystemdTests {
     }
 
     @Test func underJournaldLinesCarryTheirSyslogPriority() throws {
-        let daemon = try Daemon(device: "no_such_pcm", environment: ["JOURNAL_STREAM": "8:12345"])
+        let daemon = try Daemon(device: "no_such_pcm", config: "[capture]\nwait_for_device = false\n", environment: ["JOURNAL_STREAM": "8:12345"])
         let client = try daemon.connect()
         let refused = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"start","params":{"name":"x"}}"#)
         #expect(refused.errorDataCode != nil)

@@ -33,7 +33,8 @@ struct MethodTableTests {
         let all: [String: JSONValue] = [
             "name": .string("x"), "format": .string("wav"), "sampleRate": .number(48000), "channels": .number(2),
             "bitDepth": .number(16), "quality": .string("high"), "bitRate": .number(64000), "duration": .number(1),
-            "at": .string("2026-11-22T10:00:00Z")]
+            "at": .string("2026-11-22T10:00:00Z"), "segmentLength": .number(3600), "alignToClock": .bool(true),
+            "fileTemplate": .string("{name}/%Y%m%dT%H%M%SZ")]
         #expect(Set(all.keys) == RecdProtocol.Method.start.parameterNames)
         let start = try decode(StartParams.self, .object(all))
         #expect(start?.name == "x")

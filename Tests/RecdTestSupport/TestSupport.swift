@@ -117,8 +117,10 @@ public enum Signal {
 /// A headless PulseAudio server with a null sink, the test's own child process.
 public final class PulseServer {
     public let directory = TemporaryDirectory()
-    public let process: ChildProcess
+    public private(set) var process: ChildProcess
     public var address: String { "unix:" + directory.file("native") }
+    /// `tone()`'s player, restarted with the server.
+    private var tonePlayer: ChildProcess?
 
     public init() throws {
         let script = """
@@ -127,10 +129,42 @@ public final class PulseServer {
         set-default-source testsink.monitor
         """
         try script.write(toFile: directory.file("pa.conf"), atomically: true, encoding: .utf8)
+        process = try Self.launch(directory)
+    }
+
+    /// Starts the server again on the same socket (after `kill()`): the device comes back.
+    public func restart() throws {
+        unlink(directory.file("native"))
+        process = try Self.launch(directory)
+    }
+
+    /// Plays a 440 Hz tone into the sink with pacat at low latency until `stopTone()` or the
+    /// server's end: a live signal keeps the idle null sink from rendering in 2 s blocks.
+    public func tone(seconds: Int = 60) throws {
+        let path = directory.file("tone.raw")
+        if !FileManager.default.fileExists(atPath: path) {
+            Signal.write(Signal.toInt16(Signal.sine(frequency: 440, rate: 48000, frames: seconds * 48000, channels: 2,
+                                                    amplitude: 0.25)), to: path)
+        }
+        var environment = ProcessInfo.processInfo.environment
+        environment["PULSE_SERVER"] = address
+        environment["HOME"] = directory.path
+        tonePlayer = try ChildProcess("/usr/bin/pacat", ["--rate=48000", "--channels=2", "--format=s16le", "--latency-msec=10",
+                                                         "--device=testsink"],
+                                      environment: environment, input: path)
+    }
+
+    public func stopTone() {
+        tonePlayer?.signal(SIGKILL)
+        _ = tonePlayer?.wait(timeout: 10)
+        tonePlayer = nil
+    }
+
+    private static func launch(_ directory: TemporaryDirectory) throws -> ChildProcess {
         var environment = ProcessInfo.processInfo.environment
         environment["HOME"] = directory.path
         environment["XDG_RUNTIME_DIR"] = directory.path
-        process = try ChildProcess("/usr/bin/pulseaudio",
+        let process = try ChildProcess("/usr/bin/pulseaudio",
                                    ["-n", "-F", directory.file("pa.conf"), "--daemonize=no", "--exit-idle-time=-1",
                                     "--system=false", "--log-target=file:" + directory.file("log")],
                                    environment: environment)
@@ -141,10 +175,12 @@ public final class PulseServer {
             }
             usleep(20_000)
         }
+        return process
     }
 
-    /// Kills the server: clients capturing from it see the device vanish.
+    /// Kills the server (and the tone): clients capturing from it see the device vanish.
     public func kill() {
+        stopTone()
         process.signal(SIGKILL)
         _ = process.wait(timeout: 10)
     }

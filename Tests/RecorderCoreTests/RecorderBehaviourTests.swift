@@ -13,8 +13,9 @@ import Testing
 struct RecorderBehaviourTests {
     let directory = TemporaryDirectory()
 
-    func recorder(device: String, directory path: String? = nil) -> Recorder {
-        Recorder(configuration: RecorderConfiguration(device: device, recordingsDirectory: path ?? directory.file("recordings")))
+    func recorder(device: String, directory path: String? = nil, waitForDevice: Bool = true) -> Recorder {
+        Recorder(configuration: RecorderConfiguration(device: device, recordingsDirectory: path ?? directory.file("recordings"),
+                                                      waitForDevice: waitForDevice))
     }
 
     func counterFile(seconds: Int) -> (path: String, samples: [Int16]) {
@@ -194,8 +195,8 @@ struct RecorderBehaviourTests {
 
     // MARK: Failures
 
-    @Test func aMissingDeviceIsDeviceNotFoundNamingIt() throws {
-        let recorder = recorder(device: "no_such_pcm_anywhere")
+    @Test func withoutWaitingAMissingDeviceIsDeviceNotFoundNamingIt() throws {
+        let recorder = recorder(device: "no_such_pcm_anywhere", waitForDevice: false)
         let error = #expect(throws: RecorderError.self) { try recorder.start(name: "x", settings: nil) }
         #expect(error?.code == .deviceNotFound)
         #expect(error?.message.contains("'no_such_pcm_anywhere'") == true)
@@ -205,8 +206,8 @@ struct RecorderBehaviourTests {
         #expect((try? FileManager.default.contentsOfDirectory(atPath: directory.file("recordings")))?.isEmpty ?? true)
     }
 
-    @Test func aDeviceWhoseSourceIsMissingIsDeviceNotFound() throws {
-        let recorder = recorder(device: TestDevices.file(directory.file("absent.raw")))
+    @Test func withoutWaitingADeviceWhoseSourceIsMissingIsDeviceNotFound() throws {
+        let recorder = recorder(device: TestDevices.file(directory.file("absent.raw")), waitForDevice: false)
         let error = #expect(throws: RecorderError.self) { try recorder.start(name: "x", settings: nil) }
         #expect(error?.code == .deviceNotFound)
     }
@@ -254,9 +255,9 @@ struct RecorderBehaviourTests {
         }
     }
 
-    @Test func aDeviceThatDisappearsEndsWithDeviceLostAndAPlayableFile() throws {
+    @Test func withoutWaitingADeviceThatDisappearsEndsWithDeviceLostAndAPlayableFile() throws {
         let server = try PulseServer()
-        let recorder = recorder(device: TestDevices.paced(server))
+        let recorder = recorder(device: TestDevices.paced(server), waitForDevice: false)
         let recording = try recorder.start(name: "lost", settings: RecordingSettings(format: .wav, sampleRate: 48000, channels: 2))
         #expect(waitUntil { recorder.currentTime.value >= 0.5 })
         server.kill()

@@ -1,0 +1,148 @@
+import Foundation
+import Glibc
+import RecorderModel
+import Sndfile
+
+/// Where a session's segment boundaries fall.
+struct SegmentClock: Sendable {
+    let length: Double?
+    let alignToClock: Bool
+    let localTime: Bool
+    let rate: Int
+
+    init(settings: SegmentSettings, rate: Int) {
+        length = settings.length
+        alignToClock = settings.alignToClock
+        localTime = settings.localTime
+        self.rate = rate
+    }
+
+    /// How many frames the segment whose first frame is at `start` holds; nil: unbounded.
+    ///
+    /// Unaligned segments are exactly `length × rate` frames. Aligned ones end at the next
+    /// multiple of `length` from midnight: recomputed from each segment's measured start, so
+    /// the device clock's drift against the wall clock never accumulates. A segment that
+    /// `follows` a boundary ends at the boundary after the one it started on (at least half
+    /// a length away); a first segment ends at the next boundary at least a second away.
+    func frames(startingAt start: Date, follows: Bool) -> Int64? {
+        guard let length else { return nil }
+        guard alignToClock else { return Int64((length * Double(rate)).rounded()) }
+        let time = start.timeIntervalSince1970
+        let boundary = nextBoundary(after: time, atLeast: follows ? length / 2 : Swift.min(1, length / 2), length: length)
+        return Swift.max(1, Int64(((boundary - time) * Double(rate)).rounded()))
+    }
+
+    /// The first multiple of `length` from midnight (or midnight itself) at least `gap` after `time`.
+    func nextBoundary(after time: Double, atLeast gap: Double, length: Double) -> Double {
+        var day = startOfDay(time)
+        while true {
+            let nextDay = startOfDay(day + 86400 + 7200)  // DST days are 23 or 25 hours long
+            let multiples = ((time + gap - day) / length).rounded(.up)
+            let boundary = Swift.min(day + Swift.max(0, multiples) * length, nextDay)
+            if boundary - time >= gap { return boundary }
+            day = nextDay
+        }
+    }
+
+    private func startOfDay(_ time: Double) -> Double {
+        guard localTime else { return (time / 86400).rounded(.down) * 86400 }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = .current
+        return calendar.startOfDay(for: Date(timeIntervalSince1970: time)).timeIntervalSince1970
+    }
+}
+
+/// Creates a session's segment files: names them from the template, never over an existing
+/// file, and opens them for writing as `.part`.
+struct SegmentFileFactory: Sendable {
+    let directory: String
+    let template: String
+    let localTime: Bool
+    let name: String
+    let recordingId: String
+    let fileExtension: String
+    let format: SoundFileFormat
+    let sampleRate: Int
+    let channels: Int
+    let compressionLevel: Double?
+
+    /// The final path a segment starting at `date` would get (unique now).
+    func path(index: Int, startedAt date: Date) throws(RecorderError) -> String {
+        let relative = render(index: index, date: date)
+        let base = directory + "/" + relative
+        let parent = (base as NSString).deletingLastPathComponent
+        if let errnoValue = Recorder.makeDirectory(parent) {
+            throw RecorderError(.failedToSave, "cannot create directory \(parent): \(Recorder.reason(errnoValue))")
+        }
+        var candidate = base + "." + fileExtension
+        var counter = 1
+        while Self.exists(candidate) || Self.exists(candidate + ".part") {
+            counter += 1
+            candidate = "\(base)-\(counter).\(fileExtension)"
+        }
+        return candidate
+    }
+
+    /// Creates segment `index`'s file, as `.part`.
+    func create(index: Int, startedAt date: Date, gapBefore: Gap? = nil) throws(RecorderError) -> (SoundFileWriter, Segment) {
+        let path = try path(index: index, startedAt: date)
+        return (try open(path: path), Segment(recordingId: recordingId, name: name, index: index, path: path,
+                                               startedAt: date, sampleRate: sampleRate, gapBefore: gapBefore))
+    }
+
+    func open(path: String) throws(RecorderError) -> SoundFileWriter {
+        do throws(SndfileError) {
+            return try SoundFileWriter(path: path + ".part", format: format, sampleRate: sampleRate, channels: channels,
+                                       compressionLevel: compressionLevel)
+        } catch {
+            throw RecorderError(.failedToSave, "cannot create \(error.description)")
+        }
+    }
+
+    /// The template with its fields filled in: strftime's, then `{name}` and `{n}`.
+    func render(index: Int, date: Date) -> String {
+        // Names count whole seconds; a measured start a few ms before hh:00:00 is hh:00:00.
+        var seconds = time_t(date.timeIntervalSince1970.rounded())
+        var fields = tm()
+        if localTime { localtime_r(&seconds, &fields) } else { gmtime_r(&seconds, &fields) }
+        // `{name}` is filled in after strftime, so a '%' in a recording's name stays literal.
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let count = strftime(&buffer, buffer.count, template, &fields)
+        let expanded = count > 0 ? String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : template
+        return expanded.replacingOccurrences(of: "{name}", with: name).replacingOccurrences(of: "{n}", with: String(index))
+    }
+
+    private static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
+    }
+}
+
+/// Closing a segment: header, close, fsync, and the `.part` renamed to its final name, never
+/// over another file (a numbered name if something took it meanwhile).
+enum SegmentFinalizer {
+    /// Closes `writer` and gives `segment` its final name. Returns the segment with the path
+    /// it got and the first failure; the data stays in whichever name the file ended up with.
+    static func finish(_ writer: SoundFileWriter, _ segment: Segment) -> (Segment, RecorderError?) {
+        var failure: RecorderError?
+        do throws(SndfileError) {
+            try writer.close()
+        } catch {
+            failure = RecorderError.saving(error)
+        }
+        return moveIntoPlace(segment, failure: failure)
+    }
+
+    /// Renames a closed segment's `.part` into place.
+    static func moveIntoPlace(_ segment: Segment, failure: RecorderError?) -> (Segment, RecorderError?) {
+        var segment = segment
+        var failure = failure
+        do throws(RecorderError) {
+            segment.path = try RecordingLibrary.moveIntoPlace(segment.partialPath, preferred: segment.path)
+            Recorder.syncDirectory(of: segment.path)
+        } catch {
+            failure = failure ?? error
+        }
+        return (segment, failure)
+    }
+}
