@@ -40,21 +40,22 @@ public struct FinalizedFile: Sendable, Equatable, Codable {
 
 /// Calls `handler` once for every file the recorder finalizes, on a queue of the subscription's own.
 ///
-/// The one place that decides what "a file was finalized" means. Today that is a recording's end
-/// (finished, or failed after capture began with the file kept under its name); when the
-/// recorder closes segments, point this at its segment-closed event instead.
+/// The one place that decides what "a file was finalized" means: the recorder's closed
+/// segments, each announced once its `.part` has its final name. A recording of one file is
+/// one segment; a segmented one, a device gap or a `split` make more.
 public func observeFinalizedFiles(of recorder: Recorder,
                                   _ handler: @escaping @Sendable (FinalizedFile) -> Void) -> ObservationToken {
-    // Every state, in order: a `finished` must never be coalesced away by the next `preparing`.
-    recorder.state.subscribe(delivery: .every, sendingCurrent: false) { state in
-        switch state {
-        case .finished(let recording):
-            handler(FinalizedFile(recording))
-        case .failed(let recording?, _) where recording.startedAt != nil
-            && FileManager.default.fileExists(atPath: recording.path):
-            handler(FinalizedFile(recording))
-        default:
-            break
-        }
+    // Every segment, in order; not the last one of an earlier recording (the current value).
+    recorder.closedSegment.subscribe(delivery: .every, sendingCurrent: false) { segment in
+        guard let segment else { return }
+        // The recording it belongs to is the recorder's current one until the next starts.
+        let recording = recorder.recording.value.flatMap { $0.id == segment.recordingId ? $0 : nil }
+        let fileExtension = (segment.path as NSString).pathExtension
+        guard let format = recording?.format
+                ?? AudioFileFormat.allCases.first(where: { $0.fileExtension == fileExtension }) else { return }
+        handler(FinalizedFile(id: segment.recordingId, path: segment.path,
+                              name: ((segment.path as NSString).lastPathComponent as NSString).deletingPathExtension,
+                              format: format, frames: segment.frames, sampleRate: segment.sampleRate,
+                              channels: recording?.channels ?? 0, startedAt: segment.startedAt, endedAt: segment.endedAt))
     }
 }

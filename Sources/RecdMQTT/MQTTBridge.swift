@@ -305,7 +305,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                     }
                 }
                 let settings = params.settings(over: recorder.configuration.defaultSettings)
-                reply.recording = try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at)
+                reply.recording = try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at,
+                                                     segments: params.segments(over: recorder.configuration.segments))
             case "stop":
                 reply.recording = try recorder.stop()
             case "pause":
@@ -329,8 +330,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                     return
                 }
             default:  // split
-                reply.error = ReplyError(code: "unsupported", message: "this recorder does not split recordings yet")
-                return
+                _ = try recorder.split()
+                reply.recording = recorder.recording.value
             }
             reply.ok = true
         } catch {

@@ -77,7 +77,10 @@ struct HookTests {
         #expect(environment["RECD_ID"] == recording.id)
         #expect(environment["RECD_HOOK"] == "on_file_closed")
         let startedAt = try #require(environment["RECD_STARTED_AT"].flatMap(WireCoding.parseDate))
-        #expect(abs(startedAt.timeIntervalSince(try #require(recording.startedAt))) < 0.001)
+        // The file's first frame, as the recorder estimates it from the device (the unpaced
+        // test device reads ahead of the clock): close to when capture began.
+        let captureBegan = try #require(recording.startedAt)
+        #expect(abs(startedAt.timeIntervalSince(captureBegan)) < 1, "\(startedAt) vs \(captureBegan)")
         #expect(environment["RECD_ENDED_AT"].flatMap(WireCoding.parseDate) != nil)
         #expect(daemon.terminate() == 0)
     }

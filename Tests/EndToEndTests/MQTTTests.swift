@@ -161,6 +161,28 @@ struct MQTTTests {
         #expect(daemon.terminate() == 0)
     }
 
+    @Test func splitOverMQTTContinuesInANewFileWithoutLosingAFrame() throws {
+        let broker = try MosquittoBroker()
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: Self.config(port: broker.port, control: true))
+        let watcher = try watch(broker)
+        try mqttPublish(port: broker.port, topic: "\(Self.prefix)/command/start", payload: #"{"name": "halves", "format": "wav"}"#)
+        #expect(watcher.first("\(Self.prefix)/reply", where: { $0.json?["command"] as? String == "start" })?.json?["ok"] as? Bool == true)
+        let client = try daemon.connect()
+        #expect(waitUntil(timeout: 30) { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 0.5 })
+        try mqttPublish(port: broker.port, topic: "\(Self.prefix)/command/split", payload: "")
+        let split = try #require(watcher.first("\(Self.prefix)/reply", where: { $0.json?["command"] as? String == "split" }))
+        #expect(split.json?["ok"] as? Bool == true, "\(split)")
+        #expect(waitUntil(timeout: 30) { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 1.0 })
+        let stopped: Recording = try client.call(.stop)
+        let first = try SoundFileReader(path: daemon.recordings + "/halves.wav")
+        let second = try SoundFileReader(path: daemon.recordings + "/halves-2.wav")
+        #expect(first.info.frames > 0 && second.info.frames > 0)
+        #expect(first.info.frames + second.info.frames == stopped.frames, "the two files hold every frame")
+        #expect(daemon.terminate() == 0)
+    }
+
     @Test func commandsAreRefusedWhenRemoteControlIsOff() throws {
         let broker = try MosquittoBroker()
         let input = writeCounterInput(inputs, seconds: 2)

@@ -123,10 +123,11 @@ public final class PulseServer {
     private var tonePlayer: ChildProcess?
 
     public init() throws {
+        // The sink first: once the socket takes connections, the device is there.
         let script = """
-        load-module module-native-protocol-unix auth-anonymous=1 socket=\(directory.file("native"))
         load-module module-null-sink sink_name=testsink rate=48000 channels=2
         set-default-source testsink.monitor
+        load-module module-native-protocol-unix auth-anonymous=1 socket=\(directory.file("native"))
         """
         try script.write(toFile: directory.file("pa.conf"), atomically: true, encoding: .utf8)
         process = try Self.launch(directory)
@@ -168,14 +169,30 @@ public final class PulseServer {
                                    ["-n", "-F", directory.file("pa.conf"), "--daemonize=no", "--exit-idle-time=-1",
                                     "--system=false", "--log-target=file:" + directory.file("log")],
                                    environment: environment)
+        // The socket file appears at bind(2), before listen(2): wait until a connection is taken
+        // (a client in between would get "Connection refused").
         let deadline = Date().addingTimeInterval(15)
-        while !FileManager.default.fileExists(atPath: directory.file("native")) {
+        while !acceptsConnections(directory.file("native")) {
             guard Date() < deadline, process.isRunning else {
                 throw TestFailure("PulseAudio did not start; log: \((try? String(contentsOfFile: directory.file("log"), encoding: .utf8)) ?? "none")")
             }
             usleep(20_000)
         }
         return process
+    }
+
+    private static func acceptsConnections(_ path: String) -> Bool {
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard probe >= 0 else { return false }
+        defer { close(probe) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        } == 0
     }
 
     /// Kills the server (and the tone): clients capturing from it see the device vanish.
