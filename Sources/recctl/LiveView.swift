@@ -65,7 +65,7 @@ final class LiveView {
             case .warning(let newWarning): warning = newWarning
             case .segment(let segment):
                 defer { seenSegment = true }
-                guard seenSegment, let segment, !quiet else { break }
+                guard seenSegment, let segment, !quiet, format == .terminal else { break }
                 // A line of its own above the redrawn one.
                 if drawn { print("\r\u{1B}[2K", terminator: "") }
                 print(Output.describeClosed(segment))
