@@ -220,7 +220,10 @@ struct RecorderDataTests {
     @Test func levelsAreMeasuredInDecibelsFullScale() throws {
         // Unpaced capture ends before a 50 ms tick: read the meter through a paced device.
         // Half a second at amplitude 0.5 (peak -6.02 dBFS, RMS -9.03), then 0.25 (-12.04, -15.05).
+        // A tone keeps the sink rendering in small blocks: an idle one delivers 2 s at once,
+        // and a meter window would then hold both levels.
         let server = try PulseServer()
+        try server.tone()
         let loud = Signal.sine(frequency: 1000, rate: 48000, frames: 24000, channels: 2, amplitude: 0.5)
         let soft = Signal.sine(frequency: 1000, rate: 48000, frames: 48000 * 3, channels: 2, amplitude: 0.25)
         let path = directory.file("levels.raw")
