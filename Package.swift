@@ -30,6 +30,9 @@ let package = Package(
         .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
         // glibc calls Swift's Glibc module hides (renameat2); used by RecorderCore only.
         .systemLibrary(name: "CLinux"),
+        // FFmpeg's libavformat, libavcodec and libavutil (the modulemap links all three).
+        .systemLibrary(name: "CFFmpeg", pkgConfig: "libavformat",
+                       providers: [.apt(["libavcodec-dev", "libavformat-dev", "libavutil-dev"])]),
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -41,13 +44,15 @@ let package = Package(
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
+        // AAC and Apple Lossless in .m4a: encoder, crash-safe fragmented writer, rewriter, reader.
+        .target(name: "MPEG4", dependencies: ["CFFmpeg"]),
 
         // The values the recorder publishes (state, recording, levels, errors, settings): plain
         // Codable structs shared by the daemon, the protocol and the client.
         .target(name: "RecorderModel"),
         // Observed<T>, Recorder, the capture pipeline.
         .target(name: "RecorderCore", dependencies: [
-            "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux",
+            "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux", "MPEG4",
             .product(name: "Logging", package: "swift-log"),
             // A pthread lock for Observed: ThreadSanitizer cannot see Synchronization.Mutex's
             // futex on Linux and reports every access it guards as a race.

@@ -1,6 +1,7 @@
 import ALSA
 import Dispatch
 import Foundation
+import MPEG4
 import NIOConcurrencyHelpers
 import RecorderModel
 import Sndfile
@@ -34,7 +35,7 @@ final class CaptureSession: @unchecked Sendable {
 
     let pcm: CapturePCM
     /// The file being written. Replaced by the capture thread at each segment boundary.
-    private(set) var writer: SoundFileWriter
+    private(set) var writer: any AudioFileWriter
     /// Creates the next segment's file.
     private let files: SegmentFileFactory
     private let clock: SegmentClock
@@ -108,7 +109,7 @@ final class CaptureSession: @unchecked Sendable {
     /// Whether the capture thread has ended.
     var hasEnded: Bool { isEnded }
 
-    init(pcm: CapturePCM, configuration: PCMConfiguration, writer: SoundFileWriter, segment: Segment,
+    init(pcm: CapturePCM, configuration: PCMConfiguration, writer: any AudioFileWriter, segment: Segment,
          files: SegmentFileFactory, clock: SegmentClock,
          segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
          segmentStarted: @escaping @Sendable () -> Void = {},
@@ -355,6 +356,8 @@ final class CaptureSession: @unchecked Sendable {
                 }
             } catch let error as SndfileError {
                 return .failed(.saving(error))
+            } catch let error as MPEG4Error {
+                return .failed(.saving(error))
             } catch let error as RecorderError {
                 return .failed(error)
             } catch {
@@ -420,7 +423,7 @@ final class CaptureSession: @unchecked Sendable {
 
     /// Writes `frames` file frames through `write(offset, count)`, moving to the next segment
     /// whenever the current one is full: the boundary falls exactly between two frames.
-    private func writeSegmented(frames: Int, _ write: (_ offset: Int, _ count: Int) throws(SndfileError) -> Void) throws {
+    private func writeSegmented(frames: Int, _ write: (_ offset: Int, _ count: Int) throws -> Void) throws {
         var offset = 0
         while offset < frames {
             var count = frames - offset
@@ -493,6 +496,8 @@ final class CaptureSession: @unchecked Sendable {
             }
         } catch let error as SndfileError {
             return .failed(.saving(error))
+        } catch let error as MPEG4Error {
+            return .failed(.saving(error))
         } catch {
             return .failed(RecorderError(.unknown, "flushing the converter failed: \(error)"))
         }
@@ -524,20 +529,20 @@ final class CaptureSession: @unchecked Sendable {
         case .int16:
             let typed = buffer.assumingMemoryBound(to: Int16.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+            try writeSegmented(frames: frames) { offset, count in
                 try writer.write(typed + offset * channels, frames: count)
             }
         case .int32:
             let typed = buffer.assumingMemoryBound(to: Int32.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
                                     scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
-            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+            try writeSegmented(frames: frames) { offset, count in
                 try writer.write(typed + offset * channels, frames: count)
             }
         case .float32:
             let typed = buffer.assumingMemoryBound(to: Float.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-            try writeSegmented(frames: frames) { offset, count throws(SndfileError) in
+            try writeSegmented(frames: frames) { offset, count in
                 try writer.write(typed + offset * channels, frames: count)
             }
         }
@@ -551,7 +556,7 @@ final class CaptureSession: @unchecked Sendable {
             if count <= 0 { return }
         }
         let channels = fileChannels
-        try writeSegmented(frames: count) { offset, part throws(SndfileError) in
+        try writeSegmented(frames: count) { offset, part in
             try writer.write(samples + offset * channels, frames: part)
         }
     }
@@ -559,7 +564,7 @@ final class CaptureSession: @unchecked Sendable {
     /// Makes the file playable up to here: header now, fsync in the background (an fsync can
     /// take longer than the device buffer lasts).
     private func syncFile() {
-        writer.refreshHeader()
+        writer.checkpoint()
         guard !syncPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         // This writer: the capture thread may have moved to the next segment's by the time it runs.
         let current = HandedOver(writer)
@@ -575,6 +580,6 @@ private struct HandedOver: @unchecked Sendable {
     // @unchecked: the sync queue is serial, and the capture thread no longer touches a writer
     // it handed over for closing; a writer handed over for fsync is only synced, which
     // libsndfile's descriptor allows alongside writes.
-    let writer: SoundFileWriter
-    init(_ writer: SoundFileWriter) { self.writer = writer }
+    let writer: any AudioFileWriter
+    init(_ writer: any AudioFileWriter) { self.writer = writer }
 }

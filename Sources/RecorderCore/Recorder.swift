@@ -391,7 +391,7 @@ public final class Recorder: @unchecked Sendable {
         }
         let files = try makeFiles(id: id, name: name, plan: plan, device: pcmConfiguration)
         plan.files = files
-        let writer: SoundFileWriter
+        let writer: any AudioFileWriter
         let segment: Segment
         do throws(RecorderError) {
             (writer, segment) = try files.create(index: 1, startedAt: Date())
@@ -458,21 +458,21 @@ public final class Recorder: @unchecked Sendable {
     private func makeFiles(id: String, name: String, plan: SessionPlan,
                            device: PCMConfiguration) throws(RecorderError) -> SegmentFileFactory {
         let settings = plan.settings
-        var fileRate = settings.sampleRate ?? device.sampleRate
-        if settings.format == .opus, !RecordingSettings.opusRates.contains(fileRate) { fileRate = 48000 }
-        let fileChannels = settings.channels ?? Swift.min(device.channels, 8)
-        guard SoundFileFormat.isWritable(settings.fileFormat, sampleRate: fileRate, channels: fileChannels) else {
+        let fileRate = settings.sampleRate ?? settings.format.fileRate(forDeviceRate: device.sampleRate)
+        let fileChannels = settings.channels ?? Swift.min(device.channels, settings.format.maximumChannels)
+        if let format = settings.soundFileFormat,
+           !SoundFileFormat.isWritable(format, sampleRate: fileRate, channels: fileChannels) {
             throw RecorderError(.invalidSettings,
                 "\(settings.format.rawValue) cannot hold \(fileChannels) channel(s) at \(fileRate) Hz")
         }
         return SegmentFileFactory(
             directory: plan.configuration.recordingsDirectory, template: plan.segments.effectiveTemplate,
             localTime: plan.segments.localTime, name: name, recordingId: id,
-            fileExtension: settings.format.fileExtension, format: settings.fileFormat, sampleRate: fileRate,
-            channels: fileChannels, compressionLevel: settings.compressionLevel(channels: fileChannels))
+            fileExtension: settings.format.fileExtension, settings: settings, sampleRate: fileRate,
+            channels: fileChannels)
     }
 
-    private func makeSession(pcm: CapturePCM, configuration pcmConfiguration: PCMConfiguration, writer: SoundFileWriter,
+    private func makeSession(pcm: CapturePCM, configuration pcmConfiguration: PCMConfiguration, writer: any AudioFileWriter,
                              segment: Segment, files: SegmentFileFactory, plan: SessionPlan,
                              frameLimit: Int64?) throws(RecorderError) -> CaptureSession {
         try CaptureSession(

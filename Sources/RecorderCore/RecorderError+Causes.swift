@@ -20,8 +20,9 @@ extension RecorderError {
         RecorderError(.deviceLost, "capture device '\(error.device)' failed: \(error.reason) (\(error.function))")
     }
 
-    static func saving(_ error: SndfileError) -> RecorderError {
-        RecorderError(.failedToSave, "cannot write \(error.description)")
+    /// A write, sync or close of the recording's file failed (SndfileError, MPEG4Error).
+    static func saving(_ error: any Error) -> RecorderError {
+        RecorderError(.failedToSave, "cannot write \(error)")
     }
 
     static func invalidState(_ operation: String, _ state: RecorderState) -> RecorderError {

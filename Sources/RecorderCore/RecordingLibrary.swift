@@ -2,6 +2,7 @@ import CLinux
 import Foundation
 import Glibc
 import Logging
+import MPEG4
 import RecorderModel
 import Sndfile
 import SystemPackage
@@ -15,7 +16,7 @@ public struct RecordingLibrary: Sendable {
         self.directory = directory
     }
 
-    /// One finished file as libsndfile reads it.
+    /// One finished file as libsndfile (or, for .m4a, libavformat) reads it.
     public struct Entry: Sendable, Equatable {
         public var name: String
         /// The path below the recordings directory (`meeting.flac`, `birds/2026-11-22/20261122T140000Z.flac`).
@@ -136,8 +137,9 @@ public struct RecordingLibrary: Sendable {
     }
 
     /// Files a crashed recorder left as `<name>.<ext>.part`: they are playable up to the last
-    /// sync, so give them their final name, or a numbered one when that is taken. Only the
-    /// holder of the directory's lock may call this: another daemon's `.part` is a live file.
+    /// sync, so give them their final name, or a numbered one when that is taken. A fragmented
+    /// `.m4a.part` is first rewritten as a regular MP4 (`moov` before `mdat`). Only the holder
+    /// of the directory's lock may call this: another daemon's `.part` is a live file.
     /// Returns the recovered paths.
     public func recoverPartialFiles(logger: Logger) -> [String] {
         let names = walk { $0.hasSuffix(".part") }
@@ -145,6 +147,10 @@ public struct RecordingLibrary: Sendable {
         for partial in names.sorted() {
             let source = directory + "/" + partial
             let wanted = String(source.dropLast(5))
+            if wanted.hasSuffix(".m4a"), !rewriteMPEG4(source, logger: logger) {
+                logger.warning("unfinished recording left as it is", metadata: ["recording.path": "\(source)"])
+                continue
+            }
             do throws(RecorderError) {
                 let target = try Self.moveIntoPlace(source, preferred: wanted)
                 recovered.append(target)
@@ -197,6 +203,19 @@ public struct RecordingLibrary: Sendable {
         return Glibc.rename(source, target) == 0 ? .success(()) : .failure(Errno(rawValue: errno))
     }
 
+    /// Rewrites a crash-left fragmented .m4a as a regular one. False if it holds no readable
+    /// audio; a file that cannot be rewritten (a full disk) but reads is recovered fragmented.
+    private func rewriteMPEG4(_ path: String, logger: Logger) -> Bool {
+        do throws(MPEG4Error) {
+            if try MPEG4Layout.needsRewrite(path: path) { try MPEG4FileRewriter.makeRegular(path: path) }
+            return true
+        } catch {
+            logger.warning("cannot rewrite unfinished recording as a regular MP4", metadata: [
+                "recording.path": "\(path)", "error.message": "\(error.description)"])
+            return (try? MPEG4AudioInfo(path: path)) != nil
+        }
+    }
+
     private func fileNames() -> [String] {
         let extensions = Set(AudioFileFormat.allCases.map(\.fileExtension))
         return walk { extensions.contains(($0 as NSString).pathExtension) }
@@ -228,12 +247,31 @@ public struct RecordingLibrary: Sendable {
         let path = directory + "/" + file
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
               attributes[.type] as? FileAttributeType == .typeRegular,
-              let reader = try? SoundFileReader(path: path),
-              let format = AudioFileFormat.allCases.first(where: { $0.fileExtension == (file as NSString).pathExtension })
+              let (format, info) = Self.read(path: path, fileExtension: (file as NSString).pathExtension)
         else { return nil }
         return Entry(name: ((file as NSString).lastPathComponent as NSString).deletingPathExtension, file: file, path: path, format: format,
-                     info: reader.info, size: (attributes[.size] as? NSNumber)?.int64Value ?? 0,
+                     info: info, size: (attributes[.size] as? NSNumber)?.int64Value ?? 0,
                      modified: attributes[.modificationDate] as? Date ?? Date(timeIntervalSince1970: 0))
+    }
+
+    /// The format and contents of a file: .m4a through libavformat (AAC or ALAC is in the
+    /// file, not its name), everything else through libsndfile.
+    private static func read(path: String, fileExtension: String) -> (AudioFileFormat, SoundFileInfo)? {
+        if fileExtension == AudioFileFormat.aac.fileExtension {
+            guard let info = try? MPEG4AudioInfo(path: path) else { return nil }
+            let format: AudioFileFormat
+            switch info.codecName {
+            case "aac": format = .aac
+            case "alac": format = .alac
+            default: return nil
+            }
+            return (format, SoundFileInfo(frames: info.frames, sampleRate: info.sampleRate, channels: info.channels,
+                                          formatName: format == .aac ? "MPEG-4 (AAC)" : "MPEG-4 (Apple Lossless)"))
+        }
+        guard let reader = try? SoundFileReader(path: path),
+              let format = AudioFileFormat.allCases.first(where: { $0.fileExtension == fileExtension })
+        else { return nil }
+        return (format, reader.info)
     }
 }
 

@@ -28,13 +28,16 @@ extension RecordingSettings {
         }
     }
 
-    var fileFormat: SoundFileFormat {
+    /// libsndfile's container and encoding; nil for the .m4a formats, which FFmpeg writes.
+    var soundFileFormat: SoundFileFormat? {
         switch format {
         case .wav: SoundFileFormat(container: .rf64, encoding: pcmEncoding)
         case .caf: SoundFileFormat(container: .caf, encoding: pcmEncoding)
         case .flac: SoundFileFormat(container: .flac, encoding: pcmEncoding)
         case .opus: SoundFileFormat(container: .ogg, encoding: .opus)
         case .vorbis: SoundFileFormat(container: .ogg, encoding: .vorbis)
+        case .mp3: SoundFileFormat(container: .mpeg, encoding: .mp3)
+        case .aac, .alac: nil
         }
     }
 

@@ -61,10 +61,9 @@ struct SegmentFileFactory: Sendable {
     let name: String
     let recordingId: String
     let fileExtension: String
-    let format: SoundFileFormat
+    let settings: RecordingSettings
     let sampleRate: Int
     let channels: Int
-    let compressionLevel: Double?
 
     /// The final path a segment starting at `date` would get (unique now).
     func path(index: Int, startedAt date: Date) throws(RecorderError) -> String {
@@ -84,18 +83,17 @@ struct SegmentFileFactory: Sendable {
     }
 
     /// Creates segment `index`'s file, as `.part`.
-    func create(index: Int, startedAt date: Date, gapBefore: Gap? = nil) throws(RecorderError) -> (SoundFileWriter, Segment) {
+    func create(index: Int, startedAt date: Date, gapBefore: Gap? = nil) throws(RecorderError) -> (any AudioFileWriter, Segment) {
         let path = try path(index: index, startedAt: date)
         return (try open(path: path), Segment(recordingId: recordingId, name: name, index: index, path: path,
                                                startedAt: date, sampleRate: sampleRate, gapBefore: gapBefore))
     }
 
-    func open(path: String) throws(RecorderError) -> SoundFileWriter {
-        do throws(SndfileError) {
-            return try SoundFileWriter(path: path + ".part", format: format, sampleRate: sampleRate, channels: channels,
-                                       compressionLevel: compressionLevel)
+    func open(path: String) throws(RecorderError) -> any AudioFileWriter {
+        do throws(RecorderError) {
+            return try settings.makeFileWriter(path: path + ".part", sampleRate: sampleRate, channels: channels)
         } catch {
-            throw RecorderError(.failedToSave, "cannot create \(error.description)")
+            throw RecorderError(.failedToSave, error.message)
         }
     }
 
@@ -123,9 +121,9 @@ struct SegmentFileFactory: Sendable {
 enum SegmentFinalizer {
     /// Closes `writer` and gives `segment` its final name. Returns the segment with the path
     /// it got and the first failure; the data stays in whichever name the file ended up with.
-    static func finish(_ writer: SoundFileWriter, _ segment: Segment) -> (Segment, RecorderError?) {
+    static func finish(_ writer: any AudioFileWriter, _ segment: Segment) -> (Segment, RecorderError?) {
         var failure: RecorderError?
-        do throws(SndfileError) {
+        do {
             try writer.close()
         } catch {
             failure = RecorderError.saving(error)

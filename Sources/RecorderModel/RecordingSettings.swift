@@ -9,6 +9,12 @@ public enum AudioFileFormat: String, Sendable, Codable, CaseIterable {
     case vorbis
     /// Core Audio Format.
     case caf
+    /// AAC-LC in an MPEG-4 audio file (.m4a): AVAudioRecorder's kAudioFormatMPEG4AAC.
+    case aac
+    /// Apple Lossless in an MPEG-4 audio file (.m4a).
+    case alac
+    /// MPEG-1/2 Layer III, variable bit rate.
+    case mp3
 
     public var fileExtension: String {
         switch self {
@@ -17,16 +23,40 @@ public enum AudioFileFormat: String, Sendable, Codable, CaseIterable {
         case .opus: "opus"
         case .vorbis: "ogg"
         case .caf: "caf"
+        case .aac, .alac: "m4a"
+        case .mp3: "mp3"
         }
     }
 
-    public var isLossy: Bool { self == .opus || self == .vorbis }
+    public var isLossy: Bool { [.opus, .vorbis, .aac, .mp3].contains(self) }
     public var bitDepths: [Int] {
         switch self {
         case .wav, .caf: [16, 24, 32]
-        case .flac: [16, 24]
-        case .opus, .vorbis: []
+        case .flac, .alac: [16, 24]
+        case .opus, .vorbis, .aac, .mp3: []
         }
+    }
+
+    /// The sample rates the codec takes; nil for any.
+    public var sampleRates: [Int]? {
+        switch self {
+        case .opus: [8000, 12000, 16000, 24000, 48000]
+        // AAC-LC's sampling-frequency table from 8 to 96 kHz.
+        case .aac: [8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000]
+        // MPEG-1, MPEG-2 and MPEG-2.5 Layer III.
+        case .mp3: [8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000]
+        case .wav, .flac, .vorbis, .caf, .alac: nil
+        }
+    }
+
+    /// The most channels the format holds.
+    public var maximumChannels: Int { self == .mp3 ? 2 : 8 }
+
+    /// The rate a file records at when none is asked for and the device runs at `deviceRate`:
+    /// the device's, unless the codec does not take it (then 48 kHz, which they all take).
+    public func fileRate(forDeviceRate deviceRate: Int) -> Int {
+        guard let rates = sampleRates, !rates.contains(deviceRate) else { return deviceRate }
+        return 48000
     }
 }
 
@@ -57,6 +87,31 @@ public enum RecordingQuality: String, Sendable, Codable, CaseIterable {
         }
     }
 
+    /// AAC bits per second per channel per sample frame: the bit rate is this × rate ×
+    /// channels (at least 8 kbit/s per channel). `high` at 12 kHz mono is 24 kbit/s, at
+    /// 48 kHz stereo 192 kbit/s.
+    public var aacBitsPerSample: Double {
+        switch self {
+        case .min: 0.5
+        case .low: 0.75
+        case .medium: 1.0
+        case .high: 2.0
+        case .max: 3.0
+        }
+    }
+
+    /// libsndfile's compression level for MP3: LAME's VBR quality ÷ 10 (`high` is -V 2, about
+    /// 190 kbit/s for stereo music).
+    var mp3CompressionLevel: Double {
+        switch self {
+        case .min: 0.9
+        case .low: 0.7
+        case .medium: 0.5
+        case .high: 0.2
+        case .max: 0.0
+        }
+    }
+
     /// libsndfile's compression level for FLAC (lossless: quality buys smaller files at more CPU).
     /// `.high` is FLAC's own default, level 5.
     var flacCompressionLevel: Double {
@@ -80,7 +135,8 @@ public struct RecordingSettings: Sendable, Equatable, Codable {
     /// 16, 24 or 32 (32 is float) for WAV and CAF; 16 or 24 for FLAC; nil for 16 (PCM formats).
     public var bitDepth: Int?
     public var quality: RecordingQuality
-    /// Opus only: the target bitrate in bits per second (6 to 256 kbit/s per channel).
+    /// Opus and AAC: the target bitrate in bits per second, all channels (Opus 6 to 256 kbit/s
+    /// per channel; AAC 8 kbit/s per channel up to 6 bits per sample per channel).
     public var bitRate: Int?
 
     public init(format: AudioFileFormat = .wav, sampleRate: Int? = nil, channels: Int? = nil,
@@ -93,7 +149,7 @@ public struct RecordingSettings: Sendable, Equatable, Codable {
         self.bitRate = bitRate
     }
 
-    public static let opusRates = [8000, 12000, 16000, 24000, 48000]
+    public static let opusRates = AudioFileFormat.opus.sampleRates!
 
     /// Checks what can be checked before opening the device.
     public func validate() throws(RecorderError) {
@@ -101,11 +157,13 @@ public struct RecordingSettings: Sendable, Equatable, Codable {
         if let sampleRate, !(1000...768_000).contains(sampleRate) {
             throw invalid("sampleRate \(sampleRate) is outside 1000...768000 Hz")
         }
-        if format == .opus, let sampleRate, !Self.opusRates.contains(sampleRate) {
-            throw invalid("opus records at 8000, 12000, 16000, 24000 or 48000 Hz, not \(sampleRate)")
+        if let sampleRate, let rates = format.sampleRates, !rates.contains(sampleRate) {
+            let list = rates.dropLast().map(String.init).joined(separator: ", ") + " or \(rates.last!)"
+            throw invalid("\(format.rawValue) records at \(list) Hz, not \(sampleRate)")
         }
-        if let channels, !(1...8).contains(channels) {
-            throw invalid("channels \(channels) is outside 1...8")
+        if let channels, !(1...format.maximumChannels).contains(channels) {
+            throw invalid(format.maximumChannels == 8 ? "channels \(channels) is outside 1...8"
+                                                      : "\(format.rawValue) holds 1 or 2 channels, not \(channels)")
         }
         if let bitDepth {
             if format.bitDepths.isEmpty {
@@ -116,15 +174,35 @@ public struct RecordingSettings: Sendable, Equatable, Codable {
             }
         }
         if let bitRate {
-            guard format == .opus else {
-                throw invalid("bitRate applies to opus only; \(format.rawValue) is set through quality")
+            guard format == .opus || format == .aac else {
+                throw invalid("bitRate applies to opus and aac only; \(format.rawValue) is set through quality")
             }
-            let channelCount = channels ?? 2
-            let range = (6000 * channelCount)...(256_000 * channelCount)
-            if !range.contains(bitRate) {
-                throw invalid("opus bitRate for \(channelCount) channel(s) must be within \(range.lowerBound)...\(range.upperBound), not \(bitRate)")
+            if format == .opus || (sampleRate != nil && channels != nil) {
+                try validate(bitRate: bitRate, sampleRate: sampleRate ?? 48000, channels: channels ?? 2)
             }
         }
+    }
+
+    /// Checks `bitRate` once the file's rate and channel count are known.
+    public func validate(bitRate: Int, sampleRate: Int, channels: Int) throws(RecorderError) {
+        let range: ClosedRange<Int> = switch format {
+        case .opus: (6000 * channels)...(256_000 * channels)
+        // AAC-LC carries at most 6144 bits per channel per 1024-frame block.
+        default: (8000 * channels)...Swift.max(8000 * channels, 6144 * sampleRate / 1024 * channels)
+        }
+        if !range.contains(bitRate) {
+            let rate = format == .opus ? "" : " at \(sampleRate) Hz"
+            throw RecorderError(.invalidSettings,
+                "\(format.rawValue) bitRate for \(channels) channel(s)\(rate) must be within \(range.lowerBound)...\(range.upperBound), not \(bitRate)")
+        }
+    }
+
+    /// The AAC bit rate for these settings at this rate and channel count: `bitRate`, or the
+    /// quality's (see `RecordingQuality.aacBitsPerSample`).
+    public func aacBitRate(sampleRate: Int, channels: Int) -> Int {
+        if let bitRate { return bitRate }
+        let perChannel = Swift.max(8000, Int((quality.aacBitsPerSample * Double(sampleRate)).rounded()))
+        return Swift.min(perChannel, 6144 * sampleRate / 1024) * channels
     }
 
     /// The bit depth the file will have; nil for compressed formats.
@@ -139,7 +217,8 @@ public struct RecordingSettings: Sendable, Equatable, Codable {
             // libsndfile maps level to bitrate as ((1 - level) * 250000 + 6000) * channels.
             let perChannel = Double(bitRate.map { $0 / channels } ?? quality.opusBitRatePerChannel)
             return Swift.min(1, Swift.max(0, 1 - (perChannel - 6000) / 250_000))
-        case .wav, .caf: return nil
+        case .mp3: return quality.mp3CompressionLevel
+        case .wav, .caf, .aac, .alac: return nil
         }
     }
 }

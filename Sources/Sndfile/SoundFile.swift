@@ -16,8 +16,8 @@ public struct SndfileError: Error, CustomStringConvertible, Sendable {
 
 /// A container + encoding pair in libsndfile's terms.
 public struct SoundFileFormat: Sendable, Equatable {
-    public enum Container: Sendable { case wav, rf64, flac, ogg, caf }
-    public enum Encoding: Sendable { case pcm16, pcm24, float32, vorbis, opus }
+    public enum Container: Sendable { case wav, rf64, flac, ogg, caf, mpeg }
+    public enum Encoding: Sendable { case pcm16, pcm24, float32, vorbis, opus, mp3 }
     public var container: Container
     public var encoding: Encoding
 
@@ -33,6 +33,7 @@ public struct SoundFileFormat: Sendable, Equatable {
         case .flac: Int32(SF_FORMAT_FLAC)
         case .ogg: Int32(SF_FORMAT_OGG)
         case .caf: Int32(SF_FORMAT_CAF)
+        case .mpeg: Int32(SF_FORMAT_MPEG)
         }
         let minor: Int32 = switch encoding {
         case .pcm16: Int32(SF_FORMAT_PCM_16)
@@ -40,6 +41,7 @@ public struct SoundFileFormat: Sendable, Equatable {
         case .float32: Int32(SF_FORMAT_FLOAT)
         case .vorbis: Int32(SF_FORMAT_VORBIS)
         case .opus: Int32(SF_FORMAT_OPUS)
+        case .mp3: Int32(SF_FORMAT_MPEG_LAYER_III)
         }
         return major | minor
     }
@@ -66,9 +68,9 @@ public final class SoundFileWriter {
     ///
     /// - Parameters:
     ///   - compressionLevel: libsndfile's 0 (best quality, largest) ... 1 (smallest), for FLAC, Vorbis, Opus.
-    ///   - autoRF64: for `.rf64`, write a plain WAV unless the file grows past 4 GiB.
+    ///   - variableBitRate: for MP3, VBR (the compression level then sets LAME's VBR quality).
     public init(path: String, format: SoundFileFormat, sampleRate: Int, channels: Int,
-                compressionLevel: Double? = nil) throws(SndfileError) {
+                compressionLevel: Double? = nil, variableBitRate: Bool = false) throws(SndfileError) {
         self.path = path
         let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw SndfileError(path: path, message: "cannot create file", errno: Glibc.errno) }
@@ -89,6 +91,15 @@ public final class SoundFileWriter {
         }
         // Float data converted to integer samples saturates instead of wrapping around.
         sf_command(handle, Int32(SFC_SET_CLIPPING), nil, Int32(SF_TRUE))
+        // The bit-rate mode first: libsndfile applies the compression level according to it.
+        var mode = Int32(SF_BITRATE_MODE_VARIABLE)
+        if variableBitRate,
+           sf_command(handle, Int32(SFC_SET_BITRATE_MODE), &mode, Int32(MemoryLayout<Int32>.size)) != Int32(SF_TRUE) {
+            sf_close(handle)
+            Glibc.close(fd)
+            unlink(path)
+            throw SndfileError(path: path, message: "the encoder refused variable bit rate", errno: nil)
+        }
         if var level = compressionLevel {
             guard sf_command(handle, Int32(SFC_SET_COMPRESSION_LEVEL), &level, Int32(MemoryLayout<Double>.size)) == Int32(SF_TRUE) else {
                 sf_close(handle)
@@ -159,6 +170,13 @@ public struct SoundFileInfo: Sendable, Equatable {
     public var channels: Int
     /// libsndfile's major format name, e.g. "WAV (Microsoft)".
     public var formatName: String
+
+    public init(frames: Int64, sampleRate: Int, channels: Int, formatName: String) {
+        self.frames = frames
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.formatName = formatName
+    }
 
     public var duration: Double { sampleRate > 0 ? Double(frames) / Double(sampleRate) : 0 }
 }
