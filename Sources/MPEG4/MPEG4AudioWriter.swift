@@ -73,6 +73,7 @@ public final class MPEG4AudioWriter {
         self.codec = codec
         self.sampleRate = sampleRate
         self.channels = channels
+        _ = ffmpegLogLevel
         let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw .system(path: path, message: "cannot create file") }
         let resources = FFmpegResources()
@@ -313,11 +314,13 @@ final class FFmpegResources {
     var outputContext: UnsafeMutablePointer<AVFormatContext>?
     var frame: UnsafeMutablePointer<AVFrame>?
     var packet: UnsafeMutablePointer<AVPacket>?
+    var pendingPacket: UnsafeMutablePointer<AVPacket>?
 
     func release() {
         if codecContext != nil { avcodec_free_context(&codecContext) }
         if frame != nil { av_frame_free(&frame) }
         if packet != nil { av_packet_free(&packet) }
+        if pendingPacket != nil { av_packet_free(&pendingPacket) }
         if let context = outputContext {
             if context.pointee.pb != nil { avio_closep(&context.pointee.pb) }
             avformat_free_context(context)

@@ -50,3 +50,7 @@ func check(_ result: Int32, _ message: @autoclosure () -> String, path: String) 
     guard result >= 0 else { throw MPEG4Error(path: path, message: message(), code: result) }
     return result
 }
+
+/// FFmpeg logs to stderr by itself; recd reports failures through its own errors, so only
+/// FFmpeg's errors get through (its warnings, e.g. about the `.part` extension, do not).
+let ffmpegLogLevel: Void = av_log_set_level(AV_LOG_ERROR)

@@ -8,6 +8,7 @@ public enum MPEG4FileRewriter {
     /// then renamed over it, so a crash at any point leaves one whole file. A fragmented file
     /// cut short (a crash, a full disk) keeps every whole packet before the cut.
     public static func makeRegular(path: String) throws(MPEG4Error) {
+        _ = ffmpegLogLevel
         let temporary = temporaryPath(for: path)
         unlink(temporary)  // a previous attempt's leftover
         var input: UnsafeMutablePointer<AVFormatContext>?
@@ -28,8 +29,11 @@ public enum MPEG4FileRewriter {
             try check(avcodec_parameters_copy(stream.pointee.codecpar, inputStream.pointee.codecpar), "cannot copy the stream description", path: temporary)
             stream.pointee.codecpar.pointee.codec_tag = 0
             stream.pointee.time_base = inputStream.pointee.time_base
-            guard let packet = av_packet_alloc() else { throw MPEG4Error(path: temporary, message: "out of memory") }
+            guard let packet = av_packet_alloc(), let pending = av_packet_alloc() else {
+                throw MPEG4Error(path: temporary, message: "out of memory")
+            }
             resources.packet = packet
+            resources.pendingPacket = pending
             try check(avio_open(&output.pointee.pb, temporary, AVIO_FLAG_WRITE), "cannot create", path: temporary)
             var options: OpaquePointer?
             defer { av_dict_free(&options) }
@@ -38,18 +42,39 @@ public enum MPEG4FileRewriter {
             av_dict_set(&options, "movflags", "faststart", 0)
             av_dict_set(&options, "movie_timescale", String(inputStream.pointee.codecpar.pointee.sample_rate), 0)
             try check(avformat_write_header(output, &options), "cannot write the MP4 header", path: temporary)
+            // Each packet is written once the next one is read: libavformat 5.1 does not report
+            // a fragment's per-sample durations, and the muxer takes the last sample's (the
+            // block the encoder padded) from its packet, so it is set from where the next
+            // one starts, and the last one's from where the track ends.
             var packets = 0
+            func writePending(duration: Int64) throws(MPEG4Error) {
+                if duration > 0 { pending.pointee.duration = duration }
+                pending.pointee.stream_index = stream.pointee.index
+                pending.pointee.pos = -1
+                av_packet_rescale_ts(pending, inputStream.pointee.time_base, stream.pointee.time_base)
+                let written = av_write_frame(output, pending)
+                av_packet_unref(pending)
+                try check(written, "cannot write", path: temporary)
+            }
             // Read to the end, or to the first damaged fragment (the cut a crash left).
             while av_read_frame(input, packet) >= 0 {
-                defer { av_packet_unref(packet) }
-                guard packet.pointee.stream_index == index else { continue }
-                packet.pointee.stream_index = stream.pointee.index
-                packet.pointee.pos = -1
-                av_packet_rescale_ts(packet, inputStream.pointee.time_base, stream.pointee.time_base)
-                try check(av_write_frame(output, packet), "cannot write", path: temporary)
+                guard packet.pointee.stream_index == index else {
+                    av_packet_unref(packet)
+                    continue
+                }
+                if packets > 0 { try writePending(duration: packet.pointee.dts - pending.pointee.dts) }
+                av_packet_move_ref(pending, packet)
                 packets += 1
             }
             guard packets > 0 else { throw MPEG4Error(path: path, message: "holds no audio") }
+            // The track's end: its declared duration counts from the first packet's timestamp
+            // (negative by the encoder delay). Trusted only if it ends within the last packet.
+            let start = inputStream.pointee.start_time == recd_av_nopts_value() ? 0 : inputStream.pointee.start_time
+            let end = start + inputStream.pointee.duration
+            let lastDuration = end - pending.pointee.dts
+            let trusted = inputStream.pointee.duration != recd_av_nopts_value()
+                && lastDuration > 0 && (pending.pointee.duration <= 0 || lastDuration <= pending.pointee.duration)
+            try writePending(duration: trusted ? lastDuration : 0)
             try check(av_write_trailer(output), "cannot finish the file", path: temporary)
             if output.pointee.pb.pointee.error < 0 {
                 throw MPEG4Error(path: temporary, message: "cannot write", code: output.pointee.pb.pointee.error)
@@ -137,6 +162,7 @@ public struct MPEG4AudioInfo: Sendable, Equatable {
     public var frames: Int64
 
     public init(path: String) throws(MPEG4Error) {
+        _ = ffmpegLogLevel
         var input: UnsafeMutablePointer<AVFormatContext>?
         try check(avformat_open_input(&input, path, nil, nil), "cannot read", path: path)
         defer { avformat_close_input(&input) }

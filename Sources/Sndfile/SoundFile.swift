@@ -92,9 +92,11 @@ public final class SoundFileWriter {
         // Float data converted to integer samples saturates instead of wrapping around.
         sf_command(handle, Int32(SFC_SET_CLIPPING), nil, Int32(SF_TRUE))
         // The bit-rate mode first: libsndfile applies the compression level according to it.
+        // (libsndfile 1.2.0 returns 0 whether or not it took the mode: read it back.)
         var mode = Int32(SF_BITRATE_MODE_VARIABLE)
         if variableBitRate,
-           sf_command(handle, Int32(SFC_SET_BITRATE_MODE), &mode, Int32(MemoryLayout<Int32>.size)) != Int32(SF_TRUE) {
+           sf_command(handle, Int32(SFC_SET_BITRATE_MODE), &mode, Int32(MemoryLayout<Int32>.size)) < 0
+            || sf_command(handle, Int32(SFC_GET_BITRATE_MODE), nil, 0) != mode {
             sf_close(handle)
             Glibc.close(fd)
             unlink(path)

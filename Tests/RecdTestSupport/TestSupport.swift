@@ -308,3 +308,113 @@ public final class ChildProcess {
         }
     }
 }
+
+/// FFmpeg's command-line tools as independent readers of what recd wrote.
+public enum FFmpegTools {
+    /// One audio stream as ffprobe describes it.
+    public struct Stream: Sendable {
+        public var codecName: String
+        public var profile: String?
+        public var sampleRate: Int
+        public var channels: Int
+        /// The declared duration in the stream's time base (the edit list's, for MP4).
+        public var durationTimestamps: Int64?
+        public var timeBase: String
+        public var startTime: Double?
+        public var bitRate: Int?
+
+        /// The declared duration in frames.
+        public var frames: Int64? {
+            guard let durationTimestamps else { return nil }
+            let parts = timeBase.split(separator: "/").compactMap { Int64($0) }
+            guard parts.count == 2, parts[1] > 0 else { return nil }
+            return (durationTimestamps * parts[0] * Int64(sampleRate) + parts[1] / 2) / parts[1]
+        }
+    }
+
+    /// `ffprobe -show_streams` on the first audio stream.
+    public static func probe(_ path: String) throws -> Stream {
+        let output = try capture("/usr/bin/ffprobe", ["-v", "error", "-select_streams", "a:0", "-show_streams", "-of", "json", path])
+        guard let object = try JSONSerialization.jsonObject(with: output) as? [String: Any],
+              let stream = (object["streams"] as? [[String: Any]])?.first else {
+            throw TestFailure("ffprobe found no audio stream in \(path)")
+        }
+        return Stream(codecName: stream["codec_name"] as? String ?? "",
+                      profile: stream["profile"] as? String,
+                      sampleRate: Int(stream["sample_rate"] as? String ?? "") ?? 0,
+                      channels: stream["channels"] as? Int ?? 0,
+                      durationTimestamps: (stream["duration_ts"] as? NSNumber)?.int64Value,
+                      timeBase: stream["time_base"] as? String ?? "",
+                      startTime: Double(stream["start_time"] as? String ?? ""),
+                      bitRate: Int(stream["bit_rate"] as? String ?? ""))
+    }
+
+    /// Decodes with ffmpeg to interleaved 16-bit samples.
+    public static func decodeInt16(_ path: String) throws -> [Int16] {
+        try decode(path, format: "s16le", as: Int16.self)
+    }
+
+    /// Decodes with ffmpeg to interleaved 32-bit samples (24-bit data in the top bits).
+    public static func decodeInt32(_ path: String) throws -> [Int32] {
+        try decode(path, format: "s32le", as: Int32.self)
+    }
+
+    /// Decodes with ffmpeg to interleaved floats.
+    public static func decodeFloat(_ path: String) throws -> [Float] {
+        try decode(path, format: "f32le", as: Float.self)
+    }
+
+    private static func decode<T>(_ path: String, format: String, as: T.Type) throws -> [T] {
+        let data = try capture("/usr/bin/ffmpeg", ["-v", "error", "-i", path, "-f", format, "-"])
+        return data.withUnsafeBytes { Array($0.bindMemory(to: T.self)) }
+    }
+
+    /// Runs a tool to completion and returns its standard output; throws on a non-zero exit.
+    private static func capture(_ executable: String, _ arguments: [String]) throws -> Data {
+        let directory = TemporaryDirectory()
+        let script = "exec \"$0\" \"$@\" >\(directory.file("out")) 2>\(directory.file("err"))"
+        let process = try ChildProcess("/bin/sh", ["-c", script, executable] + arguments,
+                                       environment: ProcessInfo.processInfo.environment)
+        guard let status = process.wait(timeout: 120) else {
+            process.signal(SIGKILL)
+            throw TestFailure("\(executable) did not finish")
+        }
+        guard status == 0 else {
+            let errors = (try? String(contentsOfFile: directory.file("err"), encoding: .utf8)) ?? ""
+            throw TestFailure("\(executable) \(arguments) exited \(status): \(errors)")
+        }
+        return FileManager.default.contents(atPath: directory.file("out")) ?? Data()
+    }
+
+    /// An MP4 file's top-level box types in order (`ftyp`, `moov`, `mdat`, `moof`...), from
+    /// the box headers: a regular file has `moov` before `mdat` and no `moof`.
+    public static func topLevelBoxes(_ path: String) -> [String] {
+        guard let data = FileManager.default.contents(atPath: path) else { return [] }
+        var boxes: [String] = []
+        var offset = 0
+        while offset + 8 <= data.count {
+            var size = data[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
+            if size == 1, offset + 16 <= data.count { size = data[offset + 8..<offset + 16].reduce(0) { $0 << 8 | Int($1) } }
+            if size == 0 { size = data.count - offset }
+            guard size >= 8 else { break }
+            boxes.append(String(decoding: data[offset + 4..<offset + 8], as: UTF8.self))
+            offset += size
+        }
+        return boxes
+    }
+}
+
+extension Signal {
+    /// A linear chirp from `from` to `to` Hz over `frames`, amplitude `amplitude`, same on every channel.
+    public static func chirp(from: Double, to: Double, rate: Int, frames: Int, channels: Int, amplitude: Double) -> [Float] {
+        var samples = [Float](repeating: 0, count: frames * channels)
+        let seconds = Double(frames) / Double(rate)
+        for frame in 0..<frames {
+            let time = Double(frame) / Double(rate)
+            let phase = 2 * .pi * (from * time + (to - from) / (2 * seconds) * time * time)
+            let value = Float(amplitude * sin(phase))
+            for channel in 0..<channels { samples[frame * channels + channel] = value }
+        }
+        return samples
+    }
+}
