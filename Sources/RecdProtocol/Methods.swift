@@ -104,10 +104,11 @@ public struct StartParams: Codable, Sendable, Equatable {
     public func settings(over defaults: RecordingSettings) -> RecordingSettings {
         var settings = defaults
         if let format, format != defaults.format {
-            // Another format: the default bit depth and bitrate may not apply to it.
+            // Another format: the default bit depth may not apply to it, and the default bitrate
+            // was set for the configured codec (Opus and AAC take different ranges).
             settings = RecordingSettings(format: format, sampleRate: defaults.sampleRate, channels: defaults.channels,
                                          bitDepth: format.bitDepths.contains(defaults.bitDepth ?? 16) ? defaults.bitDepth : nil,
-                                         quality: defaults.quality, bitRate: format == .opus ? defaults.bitRate : nil)
+                                         quality: defaults.quality, bitRate: nil)
         }
         if let sampleRate { settings.sampleRate = sampleRate }
         if let channels { settings.channels = channels }

@@ -139,17 +139,17 @@ struct Start: ParsableCommand {
 
     @Argument(help: "The recording's name (the file name without extension). Default: recording-<date>.")
     var name: String?
-    @Option(help: ArgumentHelp("wav, flac, opus, vorbis or caf.", valueName: "format"))
+    @Option(help: ArgumentHelp("wav, flac, opus, vorbis, caf, aac (AAC-LC in .m4a), alac (Apple Lossless in .m4a) or mp3.", valueName: "format"))
     var format: AudioFileFormat?
     @Option(name: .customLong("rate"), help: ArgumentHelp("Sample rate of the file, Hz.", valueName: "hz"))
     var sampleRate: Int?
     @Option(help: ArgumentHelp("Channels in the file (1-8).", valueName: "n"))
     var channels: Int?
-    @Option(help: ArgumentHelp("16, 24 or 32 (float) for wav/caf; 16 or 24 for flac.", valueName: "bits"))
+    @Option(help: ArgumentHelp("16, 24 or 32 (float) for wav/caf; 16 or 24 for flac/alac.", valueName: "bits"))
     var bitDepth: Int?
     @Option(help: ArgumentHelp("min, low, medium, high or max.", valueName: "quality"))
     var quality: RecordingQuality?
-    @Option(name: .customLong("bitrate"), help: ArgumentHelp("Opus bitrate, bits per second.", valueName: "bps"))
+    @Option(name: .customLong("bitrate"), help: ArgumentHelp("Opus or AAC bitrate, bits per second (all channels).", valueName: "bps"))
     var bitRate: Int?
     @Option(help: ArgumentHelp("Record exactly this long: seconds (90, 1.5) or HH:MM:SS.", valueName: "duration"))
     var duration: String?

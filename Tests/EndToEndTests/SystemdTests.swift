@@ -173,7 +173,7 @@ struct SystemdTests {
     @Test(arguments: [
         ("device = \"x\"\n[recording]\nformat = 7\n", "recd.toml:3: recording.format: must be a string"),
         ("[recording]\nfromat = \"flac\"\n", "recd.toml:2: recording.fromat: unknown key"),
-        ("[recording]\nformat = \"mp3\"\n", "recd.toml:2: recording.format: must be one of wav, flac, opus, vorbis, caf"),
+        ("[recording]\nformat = \"wma\"\n", "recd.toml:2: recording.format: must be one of wav, flac, opus, vorbis, caf, aac, alac, mp3"),
         ("log_level = \"loud\"\n", "recd.toml:1: log_level: must be one of"),
         ("[server]\nsocket_mode = \"rw\"\n", "recd.toml:2: server.socket_mode: must be an octal mode"),
         ("[recording\nformat = \"wav\"\n", "recd.toml:1"),
