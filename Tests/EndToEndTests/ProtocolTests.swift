@@ -97,7 +97,7 @@ struct ProtocolTests {
             (#"{"jsonrpc":"2.0","id":4,"method":"record"}"#, -32601, "methodNotFound"),
             (#"{"jsonrpc":"2.0","id":5,"method":"start","params":{"nmae":"x"}}"#, -32602, "invalidParams"),
             (#"{"jsonrpc":"2.0","id":6,"method":"start","params":{"sampleRate":"fast"}}"#, -32602, "invalidParams"),
-            (#"{"jsonrpc":"2.0","id":7,"method":"start","params":{"format":"mp3"}}"#, -32602, "invalidParams"),
+            (#"{"jsonrpc":"2.0","id":7,"method":"start","params":{"format":"wma"}}"#, -32602, "invalidParams"),
             (#"{"jsonrpc":"2.0","id":8,"method":"start","params":[1]}"#, -32602, "invalidParams"),
             (#"{"jsonrpc":"2.0","id":9,"method":"status","params":{"x":1}}"#, -32602, "invalidParams"),
             (#"{"jsonrpc":"2.0","id":10,"method":"recordings.info"}"#, -32602, "invalidParams"),

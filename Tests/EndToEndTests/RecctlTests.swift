@@ -418,7 +418,7 @@ struct RecctlTests {
             (["start", "--duration", "1:xx"], "--duration"),
             (["start", "--at", "25:00"], "--at"),
             (["start", "--at", "tomorrow"], "--at"),
-            (["start", "--format", "mp3"], "mp3"),
+            (["start", "--format", "wma"], "wma"),
             (["watch", "--interval", "0"], "--interval"),
             (["watch", "--until", "done"], "done"),
             (["rm"], "name"),

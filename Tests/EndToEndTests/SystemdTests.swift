@@ -212,7 +212,7 @@ struct SystemdTests {
         #expect(second.format == .flac)
         #expect(waitUntil { (try? client.call(.status) as StatusResult)?.state.name == .finished })
 
-        try "[recording]\nformat = \"mp3\"\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        try "[recording]\nformat = \"wma\"\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
         daemon.process.signal(SIGHUP)
         #expect(waitUntil { daemon.log.contains("configuration not reloaded") })
         let third: Recording = try client.call(.start, StartParams(name: "three", duration: 0.1))

@@ -163,7 +163,7 @@ struct RecorderBehaviourTests {
     @Test(arguments: [
         (RecordingSettings(format: .opus, sampleRate: 44100), "opus records at"),
         (RecordingSettings(format: .flac, bitDepth: 32), "flac takes a bitDepth of 16, 24"),
-        (RecordingSettings(format: .wav, bitRate: 128_000), "bitRate applies to opus only"),
+        (RecordingSettings(format: .wav, bitRate: 128_000), "bitRate applies to opus and aac only"),
         (RecordingSettings(format: .vorbis, bitDepth: 16), "has no bit depth"),
         (RecordingSettings(format: .wav, channels: 0), "channels 0"),
         (RecordingSettings(format: .opus, channels: 1, bitRate: 500_000), "must be within 6000...256000"),
