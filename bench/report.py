@@ -41,6 +41,7 @@ control = load("control.json")
 fanout = load("fanout.json")
 memory = load("memory.json")
 start = load("start.json")
+aac = load("aac.json")
 profile = load("profile.json")
 tree = env_file("tree.env")
 default_tone = []
@@ -120,6 +121,13 @@ if capture:
     wav_ratio = capture_row("1a", "wav", "CPU s per recorded hour: WAV 48 kHz/16-bit stereo", 1.0)
     f16_ratio = capture_row("1b", "flac16k", "CPU s per recorded hour: 48 → 16 kHz + FLAC", 0.5)
     f48_ratio = capture_row("1c", "flac48k", "CPU s per recorded hour: FLAC 48 kHz", 0.5)
+
+if aac:
+    aac_ratio = aac["recd_cpu_per_hour"]["median"] / aac["ffmpeg_alsa_cpu_per_hour"]["median"]
+    targets.append(("6", "CPU s per recorded hour: AAC 48 kHz stereo 128 kbit/s (.m4a)", "≤ 1.0× ffmpeg",
+                    spread(aac["recd_cpu_per_hour"], 2, " s"), f"ffmpeg {spread(aac['ffmpeg_alsa_cpu_per_hour'], 2, ' s')}",
+                    f"{ratio(aac_ratio)} (pairs {num(aac['ratio_pairs']['min'])}–{num(aac['ratio_pairs']['max'])})",
+                    aac_ratio <= 1.0))
 
 if control:
     r50 = control["recd_us"]["median"] / control["mpd_us"]["median"]
@@ -332,6 +340,32 @@ if capture:
         table(["level", "CPU s per recorded hour", "vs level 5", "file size vs level 5"],
               [[l["level"], num(l["cpu_per_hour"]), ratio(l["cpu_per_hour"] / base["cpu_per_hour"]),
                 f"{100 * (l['bytes'] / base['bytes'] - 1):+.1f} %"] for l in capture["flac_levels"]])
+
+# 6 ---------------------------------------------------------------------------------------
+if aac:
+    w("## 6. AAC capture cost: CPU seconds per recorded hour")
+    w("")
+    w(f"{aac['reps']} repetitions, {aac['seconds']} s of audio each, recd and ffmpeg alternating, on the unpaced "
+      f"`{aac['device']}` device (tree `{aac['tree']}`, {aac['date']}, load {' '.join(aac['loadavg'])}). Both encode "
+      "with FFmpeg's native `aac` encoder (libavcodec); recd's figure includes capture, metering, the fragmented "
+      "`.m4a.part` (a fragment per second of audio) and the rewrite with `moov` first when the recording ends. "
+      "ffmpeg's own ALSA input is costly on this device; ffmpeg encoding the same samples from the raw file shows "
+      "what the encoder alone costs.")
+    w("")
+    table(["", "CPU s per recorded hour", "of it sys", f"wall per {aac['seconds']} s"], [
+        ["recd", spread(aac["recd_cpu_per_hour"], 2, " s"), num(aac["recd_sys_per_hour"]["median"]) + " s",
+         num(aac["recd_wall"]["median"]) + " s"],
+        ["ffmpeg, `-f alsa` (the peer)", spread(aac["ffmpeg_alsa_cpu_per_hour"], 2, " s"),
+         num(aac["ffmpeg_alsa_sys_per_hour"]["median"]) + " s", num(aac["ffmpeg_alsa_wall"]["median"]) + " s"],
+        ["ffmpeg from the raw file (encoder only)", spread(aac["ffmpeg_raw_cpu_per_hour"], 2, " s"), "", ""],
+        ["ratio recd / ffmpeg `-f alsa`", f"{ratio(aac['recd_cpu_per_hour']['median'] / aac['ffmpeg_alsa_cpu_per_hour']['median'])} "
+         f"(pairs {num(aac['ratio_pairs']['min'])}–{num(aac['ratio_pairs']['max'])})", "", ""],
+    ])
+    w(f"Commands: recd `start` {json.dumps(aac['recd_params'])}; peer `{aac['ffmpeg_alsa_command']}`; encoder only "
+      f"`{aac['ffmpeg_raw_command']}`. Checks: durations by ffprobe, recd {aac['durations']['recd']} s, ffmpeg "
+      f"{aac['durations']['ffmpeg_alsa']} s; sizes {aac['sizes']['recd'] / 1e6:.2f} / {aac['sizes']['ffmpeg_alsa'] / 1e6:.2f} MB; "
+      f"recd's file's top-level boxes {' '.join(aac['recd_boxes'])}.")
+    w("")
 
 # 2 ---------------------------------------------------------------------------------------
 if control:

@@ -14,7 +14,7 @@
 #
 # Knobs (environment): BENCH_CAPTURE_REPS (5), BENCH_CAPTURE_SECONDS (600), BENCH_CALLS (5000),
 # BENCH_COLD_RUNS (200), BENCH_FANOUT_CLIENTS (1000), BENCH_FANOUT_SECONDS (30),
-# BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
+# BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (BENCHMARKS.md).
 set -euo pipefail
 
@@ -29,10 +29,12 @@ cold_runs=${BENCH_COLD_RUNS:-200}
 fanout_clients=${BENCH_FANOUT_CLIENTS:-1000}
 fanout_seconds=${BENCH_FANOUT_SECONDS:-30}
 memory_hours=${BENCH_MEMORY_HOURS:-24}
+aac_reps=${BENCH_AAC_REPS:-3}
+aac_seconds=${BENCH_AAC_SECONDS:-120}
 start_runs=${BENCH_START_RUNS:-15}
 profile=${BENCH_PROFILE:-1}
 
-for tool in python3 sox arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf; do
+for tool in python3 sox ffmpeg ffprobe arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf; do
     command -v "$tool" >/dev/null || { echo "run.sh: $tool is missing (make deps-bench)" >&2; exit 1; }
 done
 
@@ -100,6 +102,9 @@ cd "$here"
 section "1. Capture cost ($capture_reps x $capture_seconds s per case)" \
     python3 capture_cost.py "$bin" "$work" benchfile "$work/input.raw" "$capture_reps" "$capture_seconds" \
     "$results/capture.json"
+
+section "6. AAC capture cost ($aac_reps x $aac_seconds s)" \
+    python3 aac_cost.py "$bin" "$work" benchfile "$work/input.raw" "$aac_reps" "$aac_seconds" "$results/aac.json"
 
 section "2. Control round trip ($calls status calls; $cold_runs cold runs)" \
     python3 control_rtt.py "$bin" "$work" benchfile "$calls" "$cold_runs" "$results/control.json"

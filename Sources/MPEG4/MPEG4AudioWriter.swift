@@ -301,7 +301,9 @@ public final class MPEG4AudioWriter {
             do throws(MPEG4Error) {
                 try MPEG4FileRewriter.makeRegular(path: path)
             } catch {
-                firstError = firstError ?? error
+                firstError = firstError ?? MPEG4Error(
+                    path: path, message: "has all its audio but stays fragmented: \(error.message) at \(error.path)",
+                    errno: error.errno, reason: error.reason)
             }
         }
         if let firstError { throw firstError }
