@@ -49,6 +49,7 @@ struct CompressedFormatTests {
         #expect(stream.sampleRate == rate)
         #expect(stream.channels == channels)
         let decodedFrames = try FFmpegTools.decodeInt16(recording.path).count / channels
+        print("\(format.rawValue) \(rate) Hz \(channels) ch: \(frames) frames recorded, declared \(stream.frames.map(String.init) ?? "?"), ffmpeg decodes \(decodedFrames) (\(decodedFrames - frames))")
         switch format {
         case .alac:
             #expect(stream.frames == Int64(frames))
