@@ -77,6 +77,11 @@ struct CompressedFormatTests {
         #expect(recording.bitDepth == 16)
         let decoded = try FFmpegTools.decodeInt16(recording.path)
         expectSamples(decoded, samples[0..<240_000])
+        // The library tells ALAC from AAC by the codec inside the .m4a.
+        let listed = RecordingLibrary(directory: directory.file("recordings")).list()
+        #expect(listed.map(\.file) == ["take.m4a"])
+        #expect(listed.first?.format == .alac)
+        #expect(listed.first?.info.frames == 120_000)
     }
 
     @Test func appleLosslessIsBitExactAt24Bits() throws {
@@ -148,6 +153,26 @@ struct CompressedFormatTests {
         let stream = try FFmpegTools.probe(recording.path)
         #expect(stream.frames == recording.frames)
         #expect(FFmpegTools.topLevelBoxes(recording.path).contains("moof") == false)
+    }
+
+    @Test func aDeviceThatDisappearsMidAACEndsWithDeviceLostAndARegularM4AHoldingEverything() throws {
+        let server = try PulseServer()
+        let recorder = recorder(device: TestDevices.paced(server))
+        let recording = try recorder.start(name: "lost", settings: RecordingSettings(format: .aac, sampleRate: 48000, channels: 2))
+        #expect(waitUntil(timeout: 20) { recorder.currentTime.value >= 1.5 })
+        server.kill()
+        #expect(waitUntil(timeout: 20) { recorder.state.value.name == .failed })
+        guard case .failed(let ended?, let error) = recorder.state.value else {
+            Issue.record("state \(recorder.state.value)")
+            return
+        }
+        #expect(error.code == .deviceLost)
+        #expect(!FileManager.default.fileExists(atPath: recording.partialPath))
+        let stream = try FFmpegTools.probe(ended.path)
+        #expect(stream.codecName == "aac")
+        #expect(stream.frames == ended.frames)
+        let boxes = FFmpegTools.topLevelBoxes(ended.path)
+        #expect(!boxes.contains("moof") && boxes.firstIndex(of: "moov")! < boxes.firstIndex(of: "mdat")!, "\(boxes)")
     }
 
     @Test(arguments: [
