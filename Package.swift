@@ -120,7 +120,7 @@ let package = Package(
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),
         .testTarget(name: "RecorderCoreTests", dependencies: [
-            "RecorderCore", "ALSA", "Sndfile", "RecdTestSupport",
+            "RecorderCore", "ALSA", "Sndfile", "MPEG4", "RecdTestSupport",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ]),
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),

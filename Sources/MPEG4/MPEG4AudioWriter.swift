@@ -58,6 +58,8 @@ public final class MPEG4AudioWriter {
     /// The file length at the end of the last fragment known to be entirely written: after a
     /// write error the file is cut back to it, so it never ends in half a fragment.
     private var completeLength: Int64 = 0
+    /// The length of what `avformat_write_header` wrote (the `ftyp`).
+    private var headerLength: Int64 = 0
     /// The first write error: every later write throws it, and `close()` reports it.
     private var failure: MPEG4Error?
     private var closed = false
@@ -144,6 +146,7 @@ public final class MPEG4AudioWriter {
             self.resources = resources
             syncDescriptor = fd
             try flushToFile()
+            headerLength = completeLength
         } catch {
             resources.release()
             Glibc.close(fd)
@@ -262,6 +265,11 @@ public final class MPEG4AudioWriter {
         // Before the first packet, the delayed moov would not know the encoder delay yet.
         guard failure == nil, !closed, packetsWritten > 0 else { return }
         try? remembering { () throws(MPEG4Error) in
+            // With delay_moov the first cut writes only the moov and keeps the samples for the
+            // next one: until the moov is out the file is no longer than its header.
+            if completeLength == headerLength {
+                try check(av_write_frame(formatContext, nil), "cannot write", path: path)
+            }
             try check(av_write_frame(formatContext, nil), "cannot write", path: path)
             try flushToFile()
         }
