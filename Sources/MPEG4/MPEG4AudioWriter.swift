@@ -182,14 +182,18 @@ public final class MPEG4AudioWriter {
         }
     }
 
-    /// Interleaved float samples in -1...1; integer codecs saturate outside it.
+    /// Interleaved float samples in -1...1; integer codecs saturate outside it (and take NaN as 0).
     public func write(_ samples: UnsafePointer<Float>, frames: Int) throws(MPEG4Error) {
         switch planeFormat {
         case .float: try append(samples, frames: frames) { $0 }
-        case .int16: try append(samples, frames: frames) { Int16(Swift.max(-32768, Swift.min(32767, ($0 * 32768).rounded()))) }
-        case .int32:
-            try append(samples, frames: frames) { Int32(Swift.max(-8_388_608, Swift.min(8_388_607, ($0 * 8_388_608).rounded()))) << 8 }
+        case .int16: try append(samples, frames: frames) { Int16(Self.saturated($0 * 32768, limit: 32767)) }
+        case .int32: try append(samples, frames: frames) { Int32(Self.saturated($0 * 8_388_608, limit: 8_388_607)) << 8 }
         }
+    }
+
+    @inline(__always)
+    private static func saturated(_ value: Float, limit: Float) -> Float {
+        value.isNaN ? 0 : Swift.max(-limit - 1, Swift.min(limit, value.rounded()))
     }
 
     /// De-interleaves into the encoder's block, encoding each block as it fills.

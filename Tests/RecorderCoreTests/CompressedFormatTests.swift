@@ -96,6 +96,29 @@ struct CompressedFormatTests {
         expectSamples(decoded, samples[0..<144_000])
     }
 
+    @Test func convertedSamplesReachAppleLosslessThroughTheFloatPath() throws {
+        // The device pinned at 48 kHz: soxr converts to 16 kHz and hands the writer floats.
+        // 24-bit ALAC: the device is asked for S32 (24-bit data in the top bits).
+        let samples = Signal.sine(frequency: 1000, rate: 48000, frames: 48000 * 2, channels: 2, amplitude: 0.5)
+            .map { Int32(($0 * 8_388_607).rounded()) << 8 }
+        let path = directory.file("sine48.raw")
+        Signal.write(samples, to: path)
+        let recorder = Recorder(configuration: RecorderConfiguration(device: TestDevices.file(path),
+                                                                     recordingsDirectory: directory.file("recordings"),
+                                                                     captureSampleRate: 48000))
+        _ = try recorder.start(name: "down", settings: RecordingSettings(format: .alac, sampleRate: 16000, channels: 2, bitDepth: 24),
+                               duration: 1)
+        _ = waitUntil(timeout: 30) { !recorder.state.value.isActive }
+        guard case .finished(let recording) = recorder.state.value else { Issue.record("\(recorder.state.value)"); return }
+        #expect(recording.deviceFormat.sampleRate == 48000)
+        let decoded = try FFmpegTools.decodeFloat(recording.path)
+        #expect(decoded.count == 32000)
+        let reference = Signal.sine(frequency: 1000, rate: 16000, frames: 16000, channels: 2, amplitude: 0.5)
+        var worst: Float = 0
+        for index in 320..<(decoded.count - 320) { worst = max(worst, abs(decoded[index] - reference[index])) }
+        #expect(worst < 0.001, "largest difference from the reference: \(worst)")
+    }
+
     @Test func aacAt192kbpsDecodesToTheInputChirpAbove20dBSNR() throws {
         let rate = 48000
         let chirp = Signal.chirp(from: 50, to: 15000, rate: rate, frames: rate * 5, channels: 2, amplitude: 0.5)

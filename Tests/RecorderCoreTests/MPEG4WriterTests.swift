@@ -47,7 +47,7 @@ struct MPEG4WriterTests {
 
     @Test func anExistingFileIsNeverReplaced() throws {
         let path = directory.file("taken.m4a.part")
-        FileManager.default.createFile(atPath: path, contents: Data("keep".utf8))
+        _ = FileManager.default.createFile(atPath: path, contents: Data("keep".utf8))
         #expect(throws: MPEG4Error.self) {
             _ = try MPEG4AudioWriter(path: path, codec: .aac(bitRate: 64_000), sampleRate: 48000, channels: 1)
         }
