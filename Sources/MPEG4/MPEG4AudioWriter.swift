@@ -284,6 +284,15 @@ public final class MPEG4AudioWriter {
         if fsync(syncDescriptor) != 0 { throw .system(path: path, message: "fsync failed") }
     }
 
+    /// Closes the file as it is, without encoding the rest or rewriting it: for a file about
+    /// to be deleted.
+    public func discard() {
+        guard !closed else { return }
+        closed = true
+        resources.release()
+        Glibc.close(syncDescriptor)
+    }
+
     /// Encodes what is left, finishes the fragmented file, and rewrites it as a regular MP4
     /// (`moov` first). After a write error the file is cut back to its last whole fragment and
     /// the error is thrown; the rewrite is still tried, and if it fails too (a full disk) the

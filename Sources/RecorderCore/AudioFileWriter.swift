@@ -19,10 +19,13 @@ protocol AudioFileWriter: AnyObject {
     func sync() throws
     /// Finalizes the file; it is complete once this returns.
     func close() throws
+    /// Closes without finalizing: the file is about to be deleted (a cancelled recording).
+    func discard()
 }
 
 extension SoundFileWriter: AudioFileWriter {
     func checkpoint() { refreshHeader() }
+    func discard() { try? close() }
 }
 
 extension MPEG4AudioWriter: AudioFileWriter {}

@@ -276,6 +276,12 @@ final class CaptureSession: @unchecked Sendable {
     /// Waits until every segment closed so far is finalized and announced.
     func drainFinalization() { syncQueue.sync {} }
 
+    /// Closes the file without finalizing it, for a recording about to be deleted.
+    func discardFile() {
+        syncQueue.sync {}
+        writer.discard()
+    }
+
     static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     // MARK: The capture thread

@@ -295,7 +295,7 @@ public final class Recorder: @unchecked Sendable {
             }
             if session.started { _ = session.stop(timeout: configuration.stopTimeout) } else { cancelStartTimer() }
             stopTimers()
-            try? session.closeFile()
+            session.discardFile()
             // The segment being written goes; segments already closed were announced and stay.
             unlink(session.currentSegment.withLock { $0.partialPath })
             clearSession()
@@ -823,7 +823,7 @@ public final class Recorder: @unchecked Sendable {
     /// A prepared recording that will not start after all: close and delete its file.
     private func discardPrepared() {
         guard let session, let recording = current else { return }
-        try? session.closeFile()
+        session.discardFile()
         unlink(recording.partialPath)
         clearSession()
         plan = nil

@@ -178,6 +178,16 @@ struct CompressedFormatTests {
         #expect(FFmpegTools.topLevelBoxes(recording.path).contains("moof") == false)
     }
 
+    @Test func aCancelledAACRecordingLeavesNothing() throws {
+        let server = try PulseServer()
+        let recorder = recorder(device: TestDevices.paced(server))
+        _ = try recorder.start(name: "gone", settings: RecordingSettings(format: .aac, sampleRate: 48000, channels: 2))
+        #expect(waitUntil(timeout: 20) { recorder.currentTime.value >= 1.2 })
+        try recorder.cancel()
+        #expect(recorder.state.value.name == .idle)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("recordings")).filter { !$0.hasPrefix(".recd") } == [])
+    }
+
     @Test func aDeviceThatDisappearsMidAACEndsWithDeviceLostAndARegularM4AHoldingEverything() throws {
         let server = try PulseServer()
         let recorder = recorder(device: TestDevices.paced(server))
