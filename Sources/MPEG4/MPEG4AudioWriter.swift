@@ -244,6 +244,11 @@ public final class MPEG4AudioWriter {
             av_packet_unref(packet)
             try check(written, "cannot write", path: path)
             packetsWritten += 1
+            if packetsWritten == 1 {
+                // The first packet tells the delayed moov the encoder delay: write it now, so
+                // that a file killed in its first second is readable too.
+                try check(av_write_frame(formatContext, nil), "cannot write", path: path)
+            }
             try flushToFile()
         }
     }

@@ -178,6 +178,20 @@ struct CompressedFormatTests {
         #expect(FFmpegTools.topLevelBoxes(recording.path).contains("moof") == false)
     }
 
+    @Test(arguments: [AudioFileFormat.aac, .alac])
+    func aRecordingStoppedBeforeItStartedIsAnEmptyFileTheLibraryLists(format: AudioFileFormat) throws {
+        let recorder = recorder(device: TestDevices.file(input(Signal.counter16(frames: 4800, channels: 2), "short.raw")))
+        let scheduled = try recorder.start(name: "never", settings: RecordingSettings(format: format, sampleRate: 48000, channels: 2),
+                                           at: Date().addingTimeInterval(3600))
+        let stopped = try recorder.stop()
+        #expect(stopped.frames == 0)
+        #expect(FileManager.default.fileExists(atPath: scheduled.path))
+        let listed = RecordingLibrary(directory: directory.file("recordings")).list()
+        #expect(listed.map(\.file) == ["never.m4a"])
+        #expect(listed.first?.format == format)
+        #expect(listed.first?.info.frames == 0)
+    }
+
     @Test func aCancelledAACRecordingLeavesNothing() throws {
         let server = try PulseServer()
         let recorder = recorder(device: TestDevices.paced(server))

@@ -32,6 +32,19 @@ struct MPEG4WriterTests {
         #expect(!FileManager.default.fileExists(atPath: directory.file(".open.m4a.part.rewrite")))
     }
 
+    @Test func aFileKilledInItsFirstSecondIsAlreadyReadable() throws {
+        let path = directory.file("early.m4a.part")
+        let writer = try MPEG4AudioWriter(path: path, codec: .aac(bitRate: 64_000), sampleRate: 16000, channels: 1)
+        let samples = Signal.counter16(frames: 4800, channels: 1)
+        try samples.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: 4800) }
+        // 0.3 s in: the moov is out (its edit list knows the encoder delay), the samples wait
+        // for the first fragment.
+        #expect(FFmpegTools.topLevelBoxes(path) == ["ftyp", "moov"])
+        let stream = try FFmpegTools.probe(path)
+        #expect(stream.codecName == "aac" && stream.sampleRate == 16000 && stream.channels == 1)
+        try writer.close()
+    }
+
     @Test func aCheckpointPutsEverythingEncodedSoFarInTheFile() throws {
         let path = directory.file("checkpoint.m4a.part")
         let writer = try MPEG4AudioWriter(path: path, codec: .alac(bitDepth: 16), sampleRate: 44100, channels: 1)
