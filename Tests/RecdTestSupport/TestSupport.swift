@@ -349,6 +349,18 @@ public enum FFmpegTools {
                       bitRate: Int(stream["bit_rate"] as? String ?? ""))
     }
 
+    /// Decodes with GStreamer (qtdemux, decodebin) to interleaved 16-bit samples: another
+    /// MP4 demuxer than FFmpeg's.
+    public static func decodeWithGStreamer(_ path: String) throws -> [Int16] {
+        let directory = TemporaryDirectory()
+        let output = directory.file("decoded.raw")
+        let pipeline = ["-q", "filesrc", "location=\(path)", "!", "qtdemux", "!", "decodebin", "!", "audioconvert", "!",
+                        "audio/x-raw,format=S16LE", "!", "filesink", "location=\(output)"]
+        _ = try capture("/usr/bin/gst-launch-1.0", pipeline)
+        let data = FileManager.default.contents(atPath: output) ?? Data()
+        return data.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+    }
+
     /// Decodes with ffmpeg to interleaved 16-bit samples.
     public static func decodeInt16(_ path: String) throws -> [Int16] {
         try decode(path, format: "s16le", as: Int16.self)
