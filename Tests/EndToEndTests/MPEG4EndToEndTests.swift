@@ -72,8 +72,10 @@ struct MPEG4EndToEndTests {
         let kept = Double(try #require(stream.frames)) / 48000
         let decoded = Double(try FFmpegTools.decodeInt16(path).count / 2) / 48000
         print("kill -9 after \(recorded) s of AAC: the recovered file holds \(kept) s (decoded \(decoded) s), lost \(recorded - kept) s")
-        // A fragment is cut after at most 1 s of audio; the encoder holds two more blocks.
-        #expect(kept > recorded - 1.1, "kept \(kept) s of \(recorded) s")
+        // What was written is in the file but for the fragment under way (at most 1 s of audio
+        // and one packet) and what the encoder holds (its delay and the block being filled,
+        // 3 × 1024 frames): at most 1.09 s, whatever the load.
+        #expect(kept > recorded - 1.15, "kept \(kept) s of \(recorded) s")
         #expect(kept <= recorded + 0.5)
         #expect(abs(decoded - kept) < 0.03)
     }
