@@ -5,9 +5,9 @@ import RecdProtocol
 import RecdTestSupport
 import Testing
 
-/// .m4a through the real daemon: AVAudioRecorder's settings over the socket, a kill -9 in the
-/// middle of a recording, a full disk. Files are read back by ffprobe and ffmpeg.
-@Suite("recd: m4a")
+/// .m4a (and .mp3) through the real daemon: AVAudioRecorder's settings over the socket, a
+/// kill -9 in the middle of a recording, a full disk. Files are read back by ffprobe and ffmpeg.
+@Suite("recd: m4a and mp3")
 struct MPEG4EndToEndTests {
     let inputs = TemporaryDirectory()
 
@@ -78,6 +78,29 @@ struct MPEG4EndToEndTests {
         #expect(kept > recorded - 1.15, "kept \(kept) s of \(recorded) s")
         #expect(kept <= recorded + 0.5)
         #expect(abs(decoded - kept) < 0.03)
+    }
+
+    @Test func aKilledDaemonLeavesAPlayableMP3() throws {
+        let server = try PulseServer()
+        let samples = Signal.toInt16(Signal.sine(frequency: 440, rate: 48000, frames: 48000 * 60, channels: 2, amplitude: 0.5))
+        let input = inputs.file("tone.raw")
+        Signal.write(samples, to: input)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input, server: server))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "crash", format: .mp3, sampleRate: 48000, channels: 2))
+        #expect(waitUntil(timeout: 30) { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 2.5 })
+        let recorded = (try client.call(.status) as StatusResult).currentTime
+        daemon.process.signal(SIGKILL)
+        _ = daemon.process.wait(timeout: 10)
+        let next = try Daemon(device: "null", recordings: daemon.recordings)
+        let list: RecordingsListResult = try next.connect().call(.recordingsList)
+        #expect(list.recordings.map(\.file) == ["crash.mp3"])
+        let path = daemon.recordings + "/crash.mp3"
+        let stream = try FFmpegTools.probe(path)
+        #expect(stream.codecName == "mp3" && stream.sampleRate == 48000 && stream.channels == 2)
+        let decoded = Double(try FFmpegTools.decodeInt16(path).count / 2) / 48000
+        print("kill -9 after \(recorded) s of MP3: ffmpeg decodes \(decoded) s")
+        #expect(decoded > recorded - 1.1, "decoded \(decoded) s of \(recorded) s")
     }
 
     @Test func aFullDiskEndsWithFailedToSaveAndAPlayableM4A() throws {
