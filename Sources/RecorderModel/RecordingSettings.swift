@@ -87,8 +87,8 @@ public enum RecordingQuality: String, Sendable, Codable, CaseIterable {
         }
     }
 
-    /// AAC bits per second per channel per sample frame: the bit rate is this × rate ×
-    /// channels (at least 8 kbit/s per channel). `high` at 12 kHz mono is 24 kbit/s, at
+    /// AAC bits per sample per channel: the bit rate is this × rate × channels (at least
+    /// 8 kbit/s per channel). `high` at 12 kHz mono is 24 kbit/s, at
     /// 48 kHz stereo 192 kbit/s.
     public var aacBitsPerSample: Double {
         switch self {
@@ -132,7 +132,8 @@ public struct RecordingSettings: Sendable, Equatable, Codable {
     public var sampleRate: Int?
     /// The file's channel count; nil records the device's channels.
     public var channels: Int?
-    /// 16, 24 or 32 (32 is float) for WAV and CAF; 16 or 24 for FLAC; nil for 16 (PCM formats).
+    /// 16, 24 or 32 (32 is float) for WAV and CAF; 16 or 24 for FLAC and ALAC; nil for 16
+    /// (formats that store samples; the lossy ones take none).
     public var bitDepth: Int?
     public var quality: RecordingQuality
     /// Opus and AAC: the target bitrate in bits per second, all channels (Opus 6 to 256 kbit/s

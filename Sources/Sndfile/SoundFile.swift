@@ -67,7 +67,7 @@ public final class SoundFileWriter {
     /// Creates `path` (which must not exist) and opens it for writing.
     ///
     /// - Parameters:
-    ///   - compressionLevel: libsndfile's 0 (best quality, largest) ... 1 (smallest), for FLAC, Vorbis, Opus.
+    ///   - compressionLevel: libsndfile's 0 (best quality, largest) ... 1 (smallest), for FLAC, Vorbis, Opus, MP3.
     ///   - variableBitRate: for MP3, VBR (the compression level then sets LAME's VBR quality).
     public init(path: String, format: SoundFileFormat, sampleRate: Int, channels: Int,
                 compressionLevel: Double? = nil, variableBitRate: Bool = false) throws(SndfileError) {
