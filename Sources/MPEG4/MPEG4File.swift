@@ -62,6 +62,11 @@ public enum MPEG4FileRewriter {
                     av_packet_unref(packet)
                     continue
                 }
+                // A packet cut short by the end of the file (a torn last fragment) is left out.
+                if packet.pointee.flags & AV_PKT_FLAG_CORRUPT != 0 {
+                    av_packet_unref(packet)
+                    break
+                }
                 if packets > 0 { try writePending(duration: packet.pointee.dts - pending.pointee.dts) }
                 av_packet_move_ref(pending, packet)
                 packets += 1

@@ -45,6 +45,32 @@ struct MPEG4WriterTests {
         try writer.close()
     }
 
+    @Test func aFileCutInTheMiddleOfAFragmentIsRewrittenWithEveryWholeFragmentBefore() throws {
+        let path = directory.file("torn.m4a.part")
+        let writer = try MPEG4AudioWriter(path: path, codec: .aac(bitRate: 128_000), sampleRate: 48000, channels: 2)
+        let samples = Signal.toInt16(Signal.sine(frequency: 440, rate: 48000, frames: 48000 * 7 / 2, channels: 2, amplitude: 0.5))
+        try samples.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: 48000 * 7 / 2) }
+        // A torn write (power loss): the copy ends 100 bytes into the last fragment's data.
+        let whole = try #require(FileManager.default.contents(atPath: path))
+        try writer.close()
+        let torn = directory.file("copy.m4a.part")
+        var offset = 0, lastData = 0
+        while offset + 8 <= whole.count {
+            let size = whole[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
+            if String(decoding: whole[offset + 4..<offset + 8], as: UTF8.self) == "mdat" { lastData = offset + 8 }
+            guard size >= 8 else { break }
+            offset += size
+        }
+        _ = FileManager.default.createFile(atPath: torn, contents: whole.prefix(lastData + 100))
+        try MPEG4FileRewriter.makeRegular(path: torn)
+        let boxes = FFmpegTools.topLevelBoxes(torn)
+        #expect(!boxes.contains("moof") && boxes.firstIndex(of: "moov")! < boxes.firstIndex(of: "mdat")!, "\(boxes)")
+        let frames = try #require(try FFmpegTools.probe(torn).frames)
+        // Two whole fragments of 47 AAC packets each, the first starting with the encoder delay.
+        #expect(frames == 2 * 47 * 1024 - 1024, "\(frames) frames kept")
+        #expect(try FFmpegTools.decodeInt16(torn).count / 2 >= Int(frames))
+    }
+
     @Test func aCheckpointPutsEverythingEncodedSoFarInTheFile() throws {
         let path = directory.file("checkpoint.m4a.part")
         let writer = try MPEG4AudioWriter(path: path, codec: .alac(bitDepth: 16), sampleRate: 44100, channels: 1)
