@@ -130,15 +130,13 @@ struct SegmentTests {
     @Test func templatesExpandTimeNameAndCounterInUTC() {
         let factory = SegmentFileFactory(directory: "/r", template: SegmentSettings.utcSegments, localTime: false,
                                          name: "birds", recordingId: "x", fileExtension: "flac",
-                                         format: SoundFileFormat(container: .flac, encoding: .pcm16), sampleRate: 48000,
-                                         channels: 1, compressionLevel: nil)
+                                         settings: RecordingSettings(format: .flac), sampleRate: 48000, channels: 1)
         // 2026-11-22 13:59:59.996 UTC: a measured start a few ms early is named after the second.
         let date = Date(timeIntervalSince1970: 1_795_355_999.996)
         #expect(factory.render(index: 3, date: date) == "birds/2026-11-22/20261122T140000Z")
         let counted = SegmentFileFactory(directory: "/r", template: "{name}-{n}-%H%M", localTime: false, name: "a%b",
                                          recordingId: "x", fileExtension: "wav",
-                                         format: SoundFileFormat(container: .wav, encoding: .pcm16), sampleRate: 48000,
-                                         channels: 1, compressionLevel: nil)
+                                         settings: RecordingSettings(format: .wav), sampleRate: 48000, channels: 1)
         #expect(counted.render(index: 7, date: date) == "a%b-7-1400")
     }
 
