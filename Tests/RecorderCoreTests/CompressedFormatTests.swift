@@ -202,9 +202,11 @@ struct CompressedFormatTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("recordings")).filter { !$0.hasPrefix(".recd") } == [])
     }
 
-    @Test func aDeviceThatDisappearsMidAACEndsWithDeviceLostAndARegularM4AHoldingEverything() throws {
+    @Test func withoutWaitingADeviceThatDisappearsMidAACEndsWithDeviceLostAndARegularM4A() throws {
         let server = try PulseServer()
-        let recorder = recorder(device: TestDevices.paced(server))
+        let recorder = Recorder(configuration: RecorderConfiguration(device: TestDevices.paced(server),
+                                                                     recordingsDirectory: directory.file("recordings"),
+                                                                     waitForDevice: false))
         let recording = try recorder.start(name: "lost", settings: RecordingSettings(format: .aac, sampleRate: 48000, channels: 2))
         #expect(waitUntil(timeout: 20) { recorder.currentTime.value >= 1.5 })
         server.kill()
