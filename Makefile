@@ -4,6 +4,9 @@ DESTDIR ?=
 BINDIR   = $(DESTDIR)$(PREFIX)/bin
 SWIFT   ?= swift
 CONFIG  ?= release
+# Release binaries carry the Swift runtime and FoundationEssentials inside them: no run-time
+# symbol lookup across a dozen Swift libraries (recctl starts faster) and fewer resident pages.
+RELEASE_FLAGS = -c release --static-swift-stdlib
 
 # Every Debian package the build, the tests, the demo and the benchmark need.
 BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsoxr-dev libmosquitto-dev libavcodec-dev libavformat-dev libavutil-dev
@@ -43,7 +46,7 @@ build: deps
 	$(SWIFT) build
 
 release: deps
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 
 test: deps
 	$(SWIFT) build --build-tests
@@ -90,12 +93,12 @@ check-install: deps
 	bash Tests/install/check-install.sh
 
 demo: deps
-	$(SWIFT) build -c $(CONFIG) --product recd
-	$(SWIFT) build -c $(CONFIG) --product recctl
+	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recd
+	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
 	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)"
 
 bench: deps-bench
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
 
 # --- make install / make uninstall ---------------------------------------------------------
@@ -123,7 +126,7 @@ MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 # An existing /etc/recd/recd.toml is never overwritten: the shipped one goes next to it
 # as recd.toml.example.
 install:
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 	rm -rf $(GENERATED)
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
 	$(SWIFT) package --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \

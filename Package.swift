@@ -27,12 +27,13 @@ let package = Package(
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .systemLibrary(name: "CSndfile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
-        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+        // libmosquitto (libmosquitto-dev), loaded with dlopen when [mqtt] is on (see CMosquitto.h).
+        .target(name: "CMosquitto"),
         // glibc calls Swift's Glibc module hides (renameat2); used by RecorderCore only.
         .systemLibrary(name: "CLinux"),
-        // FFmpeg's libavformat, libavcodec and libavutil (the modulemap links all three).
-        .systemLibrary(name: "CFFmpeg", pkgConfig: "libavformat",
-                       providers: [.apt(["libavcodec-dev", "libavformat-dev", "libavutil-dev"])]),
+        // FFmpeg's libavformat, libavcodec and libavutil (libavcodec-dev, libavformat-dev,
+        // libavutil-dev), loaded with dlopen on first use rather than linked (see CFFmpeg.h).
+        .target(name: "CFFmpeg"),
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -89,7 +90,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecdProtocol", "Systemd",
+            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -103,8 +104,9 @@ let package = Package(
         // line in. Used by recctl, the end-to-end tests and the benchmark.
         .target(name: "RecdClient", dependencies: ["RecdProtocol"]),
         .executableTarget(name: "recctl", dependencies: [
-            "RecdClient", "RecdProtocol",
+            "RecdClient", "RecdProtocol", "RecorderModel",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "SystemPackage", package: "swift-system"),
         ]),
 
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built

@@ -40,6 +40,7 @@ public final class MPEG4AudioWriter {
     public let channels: Int
     public let codec: MPEG4AudioCodec
 
+    private let av: recd_ffmpeg
     private let resources: FFmpegResources
     private let codecContext: UnsafeMutablePointer<AVCodecContext>
     private let formatContext: UnsafeMutablePointer<AVFormatContext>
@@ -75,18 +76,19 @@ public final class MPEG4AudioWriter {
         self.codec = codec
         self.sampleRate = sampleRate
         self.channels = channels
-        _ = ffmpegLogLevel
+        let av = try loadFFmpeg(for: path)
+        self.av = av
         let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw .system(path: path, message: "cannot create file") }
-        let resources = FFmpegResources()
+        let resources = FFmpegResources(av)
         do throws(MPEG4Error) {
-            guard let encoder = avcodec_find_encoder_by_name(codec.encoderName) else {
+            guard let encoder = av.avcodec_find_encoder_by_name(codec.encoderName) else {
                 throw MPEG4Error(path: path, message: "this FFmpeg has no \(codec.encoderName) encoder")
             }
-            guard let context = avcodec_alloc_context3(encoder) else { throw MPEG4Error(path: path, message: "out of memory") }
+            guard let context = av.avcodec_alloc_context3(encoder) else { throw MPEG4Error(path: path, message: "out of memory") }
             resources.codecContext = context
             context.pointee.sample_rate = Int32(sampleRate)
-            av_channel_layout_default(&context.pointee.ch_layout, Int32(channels))
+            av.av_channel_layout_default(&context.pointee.ch_layout, Int32(channels))
             context.pointee.time_base = AVRational(num: 1, den: Int32(sampleRate))
             // MP4 keeps the decoder configuration in the sample description, not in the stream.
             context.pointee.flags |= recd_codec_flag_global_header()
@@ -106,37 +108,37 @@ public final class MPEG4AudioWriter {
                     planeFormat = .int16
                 }
             }
-            try check(avcodec_open2(context, encoder, nil), "cannot open the \(codec.encoderName) encoder at \(sampleRate) Hz, \(channels) channel(s)", path: path)
+            try check(av.avcodec_open2(context, encoder, nil), "cannot open the \(codec.encoderName) encoder at \(sampleRate) Hz, \(channels) channel(s)", path: path)
             blockFrames = Int(context.pointee.frame_size)
 
             var format: UnsafeMutablePointer<AVFormatContext>?
             // "ipod": MP4 with the M4A brand, Apple's audio-only flavour.
-            try check(avformat_alloc_output_context2(&format, nil, "ipod", path), "cannot set up the MP4 muxer", path: path)
+            try check(av.avformat_alloc_output_context2(&format, nil, "ipod", path), "cannot set up the MP4 muxer", path: path)
             guard let format else { throw MPEG4Error(path: path, message: "cannot set up the MP4 muxer") }
             resources.outputContext = format
-            guard let stream = avformat_new_stream(format, nil) else { throw MPEG4Error(path: path, message: "out of memory") }
-            try check(avcodec_parameters_from_context(stream.pointee.codecpar, context), "cannot describe the stream", path: path)
+            guard let stream = av.avformat_new_stream(format, nil) else { throw MPEG4Error(path: path, message: "out of memory") }
+            try check(av.avcodec_parameters_from_context(stream.pointee.codecpar, context), "cannot describe the stream", path: path)
             stream.pointee.time_base = context.pointee.time_base
-            try check(avio_open(&format.pointee.pb, path, AVIO_FLAG_WRITE), "cannot open for writing", path: path)
+            try check(av.avio_open(&format.pointee.pb, path, AVIO_FLAG_WRITE), "cannot open for writing", path: path)
             var options: OpaquePointer?
-            defer { av_dict_free(&options) }
+            defer { av.av_dict_free(&options) }
             // empty_moov: fragmented from the start. delay_moov: the moov waits for the first
             // fragment, so its edit list knows the encoder delay (the first packet's negative
             // timestamp). frag_duration: a fragment per second of audio at the latest
             // (frag_keyframe alone would never cut one: every audio packet is a keyframe).
-            av_dict_set(&options, "movflags", "empty_moov+delay_moov+default_base_moof", 0)
-            av_dict_set(&options, "frag_duration", String(Int(fragmentDuration * 1_000_000)), 0)
-            av_dict_set(&options, "movie_timescale", String(sampleRate), 0)
-            try check(avformat_write_header(format, &options), "cannot write the MP4 header", path: path)
+            av.av_dict_set(&options, "movflags", "empty_moov+delay_moov+default_base_moof", 0)
+            av.av_dict_set(&options, "frag_duration", String(Int(fragmentDuration * 1_000_000)), 0)
+            av.av_dict_set(&options, "movie_timescale", String(sampleRate), 0)
+            try check(av.avformat_write_header(format, &options), "cannot write the MP4 header", path: path)
 
-            guard let frame = av_frame_alloc(), let packet = av_packet_alloc() else { throw MPEG4Error(path: path, message: "out of memory") }
+            guard let frame = av.av_frame_alloc(), let packet = av.av_packet_alloc() else { throw MPEG4Error(path: path, message: "out of memory") }
             resources.frame = frame
             resources.packet = packet
             frame.pointee.nb_samples = Int32(blockFrames)
             frame.pointee.format = context.pointee.sample_fmt.rawValue
             frame.pointee.sample_rate = Int32(sampleRate)
-            try check(av_channel_layout_copy(&frame.pointee.ch_layout, &context.pointee.ch_layout), "out of memory", path: path)
-            try check(av_frame_get_buffer(frame, 0), "cannot allocate a sample buffer", path: path)
+            try check(av.av_channel_layout_copy(&frame.pointee.ch_layout, &context.pointee.ch_layout), "out of memory", path: path)
+            try check(av.av_frame_get_buffer(frame, 0), "cannot allocate a sample buffer", path: path)
 
             codecContext = context
             formatContext = format
@@ -204,7 +206,7 @@ public final class MPEG4AudioWriter {
         var done = 0
         while done < frames {
             if filled == 0 {
-                try check(av_frame_make_writable(frame), "cannot allocate a sample buffer", path: path)
+                try check(av.av_frame_make_writable(frame), "cannot allocate a sample buffer", path: path)
             }
             let count = Swift.min(blockFrames - filled, frames - done)
             for channel in 0..<channels {
@@ -227,7 +229,7 @@ public final class MPEG4AudioWriter {
         nextTimestamp += Int64(filled)
         filled = 0
         try remembering { () throws(MPEG4Error) in
-            try check(avcodec_send_frame(codecContext, frame), "the \(codec.encoderName) encoder failed", path: path)
+            try check(av.avcodec_send_frame(codecContext, frame), "the \(codec.encoderName) encoder failed", path: path)
             try writeEncodedPackets()
         }
     }
@@ -235,19 +237,19 @@ public final class MPEG4AudioWriter {
     /// Muxes what the encoder has ready. A packet that completes a fragment writes it out.
     private func writeEncodedPackets() throws(MPEG4Error) {
         while true {
-            let received = avcodec_receive_packet(codecContext, packet)
+            let received = av.avcodec_receive_packet(codecContext, packet)
             if received == recd_averror(EAGAIN) || received == recd_averror_eof() { return }
             try check(received, "the \(codec.encoderName) encoder failed", path: path)
             packet.pointee.stream_index = stream.pointee.index
-            av_packet_rescale_ts(packet, codecContext.pointee.time_base, stream.pointee.time_base)
-            let written = av_write_frame(formatContext, packet)
-            av_packet_unref(packet)
+            av.av_packet_rescale_ts(packet, codecContext.pointee.time_base, stream.pointee.time_base)
+            let written = av.av_write_frame(formatContext, packet)
+            av.av_packet_unref(packet)
             try check(written, "cannot write", path: path)
             packetsWritten += 1
             if packetsWritten == 1 {
                 // The first packet tells the delayed moov the encoder delay: write it now, so
                 // that a file killed in its first second is readable too.
-                try check(av_write_frame(formatContext, nil), "cannot write", path: path)
+                try check(av.av_write_frame(formatContext, nil), "cannot write", path: path)
             }
             try flushToFile()
         }
@@ -256,9 +258,9 @@ public final class MPEG4AudioWriter {
     /// Hands libavformat's buffer to the kernel: after this the file ends at a fragment boundary.
     private func flushToFile() throws(MPEG4Error) {
         let pb = formatContext.pointee.pb!
-        avio_flush(pb)
+        av.avio_flush(pb)
         if pb.pointee.error < 0 { throw MPEG4Error(path: path, message: "cannot write", code: pb.pointee.error) }
-        completeLength = avio_tell(pb)
+        completeLength = av.avio_seek(pb, 0, SEEK_CUR)
     }
 
     private func remembering(_ body: () throws(MPEG4Error) -> Void) throws(MPEG4Error) {
@@ -277,9 +279,9 @@ public final class MPEG4AudioWriter {
             // With delay_moov the first cut writes only the moov and keeps the samples for the
             // next one: until the moov is out the file is no longer than its header.
             if completeLength == headerLength {
-                try check(av_write_frame(formatContext, nil), "cannot write", path: path)
+                try check(av.av_write_frame(formatContext, nil), "cannot write", path: path)
             }
-            try check(av_write_frame(formatContext, nil), "cannot write", path: path)
+            try check(av.av_write_frame(formatContext, nil), "cannot write", path: path)
             try flushToFile()
         }
     }
@@ -308,9 +310,9 @@ public final class MPEG4AudioWriter {
         if failure == nil {
             try? remembering { () throws(MPEG4Error) in
                 if filled > 0 { try encodeBlock() }
-                try check(avcodec_send_frame(codecContext, nil), "the \(codec.encoderName) encoder failed", path: path)
+                try check(av.avcodec_send_frame(codecContext, nil), "the \(codec.encoderName) encoder failed", path: path)
                 try writeEncodedPackets()
-                try check(av_write_trailer(formatContext), "cannot finish the file", path: path)
+                try check(av.av_write_trailer(formatContext), "cannot finish the file", path: path)
                 try flushToFile()
             }
         }
@@ -338,20 +340,23 @@ public final class MPEG4AudioWriter {
 
 /// FFmpeg objects freed together; each is optional so a half-built writer frees what it has.
 final class FFmpegResources {
+    let av: recd_ffmpeg
     var codecContext: UnsafeMutablePointer<AVCodecContext>?
     var outputContext: UnsafeMutablePointer<AVFormatContext>?
     var frame: UnsafeMutablePointer<AVFrame>?
     var packet: UnsafeMutablePointer<AVPacket>?
     var pendingPacket: UnsafeMutablePointer<AVPacket>?
 
+    init(_ av: recd_ffmpeg) { self.av = av }
+
     func release() {
-        if codecContext != nil { avcodec_free_context(&codecContext) }
-        if frame != nil { av_frame_free(&frame) }
-        if packet != nil { av_packet_free(&packet) }
-        if pendingPacket != nil { av_packet_free(&pendingPacket) }
+        if codecContext != nil { av.avcodec_free_context(&codecContext) }
+        if frame != nil { av.av_frame_free(&frame) }
+        if packet != nil { av.av_packet_free(&packet) }
+        if pendingPacket != nil { av.av_packet_free(&pendingPacket) }
         if let context = outputContext {
-            if context.pointee.pb != nil { avio_closep(&context.pointee.pb) }
-            avformat_free_context(context)
+            if context.pointee.pb != nil { av.avio_closep(&context.pointee.pb) }
+            av.avformat_free_context(context)
             outputContext = nil
         }
     }

@@ -37,8 +37,10 @@ public struct MPEG4Error: Error, CustomStringConvertible, Sendable {
     }
 
     static func text(of code: Int32) -> String {
+        var failure: UnsafePointer<CChar>?
+        guard let av = recd_ffmpeg_load(&failure)?.pointee else { return "FFmpeg error \(code)" }
         var buffer = [CChar](repeating: 0, count: 256)
-        if av_strerror(code, &buffer, buffer.count) != 0 { return "FFmpeg error \(code)" }
+        if av.av_strerror(code, &buffer, buffer.count) != 0 { return "FFmpeg error \(code)" }
         let bytes = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
         return String(decoding: bytes, as: UTF8.self)
     }
@@ -51,6 +53,13 @@ func check(_ result: Int32, _ message: @autoclosure () -> String, path: String) 
     return result
 }
 
-/// FFmpeg logs to stderr by itself; recd reports failures through its own errors, so only
-/// FFmpeg's errors get through (its warnings, e.g. about the `.part` extension, do not).
-let ffmpegLogLevel: Void = av_log_set_level(AV_LOG_ERROR)
+/// FFmpeg's functions (Sources/CFFmpeg/include/CFFmpeg.h): its libraries are loaded the first
+/// time an `.m4a` file is written or read, not when recd starts.
+func loadFFmpeg(for path: String) throws(MPEG4Error) -> recd_ffmpeg {
+    var failure: UnsafePointer<CChar>?
+    guard let functions = recd_ffmpeg_load(&failure) else {
+        throw MPEG4Error(path: path, message: "cannot load FFmpeg's libraries (libavformat, libavcodec, libavutil)",
+                         reason: failure.map { String(cString: $0) })
+    }
+    return functions.pointee
+}

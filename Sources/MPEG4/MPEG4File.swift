@@ -8,40 +8,40 @@ public enum MPEG4FileRewriter {
     /// then renamed over it, so a crash at any point leaves one whole file. A fragmented file
     /// cut short (a crash, a full disk) keeps every whole packet before the cut.
     public static func makeRegular(path: String) throws(MPEG4Error) {
-        _ = ffmpegLogLevel
+        let av = try loadFFmpeg(for: path)
         let temporary = temporaryPath(for: path)
         unlink(temporary)  // a previous attempt's leftover
         var input: UnsafeMutablePointer<AVFormatContext>?
-        try check(avformat_open_input(&input, path, nil, nil), "cannot read", path: path)
-        defer { avformat_close_input(&input) }
+        try check(av.avformat_open_input(&input, path, nil, nil), "cannot read", path: path)
+        defer { av.avformat_close_input(&input) }
         guard let input else { throw MPEG4Error(path: path, message: "cannot read") }
-        try check(avformat_find_stream_info(input, nil), "cannot read the stream description", path: path)
-        let index = try check(av_find_best_stream(input, AVMEDIA_TYPE_AUDIO, -1, -1, nil, 0), "has no audio stream", path: path)
+        try check(av.avformat_find_stream_info(input, nil), "cannot read the stream description", path: path)
+        let index = try check(av.av_find_best_stream(input, AVMEDIA_TYPE_AUDIO, -1, -1, nil, 0), "has no audio stream", path: path)
         let inputStream = input.pointee.streams[Int(index)]!
 
-        let resources = FFmpegResources()
+        let resources = FFmpegResources(av)
         do throws(MPEG4Error) {
             var created: UnsafeMutablePointer<AVFormatContext>?
-            try check(avformat_alloc_output_context2(&created, nil, "ipod", temporary), "cannot set up the MP4 muxer", path: temporary)
+            try check(av.avformat_alloc_output_context2(&created, nil, "ipod", temporary), "cannot set up the MP4 muxer", path: temporary)
             guard let output = created else { throw MPEG4Error(path: temporary, message: "cannot set up the MP4 muxer") }
             resources.outputContext = output
-            guard let stream = avformat_new_stream(output, nil) else { throw MPEG4Error(path: temporary, message: "out of memory") }
-            try check(avcodec_parameters_copy(stream.pointee.codecpar, inputStream.pointee.codecpar), "cannot copy the stream description", path: temporary)
+            guard let stream = av.avformat_new_stream(output, nil) else { throw MPEG4Error(path: temporary, message: "out of memory") }
+            try check(av.avcodec_parameters_copy(stream.pointee.codecpar, inputStream.pointee.codecpar), "cannot copy the stream description", path: temporary)
             stream.pointee.codecpar.pointee.codec_tag = 0
             stream.pointee.time_base = inputStream.pointee.time_base
-            guard let packet = av_packet_alloc(), let pending = av_packet_alloc() else {
+            guard let packet = av.av_packet_alloc(), let pending = av.av_packet_alloc() else {
                 throw MPEG4Error(path: temporary, message: "out of memory")
             }
             resources.packet = packet
             resources.pendingPacket = pending
-            try check(avio_open(&output.pointee.pb, temporary, AVIO_FLAG_WRITE), "cannot create", path: temporary)
+            try check(av.avio_open(&output.pointee.pb, temporary, AVIO_FLAG_WRITE), "cannot create", path: temporary)
             var options: OpaquePointer?
-            defer { av_dict_free(&options) }
+            defer { av.av_dict_free(&options) }
             // faststart: a second pass moves the moov in front of the mdat. A movie timescale of
             // the sample rate makes the edit list's duration exact to the frame.
-            av_dict_set(&options, "movflags", "faststart", 0)
-            av_dict_set(&options, "movie_timescale", String(inputStream.pointee.codecpar.pointee.sample_rate), 0)
-            try check(avformat_write_header(output, &options), "cannot write the MP4 header", path: temporary)
+            av.av_dict_set(&options, "movflags", "faststart", 0)
+            av.av_dict_set(&options, "movie_timescale", String(inputStream.pointee.codecpar.pointee.sample_rate), 0)
+            try check(av.avformat_write_header(output, &options), "cannot write the MP4 header", path: temporary)
             // Each packet is written once the next one is read: libavformat 5.1 does not report
             // a fragment's per-sample durations, and the muxer takes the last sample's (the
             // block the encoder padded) from its packet, so it is set from where the next
@@ -51,24 +51,24 @@ public enum MPEG4FileRewriter {
                 if duration > 0 { pending.pointee.duration = duration }
                 pending.pointee.stream_index = stream.pointee.index
                 pending.pointee.pos = -1
-                av_packet_rescale_ts(pending, inputStream.pointee.time_base, stream.pointee.time_base)
-                let written = av_write_frame(output, pending)
-                av_packet_unref(pending)
+                av.av_packet_rescale_ts(pending, inputStream.pointee.time_base, stream.pointee.time_base)
+                let written = av.av_write_frame(output, pending)
+                av.av_packet_unref(pending)
                 try check(written, "cannot write", path: temporary)
             }
             // Read to the end, or to the first damaged fragment (the cut a crash left).
-            while av_read_frame(input, packet) >= 0 {
+            while av.av_read_frame(input, packet) >= 0 {
                 guard packet.pointee.stream_index == index else {
-                    av_packet_unref(packet)
+                    av.av_packet_unref(packet)
                     continue
                 }
                 // A packet cut short by the end of the file (a torn last fragment) is left out.
                 if packet.pointee.flags & AV_PKT_FLAG_CORRUPT != 0 {
-                    av_packet_unref(packet)
+                    av.av_packet_unref(packet)
                     break
                 }
                 if packets > 0 { try writePending(duration: packet.pointee.dts - pending.pointee.dts) }
-                av_packet_move_ref(pending, packet)
+                av.av_packet_move_ref(pending, packet)
                 packets += 1
             }
             guard packets > 0 else { throw MPEG4Error(path: path, message: "holds no audio") }
@@ -80,7 +80,7 @@ public enum MPEG4FileRewriter {
             let trusted = inputStream.pointee.duration != recd_av_nopts_value()
                 && lastDuration > 0 && (pending.pointee.duration <= 0 || lastDuration <= pending.pointee.duration)
             try writePending(duration: trusted ? lastDuration : 0)
-            try check(av_write_trailer(output), "cannot finish the file", path: temporary)
+            try check(av.av_write_trailer(output), "cannot finish the file", path: temporary)
             if output.pointee.pb.pointee.error < 0 {
                 throw MPEG4Error(path: temporary, message: "cannot write", code: output.pointee.pb.pointee.error)
             }
@@ -167,16 +167,16 @@ public struct MPEG4AudioInfo: Sendable, Equatable {
     public var frames: Int64
 
     public init(path: String) throws(MPEG4Error) {
-        _ = ffmpegLogLevel
+        let av = try loadFFmpeg(for: path)
         var input: UnsafeMutablePointer<AVFormatContext>?
-        try check(avformat_open_input(&input, path, nil, nil), "cannot read", path: path)
-        defer { avformat_close_input(&input) }
+        try check(av.avformat_open_input(&input, path, nil, nil), "cannot read", path: path)
+        defer { av.avformat_close_input(&input) }
         guard let input else { throw MPEG4Error(path: path, message: "cannot read") }
-        try check(avformat_find_stream_info(input, nil), "cannot read the stream description", path: path)
-        let index = try check(av_find_best_stream(input, AVMEDIA_TYPE_AUDIO, -1, -1, nil, 0), "has no audio stream", path: path)
+        try check(av.avformat_find_stream_info(input, nil), "cannot read the stream description", path: path)
+        let index = try check(av.av_find_best_stream(input, AVMEDIA_TYPE_AUDIO, -1, -1, nil, 0), "has no audio stream", path: path)
         let stream = input.pointee.streams[Int(index)]!
         let parameters = stream.pointee.codecpar.pointee
-        codecName = String(cString: avcodec_get_name(parameters.codec_id))
+        codecName = av.avcodec_get_name(parameters.codec_id).map { String(cString: $0) } ?? "unknown"
         sampleRate = Int(parameters.sample_rate)
         channels = Int(parameters.ch_layout.nb_channels)
         let timeBase = stream.pointee.time_base

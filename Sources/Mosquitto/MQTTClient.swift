@@ -1,5 +1,7 @@
 import CMosquitto
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import NIOConcurrencyHelpers
 import SystemPackage
 
@@ -12,15 +14,29 @@ public struct MosquittoError: Error, Sendable, CustomStringConvertible {
     /// `errno` when `code` is `MOSQ_ERR_ERRNO`.
     public let systemErrno: Int32?
 
+    /// Why libmosquitto could not be loaded, when it could not.
+    public let loadFailure: String?
+
     init(_ code: Int32, _ function: String) {
         self.code = code
         self.function = function
         systemErrno = code == Int32(MOSQ_ERR_ERRNO.rawValue) ? errno : nil
+        loadFailure = nil
+    }
+
+    init(loadFailure: String) {
+        code = Int32(MOSQ_ERR_UNKNOWN.rawValue)
+        function = "dlopen"
+        systemErrno = nil
+        self.loadFailure = loadFailure
     }
 
     public var description: String {
+        if let loadFailure { return "cannot load libmosquitto: \(loadFailure)" }
         if let systemErrno { return "\(function): \(Errno(rawValue: systemErrno))" }
-        return "\(function): \(String(cString: mosquitto_strerror(code)))"
+        var failure: UnsafePointer<CChar>?
+        guard let library = recd_mosquitto_load(&failure)?.pointee else { return "\(function): error \(code)" }
+        return "\(function): \(library.mosquitto_strerror(code).map { String(cString: $0) } ?? "error \(code)")"
     }
 }
 
@@ -116,39 +132,41 @@ public final class MQTTClient: @unchecked Sendable {
     private let wake = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
 
-    private static let libraryInitialized: Bool = {
-        mosquitto_lib_init()
-        return true
-    }()
+    /// libmosquitto's functions: loaded by the first client (CMosquitto.h), never before.
+    private let library: recd_mosquitto
 
     public init(options: MQTTClientOptions, onEvent: @escaping @Sendable (Event) -> Void) throws(MosquittoError) {
-        _ = Self.libraryInitialized
+        var failure: UnsafePointer<CChar>?
+        guard let library = recd_mosquitto_load(&failure)?.pointee else {
+            throw MosquittoError(loadFailure: failure.map { String(cString: $0) } ?? "unknown reason")
+        }
+        self.library = library
         self.options = options
         self.onEvent = onEvent
-        guard let handle = mosquitto_new(options.clientID, true, nil) else {
+        guard let handle = library.mosquitto_new(options.clientID, true, nil) else {
             throw MosquittoError(Int32(MOSQ_ERR_ERRNO.rawValue), "mosquitto_new")
         }
         self.handle = handle
-        mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
-        try check(mosquitto_threaded_set(handle, true), "mosquitto_threaded_set")
+        library.mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
+        try check(library.mosquitto_threaded_set(handle, true), "mosquitto_threaded_set")
         if let username = options.username {
-            try check(mosquitto_username_pw_set(handle, username, options.password), "mosquitto_username_pw_set")
+            try check(library.mosquitto_username_pw_set(handle, username, options.password), "mosquitto_username_pw_set")
         }
         if let caFile = options.caFile {
-            try check(mosquitto_tls_set(handle, caFile, nil, nil, nil, nil), "mosquitto_tls_set")
+            try check(library.mosquitto_tls_set(handle, caFile, nil, nil, nil, nil), "mosquitto_tls_set")
         }
         if let will = options.will {
             try check(will.payload.withUnsafeBytes {
-                mosquitto_will_set(handle, will.topic, Int32($0.count), $0.baseAddress, will.qos, will.retain)
+                library.mosquitto_will_set(handle, will.topic, Int32($0.count), $0.baseAddress, will.qos, will.retain)
             }, "mosquitto_will_set")
         }
-        mosquitto_connect_callback_set(handle) { _, context, code in
+        library.mosquitto_connect_callback_set(handle) { _, context, code in
             MQTTClient.from(context).connectionAnswered(code: code)
         }
-        mosquitto_publish_callback_set(handle) { _, context, messageID in
+        library.mosquitto_publish_callback_set(handle) { _, context, messageID in
             MQTTClient.from(context).onEvent(.published(messageID: messageID))
         }
-        mosquitto_message_callback_set(handle) { _, context, message in
+        library.mosquitto_message_callback_set(handle) { _, context, message in
             guard let pointer = message else { return }
             let message = pointer.pointee
             let topic = String(cString: message.topic)
@@ -158,7 +176,7 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     deinit {
-        mosquitto_destroy(handle)
+        library.mosquitto_destroy(handle)
     }
 
     private static func from(_ context: UnsafeMutableRawPointer?) -> MQTTClient {
@@ -175,12 +193,10 @@ public final class MQTTClient: @unchecked Sendable {
             return state.started
         }
         guard !alreadyStarted else { return }
-        let thread = Thread { [self] in
+        DispatchQueue(label: "recd.mqtt.network").async { [self] in
             runNetworkLoop()
             finished.signal()
         }
-        thread.name = "recd.mqtt.network"
-        thread.start()
     }
 
     /// Disconnects cleanly (what was published before goes out first) and ends the network
@@ -200,14 +216,14 @@ public final class MQTTClient: @unchecked Sendable {
     public func publish(topic: String, payload: [UInt8], qos: Int32, retain: Bool) throws(MosquittoError) -> Int32 {
         var messageID: Int32 = 0
         let code = payload.withUnsafeBytes {
-            mosquitto_publish(handle, &messageID, topic, Int32($0.count), $0.baseAddress, qos, retain)
+            library.mosquitto_publish(handle, &messageID, topic, Int32($0.count), $0.baseAddress, qos, retain)
         }
         try check(code, "mosquitto_publish")
         return messageID
     }
 
     public func subscribe(_ pattern: String, qos: Int32) throws(MosquittoError) {
-        try check(mosquitto_subscribe(handle, nil, pattern, qos), "mosquitto_subscribe")
+        try check(library.mosquitto_subscribe(handle, nil, pattern, qos), "mosquitto_subscribe")
     }
 
     // MARK: The network thread
@@ -225,15 +241,15 @@ public final class MQTTClient: @unchecked Sendable {
                 if !disconnectSent {
                     disconnectSent = true
                     stopDeadline = Date().addingTimeInterval(2)
-                    mosquitto_disconnect(handle)
+                    library.mosquitto_disconnect(handle)
                 }
                 if let stopDeadline, Date() > stopDeadline { break }
             }
             if needsConnecting {
                 let code: Int32 = switch options.endpoint {
-                case .tcp(let host, let port): mosquitto_connect_async(handle, host, Int32(port), options.keepAlive)
+                case .tcp(let host, let port): library.mosquitto_connect_async(handle, host, Int32(port), options.keepAlive)
                 // libmosquitto connects to a Unix socket when the port is 0.
-                case .unixSocket(let path): mosquitto_connect_async(handle, path, 0, options.keepAlive)
+                case .unixSocket(let path): library.mosquitto_connect_async(handle, path, 0, options.keepAlive)
                 }
                 if code != Int32(MOSQ_ERR_SUCCESS.rawValue) {
                     onEvent(.connectionFailed(MosquittoError(code, "connect").description))
@@ -242,7 +258,7 @@ public final class MQTTClient: @unchecked Sendable {
                 }
                 needsConnecting = false
             }
-            let code = mosquitto_loop(handle, 200, 1)
+            let code = library.mosquitto_loop(handle, 200, 1)
             if code != Int32(MOSQ_ERR_SUCCESS.rawValue) {
                 let wasConnected = control.withLockedValue { state in
                     defer { state.connected = false }
@@ -274,7 +290,7 @@ public final class MQTTClient: @unchecked Sendable {
             control.withLockedValue { $0.connected = true }
             onEvent(.connected)
         } else {
-            onEvent(.connectionFailed("broker refused the connection: \(String(cString: mosquitto_connack_string(code)))"))
+            onEvent(.connectionFailed("broker refused the connection: \(library.mosquitto_connack_string(code).map { String(cString: $0) } ?? "code \(code)")"))
         }
     }
 }

@@ -1,5 +1,6 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import RecdProtocol
 import Synchronization
 
@@ -80,7 +81,7 @@ public final class RecorderClient: Sendable {
                 cancelled.store(true, ordering: .releasing)
                 wake.signal()
             }
-            let thread = Thread {
+            DispatchQueue(label: "recd.client.subscription").async {
                 var connected = false
                 while !cancelled.load(ordering: .acquiring) {
                     do throws(ClientError) {
@@ -107,8 +108,6 @@ public final class RecorderClient: Sendable {
                 }
                 continuation.finish()
             }
-            thread.name = "recd.client.changes"
-            thread.start()
         }
     }
 }

@@ -1,6 +1,8 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import RecorderCore
 import RecorderModel
+import SystemPackage
 
 /// A file recd has finished writing: complete, under its final name, never touched again.
 public struct FinalizedFile: Sendable, Equatable, Codable {
@@ -38,23 +40,25 @@ public struct FinalizedFile: Sendable, Equatable, Codable {
     public var duration: Double { sampleRate > 0 ? Double(frames) / Double(sampleRate) : 0 }
 }
 
-/// Calls `handler` once for every file the recorder finalizes, on a queue of the subscription's own.
+/// Calls `handler` once for every file the recorder finalizes, on `queue` (by default one of
+/// the subscription's own). On the queue that also observes the recorder's state, a file is
+/// handled before the state that follows its closing (`finished`).
 ///
 /// The one place that decides what "a file was finalized" means: the recorder's closed
 /// segments, each announced once its `.part` has its final name. A recording of one file is
 /// one segment; a segmented one, a device gap or a `split` make more.
-public func observeFinalizedFiles(of recorder: Recorder,
+public func observeFinalizedFiles(of recorder: Recorder, on queue: DispatchQueue? = nil,
                                   _ handler: @escaping @Sendable (FinalizedFile) -> Void) -> ObservationToken {
     // Every segment, in order; not the last one of an earlier recording (the current value).
-    recorder.closedSegment.subscribe(delivery: .every, sendingCurrent: false) { segment in
+    recorder.closedSegment.subscribe(on: queue, delivery: .every, sendingCurrent: false) { segment in
         guard let segment else { return }
         // The recording it belongs to is the recorder's current one until the next starts.
         let recording = recorder.recording.value.flatMap { $0.id == segment.recordingId ? $0 : nil }
-        let fileExtension = (segment.path as NSString).pathExtension
+        let fileExtension = FilePath(segment.path).extension ?? ""
         guard let format = recording?.format
                 ?? AudioFileFormat.allCases.first(where: { $0.fileExtension == fileExtension }) else { return }
         handler(FinalizedFile(id: segment.recordingId, path: segment.path,
-                              name: ((segment.path as NSString).lastPathComponent as NSString).deletingPathExtension,
+                              name: FilePath(segment.path).stem ?? "",
                               format: format, frames: segment.frames, sampleRate: segment.sampleRate,
                               channels: recording?.channels ?? 0, startedAt: segment.startedAt, endedAt: segment.endedAt))
     }

@@ -1,9 +1,10 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Glibc
 import Logging
-import RecorderCore
 import NIOConcurrencyHelpers
+import RecorderCore
+import RecorderModel
 import SystemPackage
 
 /// A command run for every finalized file: an argv template whose `{field}`s are filled in from
@@ -37,7 +38,7 @@ public struct HookCommand: Sendable, Equatable {
         let values = Self.values(for: file, recordingsDirectory: recordingsDirectory)
         return template.map { argument in
             var result = argument
-            for field in Self.placeholders(in: argument) { result = result.replacingOccurrences(of: "{\(field)}", with: values[field] ?? "") }
+            for field in Self.placeholders(in: argument) { result = result.replacing("{\(field)}", with: values[field] ?? "") }
             return result
         }
     }
@@ -54,22 +55,21 @@ public struct HookCommand: Sendable, Equatable {
     static func values(for file: FinalizedFile, recordingsDirectory: String) -> [String: String] {
         let directory = recordingsDirectory.hasSuffix("/") ? recordingsDirectory : recordingsDirectory + "/"
         let relativePath = file.path.hasPrefix(directory) ? String(file.path.dropFirst(directory.count))
-                                                          : (file.path as NSString).lastPathComponent
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                                                          : (FilePath(file.path).lastComponent?.string ?? "")
+        let rfc3339 = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
         return [
             "path": file.path,
             "relpath": relativePath,
-            "dir": (file.path as NSString).deletingLastPathComponent,
+            "dir": FilePath(file.path).removingLastComponent().string,
             "name": file.name,
-            "ext": (file.path as NSString).pathExtension,
+            "ext": FilePath(file.path).extension ?? "",
             "format": file.format.rawValue,
             "frames": String(file.frames),
-            "duration": String(format: "%.3f", file.duration),
+            "duration": String(printf: "%.3f", file.duration),
             "sample_rate": String(file.sampleRate),
             "channels": String(file.channels),
-            "started_at": file.startedAt.map(formatter.string(from:)) ?? "",
-            "ended_at": file.endedAt.map(formatter.string(from:)) ?? "",
+            "started_at": file.startedAt.map { $0.formatted(rfc3339) } ?? "",
+            "ended_at": file.endedAt.map { $0.formatted(rfc3339) } ?? "",
             "id": file.id,
         ]
     }
@@ -162,7 +162,7 @@ public final class HookRunner: Sendable {
             dispatcher.async { [self] in
                 slots.wait()
                 queued.withLockedValue { $0 -= 1 }
-                let thread = Thread { [self] in
+                DispatchQueue(label: "recd.hook").async { [self] in
                     let run = execute(command, for: file)
                     slots.signal()
                     if run.outcome == .succeeded {
@@ -172,15 +172,13 @@ public final class HookRunner: Sendable {
                     }
                     lastRun.send(run)
                 }
-                thread.name = "recd.hook"
-                thread.start()
             }
         }
     }
 
     private func metadata(_ run: HookRun) -> Logger.Metadata {
         ["hook.name": "\(run.hook)", "file.path": "\(run.path)", "hook.outcome": "\(run.outcome.rawValue)",
-         "hook.message": "\(run.message)", "hook.seconds": "\(String(format: "%.3f", run.seconds))"]
+         "hook.message": "\(run.message)", "hook.seconds": "\(String(printf: "%.3f", run.seconds))"]
     }
 
     /// Spawns the command and waits for it (this thread only), killing it at the timeout.

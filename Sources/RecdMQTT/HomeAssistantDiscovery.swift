@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Home Assistant MQTT discovery messages for one recorder.
 ///

@@ -1,5 +1,5 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Logging
 import Mosquitto
 import RecdHooks
@@ -91,10 +91,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
             tokens.append(recorder.state.subscribe(on: queue, delivery: .every) { [weak self] state in self?.stateChanged(state) })
             tokens.append(recorder.error.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
             tokens.append(recorder.statistics.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
-            tokens.append(observeFinalizedFiles(of: recorder) { [weak self] file in
-                guard let self else { return }
-                queue.async { self.fileFinalized(file) }
-            })
+            tokens.append(observeFinalizedFiles(of: recorder, on: queue) { [weak self] file in self?.fileFinalized(file) })
             if let hooks {
                 tokens.append(hooks.lastRun.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] run in
                     if let run { self?.hookFinished(run) }
@@ -286,10 +283,10 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         do throws(RecorderError) {
             switch command {
             case "start":
-                let text = String(decoding: payload, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                let text = String(decoding: payload, as: UTF8.self).trimmingWhitespace()
                 var params = StartParams()
                 if !text.isEmpty {
-                    guard let parsed = try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any] else {
+                    guard let parsed = try? WireCoding.decoder().decode([String: JSONValue].self, from: Data(payload)) else {
                         reply.error = ReplyError(code: "invalidPayload", message: "start takes a JSON object (or nothing)")
                         return
                     }
@@ -400,8 +397,30 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     }
 
     static func json(_ object: [String: Any]) -> [UInt8] {
-        Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array((try? encoder.encode(DiscoveryJSON(object))) ?? Data("{}".utf8))
     }
 
-    static func seconds(_ value: Double) -> String { String(format: "%.1f", value) }
+    static func seconds(_ value: Double) -> String { String(printf: "%.1f", value) }
+}
+
+/// Home Assistant's discovery payloads (nested dictionaries of strings, numbers, booleans and
+/// arrays) as JSON.
+private struct DiscoveryJSON: Encodable {
+    let value: Any
+    init(_ value: Any) { self.value = value }
+
+    func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch value {
+        case let text as String: try container.encode(text)
+        case let flag as Bool: try container.encode(flag)
+        case let number as Int: try container.encode(number)
+        case let number as Double: try container.encode(number)
+        case let array as [Any]: try container.encode(array.map(DiscoveryJSON.init))
+        case let object as [String: Any]: try container.encode(object.mapValues(DiscoveryJSON.init))
+        default: throw EncodingError.invalidValue(value, .init(codingPath: encoder.codingPath, debugDescription: "not JSON"))
+        }
+    }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Mosquitto
 
 /// What the `[mqtt]` section of recd.toml says, resolved (defaults filled in, password read).

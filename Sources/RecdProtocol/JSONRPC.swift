@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// recd speaks JSON-RPC 2.0, one JSON object per line (UTF-8, `\n`), over a Unix stream socket.
 /// See doc/protocol.md.
@@ -234,18 +234,13 @@ public enum WireCoding {
 
     /// RFC 3339 with milliseconds, UTC.
     public static func formatDate(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: date)
+        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 
     /// RFC 3339, with or without fractional seconds, any offset.
     public static func parseDate(_ text: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return date }
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.date(from: text)
+        (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text))
+            ?? (try? Date.ISO8601FormatStyle().parse(text))
     }
 }
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 @_exported import RecorderModel
 
 /// Every method recd answers.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A request that passed every check that does not depend on who sent it.
 public struct ParsedRequest: Sendable, Equatable {
@@ -116,7 +116,7 @@ public enum RequestParser {
 
     private static func describeParseError(_ error: Error) -> String {
         if case DecodingError.dataCorrupted(let context) = error {
-            return (context.underlyingError as NSError?)?.userInfo[NSDebugDescriptionErrorKey] as? String ?? context.debugDescription
+            return context.underlyingError.map { "\($0)" } ?? context.debugDescription
         }
         return "\(error)"
     }

@@ -1,5 +1,5 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Glibc
 import Logging
 import NIOConcurrencyHelpers
@@ -234,7 +234,7 @@ public final class ControlServer: Sendable {
 
     /// Creates the socket's directory; refuses to take over a path another daemon answers on.
     private static func prepare(path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = FilePath(path).removingLastComponent().string
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
                                                  attributes: [.posixPermissions: 0o755])
         guard FileManager.default.fileExists(atPath: path) else { return }

@@ -1,7 +1,9 @@
 import ALSA
-import Foundation
+import FoundationEssentials
+import Glibc
 import RecdProtocol
 import RecorderCore
+import SystemPackage
 
 /// What a method handler works with: the recorder, and the connection it answers (for the
 /// methods that act on the connection itself).
@@ -128,7 +130,13 @@ enum MethodTable {
     /// Whether `name`, as `recordings.*` methods take names, may mean the recording in progress
     /// (`take.wav`): `take.wav`, `take` or `take.wav.part`.
     private static func names(_ name: String, _ active: String) -> Bool {
-        name == active || name == active + ".part" || name == (active as NSString).deletingPathExtension
+        name == active || name == active + ".part" || name == Self.withoutExtension(active)
+    }
+
+    private static func withoutExtension(_ name: String) -> String {
+        var path = FilePath(name)
+        path.extension = nil
+        return path.string
     }
 
     private static func library(of recorder: Recorder) -> RecordingLibrary {

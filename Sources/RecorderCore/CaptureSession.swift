@@ -1,6 +1,7 @@
 import ALSA
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import MPEG4
 import NIOConcurrencyHelpers
 import RecorderModel
@@ -157,15 +158,12 @@ final class CaptureSession: @unchecked Sendable {
         lastProgress.store(Self.uptime(), ordering: .relaxed)
         lastSignal.store(Self.uptime(), ordering: .relaxed)
         startedFlag.store(true, ordering: .releasing)
-        let thread = Thread { [self] in
+        DispatchQueue(label: "recd.capture").async { [self] in
             let result = run()
             outcome.withLock { $0 = result }
             finished.signal()
             onEnd(result)
         }
-        thread.name = "recd.capture"
-        thread.qualityOfService = .userInteractive
-        thread.start()
     }
 
     /// Asks the thread to pause; returns once it has stopped the device. Frames written up to

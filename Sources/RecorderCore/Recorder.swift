@@ -1,11 +1,13 @@
 import ALSA
 import Dispatch
-import Foundation
-import NIOConcurrencyHelpers
+import FoundationEssentials
+import Glibc
 import Logging
+import NIOConcurrencyHelpers
 import RecorderModel
 import Sndfile
 import Synchronization
+import SystemPackage
 
 /// How the recorder captures, where it writes, and how often it publishes.
 public struct RecorderConfiguration: Sendable, Equatable {
@@ -628,7 +630,7 @@ public final class Recorder: @unchecked Sendable {
                     "recording.id": "\(last.recordingId)", "recording.path": "\(last.path)", "recording.wanted": "\(wanted)"])
                 if last.index == 1, plan?.segments.effectiveTemplate == SegmentSettings.single {
                     // A recording in one file is known by its file's name.
-                    recording.name = ((last.path as NSString).lastPathComponent as NSString).deletingPathExtension
+                    recording.name = FilePath(last.path).stem ?? ""
                 }
             }
             ledger.withLock {
@@ -800,7 +802,7 @@ public final class Recorder: @unchecked Sendable {
             levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
             logger.notice("capture device is back; recording continues", metadata: [
                 "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
-                "gap.seconds": "\(gap.map { String(format: "%.3f", $0.duration) } ?? "")"])
+                "gap.seconds": "\(gap.map { String(printf: "%.3f", $0.duration) } ?? "")"])
             startCapture(session, recording: recording)
         } catch {
             _ = end(recording, failure: error)
@@ -909,7 +911,7 @@ public final class Recorder: @unchecked Sendable {
         let current = warning.value
         if silentFor >= limit, current == nil {
             let since = Date().addingTimeInterval(-silentFor)
-            let message = String(format: "the input has been digital silence (every sample zero) for %.0f s: "
+            let message = String(printf: "the input has been digital silence (every sample zero) for %.0f s: "
                                  + "muted, disconnected, or the wrong device?", silentFor)
             warning.send(RecorderWarning(code: .digitalSilence, message: message, since: since))
             logger.warning("input is digital silence", metadata: ["device.name": "\(session.pcm.name)",
@@ -929,10 +931,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     private func uniqueDefaultName(in directory: String, fileExtension: String) -> String {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.dateFormat = "yyyy-MM-dd'T'HH-mm-ss"
-        let base = "recording-" + formatter.string(from: Date())
+        let base = "recording-" + CalendarTime.format(Date(), "%Y-%m-%dT%H-%M-%S")
         var candidate = base
         var counter = 1
         while FileManager.default.fileExists(atPath: "\(directory)/\(candidate).\(fileExtension)")
@@ -945,7 +944,7 @@ public final class Recorder: @unchecked Sendable {
 
     /// Makes a rename durable: fsync the directory that holds the entry.
     static func syncDirectory(of path: String) {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = FilePath(path).removingLastComponent().string
         let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return }
         fsync(fd)

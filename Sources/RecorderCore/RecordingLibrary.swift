@@ -1,5 +1,5 @@
 import CLinux
-import Foundation
+import FoundationEssentials
 import Glibc
 import Logging
 import MPEG4
@@ -105,7 +105,11 @@ public struct RecordingLibrary: Sendable {
             entry.segment = loggedSegments()[entry.path]
             return entry
         }
-        let matches = files.filter { ($0 as NSString).deletingPathExtension == name }
+        let matches = files.filter { file in
+            var path = FilePath(file)
+            path.extension = nil
+            return path.string == name
+        }
         if matches.count > 1 { throw .ambiguous(name, matches.sorted()) }
         guard let file = matches.first, let entry = entry(file: file) else { throw .notFound(name) }
         return entry
@@ -122,7 +126,7 @@ public struct RecordingLibrary: Sendable {
     public func rename(_ entry: Entry, to newName: String) throws(RecorderError) -> Entry {
         try RecordingName.validate(newName)
         // A segment keeps its directory.
-        let folder = (entry.file as NSString).deletingLastPathComponent
+        let folder = FilePath(entry.file).removingLastComponent().string
         let file = (folder.isEmpty ? "" : folder + "/") + newName + "." + entry.format.fileExtension
         let target = directory + "/" + file
         switch Self.renameWithoutReplacing(entry.path, target) {
@@ -170,10 +174,10 @@ public struct RecordingLibrary: Sendable {
     /// Renames `source` to `preferred`, or to `name-2.ext`, `name-3.ext`, ... when that exists:
     /// never over another file, whoever created it. Returns the path it got.
     public static func moveIntoPlace(_ source: String, preferred: String) throws(RecorderError) -> String {
-        let directory = (preferred as NSString).deletingLastPathComponent
-        let file = (preferred as NSString).lastPathComponent
-        let base = (file as NSString).deletingPathExtension
-        let fileExtension = (file as NSString).pathExtension
+        let directory = FilePath(preferred).removingLastComponent().string
+        let file = (FilePath(preferred).lastComponent?.string ?? "")
+        let base = FilePath(file).stem ?? file
+        let fileExtension = FilePath(file).extension ?? ""
         for counter in 1...10_000 {
             let candidate = counter == 1 ? preferred
                 : "\(directory)/\(base)-\(counter)" + (fileExtension.isEmpty ? "" : "." + fileExtension)
@@ -218,7 +222,7 @@ public struct RecordingLibrary: Sendable {
 
     private func fileNames() -> [String] {
         let extensions = Set(AudioFileFormat.allCases.map(\.fileExtension))
-        return walk { extensions.contains(($0 as NSString).pathExtension) }
+        return walk { extensions.contains(FilePath($0).extension ?? "") }
     }
 
     /// Paths below the directory (segments live in subdirectories) whose name `matches`;
@@ -247,10 +251,10 @@ public struct RecordingLibrary: Sendable {
         let path = directory + "/" + file
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
               attributes[.type] as? FileAttributeType == .typeRegular,
-              let (format, info) = Self.read(path: path, fileExtension: (file as NSString).pathExtension)
+              let (format, info) = Self.read(path: path, fileExtension: FilePath(file).extension ?? "")
         else { return nil }
-        return Entry(name: ((file as NSString).lastPathComponent as NSString).deletingPathExtension, file: file, path: path, format: format,
-                     info: info, size: (attributes[.size] as? NSNumber)?.int64Value ?? 0,
+        return Entry(name: FilePath(file).stem ?? "", file: file, path: path, format: format,
+                     info: info, size: (attributes[.size] as? any BinaryInteger).map { Int64($0) } ?? 0,
                      modified: attributes[.modificationDate] as? Date ?? Date(timeIntervalSince1970: 0))
     }
 

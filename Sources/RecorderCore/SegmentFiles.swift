@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import RecorderModel
 import Sndfile
+import SystemPackage
 
 /// Where a session's segment boundaries fall.
 struct SegmentClock: Sendable {
@@ -46,9 +47,7 @@ struct SegmentClock: Sendable {
 
     private func startOfDay(_ time: Double) -> Double {
         guard localTime else { return (time / 86400).rounded(.down) * 86400 }
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = .current
-        return calendar.startOfDay(for: Date(timeIntervalSince1970: time)).timeIntervalSince1970
+        return CalendarTime.localTime(on: Date(timeIntervalSince1970: time), hour: 0, minute: 0, second: 0).timeIntervalSince1970
     }
 }
 
@@ -69,7 +68,7 @@ struct SegmentFileFactory: Sendable {
     func path(index: Int, startedAt date: Date) throws(RecorderError) -> String {
         let relative = render(index: index, date: date)
         let base = directory + "/" + relative
-        let parent = (base as NSString).deletingLastPathComponent
+        let parent = FilePath(base).removingLastComponent().string
         if let errnoValue = Recorder.makeDirectory(parent) {
             throw RecorderError(.failedToSave, "cannot create directory \(parent): \(Recorder.reason(errnoValue))")
         }
@@ -99,15 +98,11 @@ struct SegmentFileFactory: Sendable {
 
     /// The template with its fields filled in: strftime's, then `{name}` and `{n}`.
     func render(index: Int, date: Date) -> String {
-        // Names count whole seconds; a measured start a few ms before hh:00:00 is hh:00:00.
-        var seconds = time_t(date.timeIntervalSince1970.rounded())
-        var fields = tm()
-        if localTime { localtime_r(&seconds, &fields) } else { gmtime_r(&seconds, &fields) }
+        // Names count whole seconds (a measured start a few ms before hh:00:00 is hh:00:00);
         // `{name}` is filled in after strftime, so a '%' in a recording's name stays literal.
-        var buffer = [CChar](repeating: 0, count: 4096)
-        let count = strftime(&buffer, buffer.count, template, &fields)
-        let expanded = count > 0 ? String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : template
-        return expanded.replacingOccurrences(of: "{name}", with: name).replacingOccurrences(of: "{n}", with: String(index))
+        let formatted = CalendarTime.format(date, template, local: localTime)
+        let expanded = formatted.isEmpty ? template : formatted
+        return expanded.replacing("{name}", with: name).replacing("{n}", with: String(index))
     }
 
     private static func exists(_ path: String) -> Bool {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One recording: what it is, where it goes, and (once ended) how long it is.
 public struct Recording: Sendable, Equatable, Codable, Identifiable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// How one recording (a session) is cut into consecutive files. The files, concatenated, hold
 /// exactly the captured frames.

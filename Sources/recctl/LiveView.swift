@@ -1,7 +1,8 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Glibc
 import RecdProtocol
+import RecorderModel
 import Synchronization
 
 /// How `watch` shows the recorder.
@@ -157,7 +158,7 @@ enum LiveLine {
                 if detail.meters { line += " " + Meter.bar(channel, width: detail.meterWidth) }
                 if detail.peak {
                     line += " " + Meter.decibels(channel.peak)
-                    if detail.average { line += "/" + Meter.decibels(channel.average).trimmingCharacters(in: .whitespaces) }
+                    if detail.average { line += "/" + Meter.decibels(channel.average).trimmingWhitespace() }
                     line += " dB"
                 }
             }
@@ -249,7 +250,7 @@ enum StatusBar {
             tooltip += "\n\(recording.format.rawValue) \(recording.sampleRate) Hz \(recording.channels) ch"
         }
         if state.name == .recording, let peak = levels.channels.map(\.peak).max() {
-            tooltip += "\npeak " + Meter.decibels(peak).trimmingCharacters(in: .whitespaces) + " dBFS"
+            tooltip += "\npeak " + Meter.decibels(peak).trimmingWhitespace() + " dBFS"
         }
         if let error = error ?? state.error { tooltip += "\n\(error.code.rawValue): \(error.message)" }
         if let wait = state.deviceWait { tooltip += "\nwaiting for the device: \(wait.error.message)" }
@@ -263,7 +264,7 @@ enum StatusBar {
     static func plain(state: RecorderState, time: Double, levels: Levels, error: RecorderError?) -> String {
         var line = text(state: state, time: time, error: error)
         if state.name == .recording, let peak = levels.channels.map(\.peak).max() {
-            line += " " + Meter.decibels(peak).trimmingCharacters(in: .whitespaces) + " dB"
+            line += " " + Meter.decibels(peak).trimmingWhitespace() + " dB"
         }
         return line
     }
@@ -271,8 +272,8 @@ enum StatusBar {
     /// 1:02:03 or 02:03.
     static func clock(_ seconds: Double) -> String {
         let total = Int(max(0, seconds))
-        return total >= 3600 ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
-                             : String(format: "%02d:%02d", total / 60, total % 60)
+        return total >= 3600 ? String(printf: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+                             : String(printf: "%02d:%02d", total / 60, total % 60)
     }
 }
 
@@ -308,9 +309,8 @@ enum TimeParsing {
         guard (2...3).contains(parts.count), parts.allSatisfy({ $0 != nil }) else { return nil }
         let (hour, minute, second) = (parts[0]!, parts[1]!, parts.count == 3 ? parts[2]! : 0)
         guard (0..<24).contains(hour), (0..<60).contains(minute), (0..<60).contains(second) else { return nil }
-        let calendar = Calendar.current
-        guard let today = calendar.date(bySettingHour: hour, minute: minute, second: second, of: now) else { return nil }
-        return today > now ? today : calendar.date(byAdding: .day, value: 1, to: today)
+        let today = CalendarTime.localTime(on: now, hour: hour, minute: minute, second: second)
+        return today > now ? today : CalendarTime.localTime(on: now, hour: hour, minute: minute, second: second, dayOffset: 1)
     }
 }
 

@@ -1,6 +1,8 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import RecdProtocol
+import RecorderModel
+import SystemPackage
 
 /// Text for people: durations, sizes, colors (terminal only, never with NO_COLOR), tables.
 enum Output {
@@ -14,11 +16,11 @@ enum Output {
 
     static func error(_ text: String) {
         let prefix = isatty(STDERR_FILENO) == 1 && useColorOnStderr ? "\u{1B}[31mrecctl:\u{1B}[0m " : "recctl: "
-        FileHandle.standardError.write(Data((prefix + text + "\n").utf8))
+        _ = try? FileDescriptor.standardError.writeAll((prefix + text + "\n").utf8)
     }
 
     static func hint(_ text: String) {
-        FileHandle.standardError.write(Data(("hint: " + text + "\n").utf8))
+        _ = try? FileDescriptor.standardError.writeAll(("hint: " + text + "\n").utf8)
     }
 
     private static let useColorOnStderr = ProcessInfo.processInfo.environment["NO_COLOR"].map(\.isEmpty) ?? true
@@ -57,7 +59,7 @@ enum Output {
     static func duration(_ seconds: Double) -> String {
         let tenths = Int((max(0, seconds) * 10).rounded(.down))
         let total = tenths / 10
-        return String(format: "%02d:%02d:%02d.%d", total / 3600, total / 60 % 60, total % 60, tenths % 10)
+        return String(printf: "%02d:%02d:%02d.%d", total / 3600, total / 60 % 60, total % 60, tenths % 10)
     }
 
     /// 512 B, 1.5 KiB, 23.4 MiB, 1.2 GiB
@@ -69,7 +71,7 @@ enum Output {
             value /= 1024
             unit += 1
         }
-        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+        return unit == 0 ? "\(bytes) B" : String(printf: "%.1f", value) + " " + units[unit]
     }
 
     /// A segment's measured start (14:59:59.998) shows as the second it is named after.
@@ -78,14 +80,12 @@ enum Output {
     }
 
     static func localTime(_ date: Date) -> String {
-        let formatter = DateFormatter()
-        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
-        return formatter.string(from: date)
+        CalendarTime.format(date, "%Y-%m-%d %H:%M:%S")
     }
 
     /// "retry in 0.8 s (attempt 5)"
     static func retry(_ wait: DeviceWait, now: Date = Date()) -> String {
-        String(format: "retry in %.1f s (attempt %d)", max(0, wait.retryAt.timeIntervalSince(now)), wait.attempts + 1)
+        String(printf: "retry in %.1f s (attempt %d)", max(0, wait.retryAt.timeIntervalSince(now)), wait.attempts + 1)
     }
 
     /// "closed segment #3 /path (00:02:00.0, 14:00:00, 2 xruns, after a 3.1 s gap)"
@@ -96,7 +96,7 @@ enum Output {
     static func segmentDetails(_ segment: Segment) -> String {
         var details = [duration(segment.duration), "from " + localTime(segment.startedAt)]
         if segment.xruns > 0 { details.append("\(segment.xruns) xruns, \(segment.framesLost) frames lost") }
-        if let gap = segment.gapBefore { details.append(String(format: "after a %.1f s gap", gap.duration)) }
+        if let gap = segment.gapBefore { details.append(String(printf: "after a %.1f s gap", gap.duration)) }
         if let end = segment.endReason, end != .length { details.append("ended by " + end.rawValue) }
         return details.joined(separator: ", ")
     }
@@ -145,7 +145,7 @@ enum Output {
             var session = "\(status.statistics.segmentsClosed) segment(s) closed"
             let gaps = status.statistics.gaps
             if !gaps.isEmpty {
-                session += String(format: ", %d device gap(s), %.1f s without capture", gaps.count, status.statistics.gapSeconds)
+                session += String(printf: ", %d device gap(s), %.1f s without capture", gaps.count, status.statistics.gapSeconds)
             }
             rows.append(("session", session))
         }
@@ -153,7 +153,7 @@ enum Output {
             rows.append(("warning", yellow("\(warning.code.rawValue): \(warning.message)")))
         }
         rows.append(("error", status.error.map { red("\($0.code.rawValue): \($0.message)") } ?? "none"))
-        for (key, value) in rows { line(key.padding(toLength: 9, withPad: " ", startingAt: 0) + value) }
+        for (key, value) in rows { line(key.padded(to: 9) + value) }
     }
 
     static func printTable(_ files: [RecordingFile]) {
@@ -188,7 +188,7 @@ enum Output {
         let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max()! }
         func render(_ cells: [String]) -> String {
             cells.enumerated().map { index, cell in
-                index == cells.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+                index == cells.count - 1 ? cell : cell.padded(to: widths[index])
             }.joined(separator: "  ")
         }
         line(bold(render(header)))
@@ -200,13 +200,13 @@ enum Output {
                     ("duration", duration(file.duration) + " (\(file.frames) frames)"),
                     ("rate", "\(file.sampleRate) Hz"), ("channels", "\(file.channels)"), ("size", size(file.size)),
                     ("modified", localTime(file.modified))]
-        for (key, value) in rows { line(key.padding(toLength: 9, withPad: " ", startingAt: 0) + value) }
+        for (key, value) in rows { line(key.padded(to: 9) + value) }
     }
 
     static func printDevices(_ result: DevicesResult) {
         for device in result.devices {
             let marker = device.name == result.current ? "*" : " "
-            let description = device.description.map { dim(" — " + $0.replacingOccurrences(of: "\n", with: ", ")) } ?? ""
+            let description = device.description.map { dim(" — " + $0.replacing("\n", with: ", ")) } ?? ""
             line("\(marker) \(device.name)\(description)")
         }
         if !result.cards.isEmpty {
@@ -241,10 +241,15 @@ enum Meter {
     }
 
     static func decibels(_ value: Float) -> String {
-        value <= -160 ? "  -inf" : String(format: "%6.1f", value)
+        value <= -160 ? "  -inf" : String(printf: "%6.1f", value)
     }
 
     static func describe(channel: Int, of count: Int, _ level: ChannelLevel) -> String {
         "\(name(channel: channel, of: count)) \(bar(level)) peak \(decibels(level.peak)) dB  avg \(decibels(level.average)) dB"
     }
+}
+
+extension String {
+    /// Followed by spaces up to `width` characters.
+    func padded(to width: Int) -> String { self + String(repeating: " ", count: max(0, width - count)) }
 }

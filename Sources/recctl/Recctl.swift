@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import RecdClient
 import RecdProtocol
 
@@ -18,16 +19,17 @@ struct Recctl: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "recctl",
         abstract: "Control and watch recd, the recorder daemon.",
+        // A paragraph is one line (`\` joins source lines): ArgumentParser wraps it to the terminal.
         discussion: """
-            recctl talks to recd over its Unix socket (see doc/protocol.md). It finds the socket
-            in --socket, else RECD_SOCKET, else the user instance's socket
-            ($XDG_RUNTIME_DIR/recd/recd.sock) when there is one, else the system's
+            recctl talks to recd over its Unix socket (see doc/protocol.md). It finds the socket \
+            in --socket, else RECD_SOCKET, else the user instance's socket \
+            ($XDG_RUNTIME_DIR/recd/recd.sock) when there is one, else the system's \
             (/run/recd/recd.sock).
 
-            Every command prints for people by default and JSON with --json. Color is used only
+            Every command prints for people by default and JSON with --json. Color is used only \
             on a terminal, and never when NO_COLOR is set.
 
-            Exit status: 0 success; 1 the daemon refused the request or the recording failed;
+            Exit status: 0 success; 1 the daemon refused the request or the recording failed; \
             64 wrong usage; 69 cannot connect to recd.
             """,
         version: RecdVersion.current,
@@ -121,7 +123,7 @@ struct ConnectionOptions: ParsableArguments {
 // MARK: Commands
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show state, elapsed time, file and segment, format, device, levels, xruns, gaps, warnings and the last error.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show state, elapsed time, file and segment, format, device, levels, xruns, gaps, warnings and the last error.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
@@ -134,6 +136,7 @@ struct Status: ParsableCommand {
 
 struct Start: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "start",
         abstract: "Start a recording.",
         discussion: "Unset settings follow the daemon's configuration. With --wait, recctl stays until the recording ends, showing progress, and exits 0 when it finished, 1 when it failed or was cancelled.")
 
@@ -221,7 +224,7 @@ struct Start: ParsableCommand {
 }
 
 struct Stop: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Stop the recording; its file is finalized.")
+    static let configuration = CommandConfiguration(commandName: "stop", abstract: "Stop the recording; its file is finalized.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
@@ -233,21 +236,21 @@ struct Stop: ParsableCommand {
 }
 
 struct Pause: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Pause the recording (resume continues the same file).")
+    static let configuration = CommandConfiguration(commandName: "pause", abstract: "Pause the recording (resume continues the same file).")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws { try options.changeState(.pause) { "paused \($0.recording?.name ?? "")" } }
 }
 
 struct Resume: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Resume a paused recording.")
+    static let configuration = CommandConfiguration(commandName: "resume", abstract: "Resume a paused recording.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws { try options.changeState(.resume) { "recording \($0.recording?.name ?? "")" } }
 }
 
 struct Cancel: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Stop the recording and delete its file.")
+    static let configuration = CommandConfiguration(commandName: "cancel", abstract: "Stop the recording and delete its file.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws { try options.changeState(.cancel) { _ in "cancelled" } }
@@ -255,6 +258,7 @@ struct Cancel: ParsableCommand {
 
 struct Split: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "split",
         abstract: "Close the current file and continue recording in the next, without losing a frame.")
     @OptionGroup var options: ConnectionOptions
 
@@ -268,6 +272,7 @@ struct Split: ParsableCommand {
 
 struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "watch",
         abstract: "Watch the recorder live.",
         discussion: """
             On a terminal: one line redrawn in place with the state, elapsed time and a level meter per channel (peak and average, dBFS), fitted to the terminal's width. On a pipe or with --json: one JSON event per line as it arrives.
@@ -318,7 +323,7 @@ struct List: ParsableCommand {
 }
 
 struct Info: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show one recording.")
+    static let configuration = CommandConfiguration(commandName: "info", abstract: "Show one recording.")
     @Argument(help: "The file name (meeting.flac) or, if unique, the name (meeting).")
     var name: String
     @OptionGroup var options: ConnectionOptions
@@ -372,7 +377,7 @@ struct Move: ParsableCommand {
 }
 
 struct Devices: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List the capture devices ALSA knows; * marks the one in use.")
+    static let configuration = CommandConfiguration(commandName: "devices", abstract: "List the capture devices ALSA knows; * marks the one in use.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
@@ -383,7 +388,7 @@ struct Devices: ParsableCommand {
 }
 
 struct Version: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show recctl's and recd's versions.")
+    static let configuration = CommandConfiguration(commandName: "version", abstract: "Show recctl's and recd's versions.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {

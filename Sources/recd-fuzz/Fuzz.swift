@@ -3,7 +3,7 @@
 // file, linked in here so the fuzzer runs the real code. `make fuzz` builds this with
 // -DFUZZING and libFuzzer; built plainly it replays inputs given as arguments (the corpus,
 // or a crash file), which `make test` does too.
-import Foundation
+import FoundationEssentials
 import RecdProtocol
 
 /// Which readers run: RECD_FUZZ=parser or config, both when unset.

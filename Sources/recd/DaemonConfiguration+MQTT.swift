@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import RecdHooks
 
 /// `[mqtt]`: the MQTT bridge (off unless `enabled = true`).

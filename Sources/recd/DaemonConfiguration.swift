@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import RecorderCore
 import RecorderModel
@@ -55,7 +56,7 @@ struct DaemonConfiguration: Equatable, Sendable {
         case .system:
             return DaemonConfiguration(recordingsDirectory: "/var/lib/recd/recordings", socketPath: "/run/recd/recd.sock")
         case .user:
-            let home = environment["HOME"] ?? NSHomeDirectory()
+            let home = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
             let data = environment["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/share"
             let runtime = environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp/recd-\(getuid())"
             return DaemonConfiguration(recordingsDirectory: data + "/recd/recordings", socketPath: runtime + "/recd/recd.sock")
@@ -66,7 +67,7 @@ struct DaemonConfiguration: Equatable, Sendable {
         switch mode {
         case .system: return "/etc/recd/recd.toml"
         case .user:
-            let home = environment["HOME"] ?? NSHomeDirectory()
+            let home = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
             let config = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
             return config + "/recd/recd.toml"
         }

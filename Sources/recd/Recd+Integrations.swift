@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Logging
 import Mosquitto
 import RecdHooks
@@ -26,7 +26,7 @@ extension Recd {
         do {
             bridgeConfiguration = try configuration.mqttBridgeConfiguration()
         } catch {
-            FileHandle.standardError.write(Data("recd: \(error)\n".utf8))
+            _ = try? FileDescriptor.standardError.writeAll("recd: \(error)\n".utf8)
             throw ExitCode(78)
         }
         guard let bridgeConfiguration else { return ([], hookToken) }
@@ -35,7 +35,7 @@ extension Recd {
                                         version: recdVersion, logger: Logger(label: "recd.mqtt"))
             return ([.init(service: bridge)], hookToken)
         } catch {
-            FileHandle.standardError.write(Data("recd: mqtt: \(error)\n".utf8))
+            _ = try? FileDescriptor.standardError.writeAll("recd: mqtt: \(error)\n".utf8)
             throw ExitCode(78)
         }
     }
@@ -47,12 +47,8 @@ extension DaemonConfiguration {
         guard mqtt.enabled else { return nil }
         var password: String?
         if !mqtt.passwordFile.isEmpty {
-            guard let text = try? String(contentsOfFile: mqtt.passwordFile, encoding: .utf8) else {
-                let reason = access(mqtt.passwordFile, R_OK) == 0 ? "not UTF-8 text" : "\(Errno(rawValue: errno))"
-                throw ConfigurationError(file: mqtt.passwordFile, line: nil, key: "mqtt.password_file",
-                                         message: "cannot be read: \(reason)")
-            }
-            password = text.trimmingCharacters(in: .newlines)
+            let text = try Recd.readText(mqtt.passwordFile, key: "mqtt.password_file")
+            password = String(text.drop(while: \.isNewline).reversed().drop(while: \.isNewline).reversed())
         }
         let hostname = MQTTBridgeConfiguration.hostname
         return MQTTBridgeConfiguration(

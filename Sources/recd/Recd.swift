@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import NIOCore
 import NIOPosix
@@ -9,6 +10,7 @@ import RecdProtocol
 import RecdServer
 import RecorderCore
 import ServiceLifecycle
+import SystemPackage
 import Systemd
 
 /// The version both binaries report.
@@ -63,19 +65,22 @@ struct Recd: AsyncParsableCommand {
         return getuid() == 0 ? .system : .user
     }
 
+    /// A file's UTF-8 text, or a configuration error that says why it cannot be read.
+    static func readText(_ path: String, key: String?) throws(ConfigurationError) -> String {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            let reason = access(path, R_OK) == 0 ? "not UTF-8 text" : "\(Errno(rawValue: errno))"
+            throw ConfigurationError(file: path, line: nil, key: key, message: "cannot be read: \(reason)")
+        }
+        return text
+    }
+
     /// Defaults for the mode, then the file, then the options.
     func loadConfiguration() throws -> DaemonConfiguration {
         let environment = ProcessInfo.processInfo.environment
         var configuration = DaemonConfiguration.defaults(for: mode, environment: environment)
         let path = config ?? DaemonConfiguration.defaultConfigPath(for: mode, environment: environment)
         if FileManager.default.fileExists(atPath: path) {
-            let text: String
-            do {
-                text = try String(contentsOfFile: path, encoding: .utf8)
-            } catch {
-                throw ConfigurationError(file: path, line: nil, key: nil, message: "cannot be read: \(error.localizedDescription)")
-            }
-            try configuration.apply(toml: text, file: path)
+            try configuration.apply(toml: try Self.readText(path, key: nil), file: path)
         } else if config != nil {
             throw ConfigurationError(file: path, line: nil, key: nil, message: "no such file")
         }
@@ -91,7 +96,7 @@ struct Recd: AsyncParsableCommand {
         do {
             configuration = try loadConfiguration()
         } catch let error as ConfigurationError {
-            FileHandle.standardError.write(Data("recd: \(error)\n".utf8))
+            _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: \(error)\n".utf8)
             throw ExitCode(78)  // EX_CONFIG
         }
         if checkConfig {
@@ -110,7 +115,7 @@ struct Recd: AsyncParsableCommand {
                                   controlGIDs: try AccessPolicy.gids(configuration.controlGroups))
             socketGroup = configuration.socketGroup.isEmpty ? nil : try AccessPolicy.gids([configuration.socketGroup]).first
         } catch {
-            FileHandle.standardError.write(Data("recd: configuration: \(error)\n".utf8))
+            _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: configuration: \(error)\n".utf8)
             throw ExitCode(78)
         }
 
@@ -120,7 +125,7 @@ struct Recd: AsyncParsableCommand {
             directoryLock = try RecordingsDirectoryLock(directory: configuration.recordingsDirectory)
         } catch {
             logger.critical("recordings directory in use", metadata: ["error": "\(error)"])
-            FileHandle.standardError.write(Data("recd: \(error)\n".utf8))
+            _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: \(error)\n".utf8)
             throw ExitCode(75)  // EX_TEMPFAIL
         }
         defer { withExtendedLifetime(directoryLock) {} }

@@ -1,11 +1,12 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Logging
 import RecdServer
 import RecorderCore
 import RecorderModel
 import ServiceLifecycle
 import Synchronization
+import SystemPackage
 import Systemd
 import UnixSignals
 
@@ -119,7 +120,7 @@ struct RecdService: Service {
 
     static func status(_ recorder: Recorder) -> String {
         let state = recorder.state.value
-        let file = state.recording.map { ($0.path as NSString).lastPathComponent } ?? ""
+        let file = state.recording.map { FilePath($0.path).lastComponent?.string ?? "" } ?? ""
         switch state {
         case .idle: return "idle"
         case .preparing: return "preparing -> \(file)"
@@ -134,7 +135,7 @@ struct RecdService: Service {
 
     static func formatElapsed(_ seconds: Double) -> String {
         let total = Int(seconds)
-        return String(format: "%02d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+        return String(printf: "%02d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
     }
 
     /// WATCHDOG=1 every half WATCHDOG_USEC, but only while capture (if running) makes progress:

@@ -487,6 +487,23 @@ struct RecctlTests {
         #expect(recd.stdout.contains(option("device")), "\(shell)")
     }
 
+    @Test(arguments: [60, 100])
+    func helpParagraphsAreWrappedToTheTerminalOnce(columns: Int) throws {
+        let help = try run(Binaries.recctl, ["--help"], environment: ["COLUMNS": String(columns)], timeout: 30)
+        #expect(help.status == 0)
+        // The discussion: from after the overview line to USAGE, in paragraphs.
+        let text = lines(help.stdout)
+        let usage = try #require(text.firstIndex { $0.hasPrefix("USAGE:") })
+        let discussion = Array(text[1..<usage])
+        #expect(discussion.contains { $0.contains("NO_COLOR") }, "\(help.stdout)")
+        for (line, next) in zip(discussion, discussion.dropFirst()) where !line.isEmpty && !next.isEmpty {
+            // Wrapped once, a line ends only where the next word would not have fit.
+            let nextWord = next.split(separator: " ").first.map(String.init) ?? ""
+            #expect(line.count <= columns && line.count + 1 + nextWord.count > columns,
+                    "ragged at \(columns) columns: '\(line)' then '\(next)'")
+        }
+    }
+
     // MARK: Helpers
 
     /// Runs recctl against `daemon`, finding the socket through RECD_SOCKET as a user would.

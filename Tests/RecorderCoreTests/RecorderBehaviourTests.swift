@@ -54,6 +54,8 @@ struct RecorderBehaviourTests {
 
     @Test func currentTimeAdvancesWhileRecordingAndEqualsTheFileDurationAtStop() throws {
         let server = try PulseServer()
+        // A live signal keeps the sink rendering in small blocks (idle, it renders 2 s at once).
+        try server.tone()
         let recorder = recorder(device: TestDevices.paced(server))
         let times = Collected<Double>()
         let token = recorder.currentTime.subscribe(delivery: .every) { times.append($0) }
