@@ -248,8 +248,3 @@ public enum WireCoding {
         return formatter.date(from: text)
     }
 }
-
-/// The version recd and recctl report.
-public enum RecdVersion {
-    public static let current = "0.1.0"
-}
