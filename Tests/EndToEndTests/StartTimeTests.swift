@@ -76,6 +76,29 @@ struct StartTimeTests {
         #expect(file.modified.timeIntervalSince(readBack) > 0.4, "the file was modified at its end, not at its start")
     }
 
+    @Test func aKilledDaemonsWAVKeepsItsBextChunkThroughRecovery() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "crash", format: .wav, sampleRate: 48000, channels: 2))
+        // Past the first header refresh (sync_interval 1 s).
+        #expect(waitForStatus(daemon) { $0.currentTime > 1.5 } != nil)
+        daemon.process.signal(SIGKILL)
+        _ = daemon.process.wait(timeout: 10)
+        let left = try #require(try BextChunk(wavPath: started.partialPath), "the .part a crash left has its bext chunk")
+
+        let next = try Daemon(device: "null", recordings: daemon.recordings)
+        let list: RecordingsListResult = try next.connect().call(.recordingsList)
+        #expect(list.recordings.map(\.file) == ["crash.wav"])
+        let recovered = try #require(try BextChunk(wavPath: daemon.recordings + "/crash.wav"))
+        #expect(recovered.timeReference == left.timeReference && recovered.originationDate == left.originationDate
+                && recovered.description == left.description, "\(recovered)")
+        let midnight = try #require(UTCTimestamp.date(recovered.originationDate)).timeIntervalSince1970
+        let start = try #require(list.recordings.first?.startedAt).timeIntervalSince1970
+        #expect(abs(start - (midnight + Double(recovered.timeReference) / 48000)) < 0.000_5)
+    }
+
     @Test func flacOpusVorbisAndCAFCarryTheStartAsVorbisCommentsOrInfo() throws {
         let input = writeCounterInput(inputs, seconds: 4)
         let daemon = try Daemon(device: TestDevices.file(input.path))
@@ -186,7 +209,10 @@ struct BextChunk: CustomStringConvertible {
         func little(_ offset: Int, _ count: Int) -> UInt64 {
             (0..<count).reduce(UInt64(0)) { $0 | UInt64(bytes[offset + $1]) << (8 * UInt64($1)) }
         }
-        guard bytes.count >= 12, text(0, 4) == "RIFF", text(8, 4) == "WAVE" else { throw TestFailure("\(wavPath) is not RIFF WAVE") }
+        // RF64 (a file over 4 GiB) walks the same way up to its data chunk.
+        guard bytes.count >= 12, ["RIFF", "RF64"].contains(text(0, 4)), text(8, 4) == "WAVE" else {
+            throw TestFailure("\(wavPath) is not a RIFF or RF64 WAVE file")
+        }
         var offset = 12
         while offset + 8 <= bytes.count {
             let identifier = text(offset, 4)
