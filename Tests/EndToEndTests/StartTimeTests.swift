@@ -14,16 +14,6 @@ import Testing
 struct StartTimeTests {
     let inputs = TemporaryDirectory()
 
-    func waitForStatus(_ daemon: Daemon, timeout: Double = 20, _ condition: (StatusResult) -> Bool) -> StatusResult? {
-        var last: StatusResult?
-        _ = waitUntil(timeout: timeout) {
-            guard let client = try? daemon.connect(), let status = try? client.call(.status) as StatusResult else { return false }
-            last = status
-            return condition(status)
-        }
-        return last.flatMap { condition($0) ? $0 : nil }
-    }
-
     func info(_ daemon: Daemon, _ name: String) throws -> RecordingFile {
         try daemon.connect().call(.recordingsInfo, RecordingNameParams(name: name))
     }
@@ -31,7 +21,7 @@ struct StartTimeTests {
     /// Records `seconds` of the counter input from the unpaced file device and waits for the end.
     func record(_ daemon: Daemon, _ params: StartParams) throws -> Recording {
         let started: Recording = try daemon.connect().call(.start, params)
-        guard waitForStatus(daemon, { $0.state.name == .finished && $0.recording?.id == started.id }) != nil else {
+        guard daemon.waitForStatus({ $0.state.name == .finished && $0.recording?.id == started.id }) != nil else {
             throw TestFailure("the recording did not finish: \(daemon.log)")
         }
         return started
@@ -45,10 +35,10 @@ struct StartTimeTests {
         // A fresh sound server starts the first capture stream of a client about a second
         // late (the file says so: its frames begin then). Warm up, as a live device would be.
         let _: Recording = try client.call(.start, StartParams(name: "warm-up", format: .wav))
-        #expect(waitForStatus(daemon) { $0.state.name == .recording && $0.currentTime > 0 } != nil)
+        #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime > 0 } != nil)
         let _: StateResult = try client.call(.cancel)
         let started: Recording = try client.call(.start, StartParams(name: "take", format: .wav, sampleRate: 48000, channels: 2))
-        #expect(waitForStatus(daemon) { $0.state.name == .recording && $0.currentTime >= 0.5 } != nil)
+        #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 0.5 } != nil)
         let _: Recording = try client.call(.stop)
         let path = daemon.recordings + "/take.wav"
 
@@ -83,7 +73,7 @@ struct StartTimeTests {
         let client = try daemon.connect()
         let started: Recording = try client.call(.start, StartParams(name: "crash", format: .wav, sampleRate: 48000, channels: 2))
         // Past the first header refresh (sync_interval 1 s).
-        #expect(waitForStatus(daemon) { $0.currentTime > 1.5 } != nil)
+        #expect(daemon.waitForStatus { $0.currentTime > 1.5 } != nil)
         daemon.process.signal(SIGKILL)
         _ = daemon.process.wait(timeout: 10)
         let left = try #require(try BextChunk(wavPath: started.partialPath), "the .part a crash left has its bext chunk")
@@ -142,7 +132,7 @@ struct StartTimeTests {
         let daemon = try Daemon(device: TestDevices.paced(server), config: "[segments]\nlength = 1\n")
         let client = try daemon.connect()
         let recording: Recording = try client.call(.start, StartParams(name: "station", format: .wav, sampleRate: 48000, channels: 2))
-        #expect(waitForStatus(daemon) { ($0.recording?.segment?.index ?? 0) >= 3 } != nil)
+        #expect(daemon.waitForStatus { ($0.recording?.segment?.index ?? 0) >= 3 } != nil)
         let _: Recording = try client.call(.stop)
         let files: [RecordingFile] = try client.call(.recordingsList, as: RecordingsListResult.self).recordings
         #expect(files.count >= 3)
@@ -173,7 +163,7 @@ struct StartTimeTests {
         let daemon = try Daemon(device: TestDevices.paced(server))
         let _: Recording = try daemon.connect().call(.start, StartParams(name: "drift", format: .wav, sampleRate: 48000, channels: 2))
         // The figure needs minima spanning 4 s; on a loaded machine allow far more.
-        let status = try #require(waitForStatus(daemon, timeout: 30) { $0.statistics.deviceClockDriftPPM != nil },
+        let status = try #require(daemon.waitForStatus(timeout: 30) { $0.statistics.deviceClockDriftPPM != nil },
                                   "a drift figure is published: \(daemon.log)")
         let drift = try #require(status.statistics.deviceClockDriftPPM)
         // The null sink is timed by the same monotonic clock recd measures with: its true drift
