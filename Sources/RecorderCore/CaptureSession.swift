@@ -51,10 +51,11 @@ final class CaptureSession: @unchecked Sendable {
     private var segmentStartLost: Int64 = 0
     private var firstRead = true
     /// When frame 0 was captured (seconds since 1970), as the earliest of the estimates "read
-    /// time less the frames captured" over the last segment: a read that came late (a busy
-    /// machine) only makes an estimate later, so the minimum is the least delayed one; taking
-    /// it afresh every segment follows the device clock's drift against the wall clock.
-    /// Times every boundary as `anchor + frames written / rate`.
+    /// time less the frames captured (read, and still in the device's buffer)" over the last
+    /// segment: a read that came late (a busy machine) only makes an estimate later, so the
+    /// minimum is the least delayed one; taking it afresh every segment follows the device
+    /// clock's drift against the wall clock. Times every boundary as `anchor + frames written
+    /// / rate`, and each file's recorded start (its first read's estimate for the first file).
     private var anchor = Double.infinity
     private var anchorWindow = Double.infinity
     /// After a pause: the next read sets the anchor afresh.
@@ -334,10 +335,10 @@ final class CaptureSession: @unchecked Sendable {
                 lastProgress.store(readUptime, ordering: .relaxed)
                 if got == 0 { continue }
                 // Frames the device holds beyond this read were captured before now as well.
-                let captured = framesCaptured.load(ordering: .relaxed) + Int64(got) + Int64(Swift.max(0, available - got))
-                let estimate = Date().timeIntervalSince1970 - Double(captured) / Double(configuration.sampleRate)
+                let capturedByNow = framesCaptured.load(ordering: .relaxed) + Int64(got) + Int64(Swift.max(0, available - got))
+                let estimate = Date().timeIntervalSince1970 - Double(capturedByNow) / Double(configuration.sampleRate)
                 if reanchor { drift.restart() }
-                if drift.add(uptimeNanoseconds: readUptime, frames: captured), let ppm = drift.partsPerMillion {
+                if drift.add(uptimeNanoseconds: readUptime, frames: capturedByNow), let ppm = drift.partsPerMillion {
                     driftPartsPerMillion.store(ppm.bitPattern, ordering: .relaxed)
                 }
                 anchorWindow = Swift.min(anchorWindow, estimate)

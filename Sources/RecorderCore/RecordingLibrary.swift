@@ -53,7 +53,7 @@ public struct RecordingLibrary: Sendable {
     }
 
     private static func startTime(_ reader: SoundFileReader) -> Date? {
-        if let bext = reader.broadcastInfo { return bext.startTime(sampleRate: reader.info.sampleRate) }
+        if let start = reader.broadcastInfo?.startTime(sampleRate: reader.info.sampleRate) { return start }
         return reader.string(.date).flatMap(UTCTimestamp.date)
     }
 
