@@ -46,8 +46,11 @@ extension SoundFileWriter: AudioFileWriter {
             try? setString(.software, origin.software)
             try? setString(.comment, origin.comment)
         case .mpeg:
-            // libsndfile's MP3 writer keeps no more than the year (ID3 TYER): nothing precise.
-            break
+            // ID3 (written with the first frame): a date keeps only its year there, so the
+            // comment, which names the start to the millisecond, is what reads back.
+            try? setString(.date, origin.startText)
+            try? setString(.title, origin.recordingName)
+            try? setString(.comment, origin.comment)
         }
     }
 }
@@ -63,8 +66,16 @@ extension MPEG4AudioWriter: AudioFileWriter {
 }
 
 extension FileOrigin {
-    /// The free-text line the formats with a comment field carry.
-    var comment: String { "recorded by \(software) from \(device); first frame at \(startText)" }
+    /// The free-text line the formats with a comment field carry; it ends with the start.
+    var comment: String { "recorded by \(software) from \(device); \(Self.startMarker)\(startText)" }
+
+    static let startMarker = "first frame at "
+
+    /// The start a comment written as `comment` names (an MP3's only precise start).
+    static func start(inComment comment: String) -> Date? {
+        guard let range = comment.range(of: startMarker, options: .backwards) else { return nil }
+        return UTCTimestamp.date(String(comment[range.upperBound...]))
+    }
 }
 
 extension BroadcastInfo {

@@ -40,8 +40,9 @@ public struct RecordingLibrary: Sendable {
     /// The wall-clock time of the first frame of the file at `path`, as the file records it:
     /// a WAV's `bext` chunk (OriginationDate plus TimeReference), the `DATE` Vorbis comment
     /// (FLAC, Opus, Vorbis), CAF's `info` date, an .m4a's `date` tag or else its
-    /// `creation_time` (whole seconds). Nil for a file that carries none (MP3, files from
-    /// other programs without one). Reads the file's header only; never its modification time.
+    /// `creation_time` (whole seconds), an MP3's ID3 comment as recd writes it. Nil for a file
+    /// that carries none (other programs' files without one). Reads the file's header only;
+    /// never its modification time.
     public static func startTime(ofFile path: String) -> Date? {
         let fileExtension = (path as NSString).pathExtension
         if fileExtension == AudioFileFormat.aac.fileExtension {
@@ -54,7 +55,9 @@ public struct RecordingLibrary: Sendable {
 
     private static func startTime(_ reader: SoundFileReader) -> Date? {
         if let start = reader.broadcastInfo?.startTime(sampleRate: reader.info.sampleRate) { return start }
-        return reader.string(.date).flatMap(UTCTimestamp.date)
+        if let start = reader.string(.date).flatMap(UTCTimestamp.date) { return start }
+        // An MP3's ID3 date is a year: recd's comment names the start.
+        return reader.string(.comment).flatMap(FileOrigin.start(inComment:))
     }
 
     private static func startTime(mpeg4Tags tags: [String: String]) -> Date? {

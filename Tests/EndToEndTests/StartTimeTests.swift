@@ -110,6 +110,20 @@ struct StartTimeTests {
         }
     }
 
+    @Test func anMP3NamesItsStartInItsID3Comment() throws {
+        let input = writeCounterInput(inputs, seconds: 4)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        _ = try record(daemon, StartParams(name: "clip", format: .mp3, sampleRate: 48000, channels: 2, duration: 0.5))
+        let file = try info(daemon, "clip")
+        let reader = try SoundFileReader(path: file.path)
+        #expect(reader.string(.title) == "clip")
+        let comment = try #require(reader.string(.comment), "the MP3 has an ID3 comment")
+        let text = try #require(comment.split(separator: " ").last.map(String.init), "\(comment)")
+        let start = try #require(UTCTimestamp.date(text), "\(comment)")
+        #expect(abs(start.timeIntervalSinceNow) < 60, "a time near now: \(comment)")
+        #expect(abs((file.startedAt ?? .distantPast).timeIntervalSince(start)) < 0.000_5, "recordings.info reads it back")
+    }
+
     @Test func anM4AHasItsCreationTimeAndPreciseDateForFFprobe() throws {
         let input = writeCounterInput(inputs, seconds: 4)
         let daemon = try Daemon(device: TestDevices.file(input.path))
