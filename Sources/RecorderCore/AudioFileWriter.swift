@@ -73,8 +73,8 @@ extension FileOrigin {
 
     /// The start a comment written as `comment` names (an MP3's only precise start).
     static func start(inComment comment: String) -> Date? {
-        guard let range = comment.range(of: startMarker, options: .backwards) else { return nil }
-        return UTCTimestamp.date(String(comment[range.upperBound...]))
+        guard let time = comment.split(separator: " ").last, comment.dropLast(time.count).hasSuffix(startMarker) else { return nil }
+        return UTCTimestamp.date(String(time))
     }
 }
 
