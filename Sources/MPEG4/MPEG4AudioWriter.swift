@@ -64,6 +64,10 @@ public final class MPEG4AudioWriter {
     /// The first write error: every later write throws it, and `close()` reports it.
     private var failure: MPEG4Error?
     private var closed = false
+    /// The header waits for the first frame (or `close()`), so that tags set before it, such
+    /// as the first frame's time, are in it: libavformat reads `creation_time` only then.
+    private var headerWritten = false
+    private let fragmentDuration: Double
 
     private enum PlaneFormat { case float, int16, int32 }
 
@@ -120,16 +124,7 @@ public final class MPEG4AudioWriter {
             try check(av.avcodec_parameters_from_context(stream.pointee.codecpar, context), "cannot describe the stream", path: path)
             stream.pointee.time_base = context.pointee.time_base
             try check(av.avio_open(&format.pointee.pb, path, AVIO_FLAG_WRITE), "cannot open for writing", path: path)
-            var options: OpaquePointer?
-            defer { av.av_dict_free(&options) }
-            // empty_moov: fragmented from the start. delay_moov: the moov waits for the first
-            // fragment, so its edit list knows the encoder delay (the first packet's negative
-            // timestamp). frag_duration: a fragment per second of audio at the latest
-            // (frag_keyframe alone would never cut one: every audio packet is a keyframe).
-            av.av_dict_set(&options, "movflags", "empty_moov+delay_moov+default_base_moof", 0)
-            av.av_dict_set(&options, "frag_duration", String(Int(fragmentDuration * 1_000_000)), 0)
-            av.av_dict_set(&options, "movie_timescale", String(sampleRate), 0)
-            try check(av.avformat_write_header(format, &options), "cannot write the MP4 header", path: path)
+            self.fragmentDuration = fragmentDuration
 
             guard let frame = av.av_frame_alloc(), let packet = av.av_packet_alloc() else { throw MPEG4Error(path: path, message: "out of memory") }
             resources.frame = frame
@@ -147,8 +142,6 @@ public final class MPEG4AudioWriter {
             self.packet = packet
             self.resources = resources
             syncDescriptor = fd
-            try flushToFile()
-            headerLength = completeLength
         } catch {
             resources.release()
             Glibc.close(fd)
@@ -165,6 +158,34 @@ public final class MPEG4AudioWriter {
     }
 
     // MARK: Writing
+
+    /// Sets a file-level tag: `creation_time` (ISO 8601, kept to the second in `mvhd`), or one
+    /// the `ipod` muxer writes as an iTunes tag (`title`, `comment`, `date`, `encoder`...).
+    /// Before the first frame: later ones are ignored (false).
+    @discardableResult
+    public func setTag(_ key: String, _ value: String) -> Bool {
+        guard !headerWritten, !closed else { return false }
+        return av.av_dict_set(&formatContext.pointee.metadata, key, value, 0) >= 0
+    }
+
+    private func writeHeaderIfNeeded() throws(MPEG4Error) {
+        guard !headerWritten else { return }
+        headerWritten = true
+        try remembering { () throws(MPEG4Error) in
+            var options: OpaquePointer?
+            defer { av.av_dict_free(&options) }
+            // empty_moov: fragmented from the start. delay_moov: the moov waits for the first
+            // fragment, so its edit list knows the encoder delay (the first packet's negative
+            // timestamp). frag_duration: a fragment per second of audio at the latest
+            // (frag_keyframe alone would never cut one: every audio packet is a keyframe).
+            av.av_dict_set(&options, "movflags", "empty_moov+delay_moov+default_base_moof", 0)
+            av.av_dict_set(&options, "frag_duration", String(Int(fragmentDuration * 1_000_000)), 0)
+            av.av_dict_set(&options, "movie_timescale", String(sampleRate), 0)
+            try check(av.avformat_write_header(formatContext, &options), "cannot write the MP4 header", path: path)
+            try flushToFile()
+            headerLength = completeLength
+        }
+    }
 
     /// Interleaved 16-bit samples.
     public func write(_ samples: UnsafePointer<Int16>, frames: Int) throws(MPEG4Error) {
@@ -203,6 +224,7 @@ public final class MPEG4AudioWriter {
     private func append<Source, Target>(_ source: UnsafePointer<Source>, frames: Int,
                                         _ convert: (Source) -> Target) throws(MPEG4Error) {
         if let failure { throw failure }
+        if !headerWritten { try writeHeaderIfNeeded() }
         var done = 0
         while done < frames {
             if filled == 0 {
@@ -307,6 +329,7 @@ public final class MPEG4AudioWriter {
     public func close() throws(MPEG4Error) {
         guard !closed else { return }
         closed = true
+        if failure == nil { try? writeHeaderIfNeeded() }
         if failure == nil {
             try? remembering { () throws(MPEG4Error) in
                 if filled > 0 { try encodeBlock() }

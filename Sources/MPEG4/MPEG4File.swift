@@ -34,6 +34,8 @@ public enum MPEG4FileRewriter {
             }
             resources.packet = packet
             resources.pendingPacket = pending
+            // The tags (the first frame's time among them) go along; the muxer writes its own encoder.
+            av.av_dict_copy(&output.pointee.metadata, input.pointee.metadata, 0)
             try check(av.avio_open(&output.pointee.pb, temporary, AVIO_FLAG_WRITE), "cannot create", path: temporary)
             var options: OpaquePointer?
             defer { av.av_dict_free(&options) }
@@ -165,6 +167,8 @@ public struct MPEG4AudioInfo: Sendable, Equatable {
     public var channels: Int
     /// The declared length in frames: the edit list's, without the encoder delay.
     public var frames: Int64
+    /// The file's tags as libavformat reads them (`creation_time`, `date`, `title`...).
+    public var tags: [String: String]
 
     public init(path: String) throws(MPEG4Error) {
         let av = try loadFFmpeg(for: path)
@@ -175,6 +179,13 @@ public struct MPEG4AudioInfo: Sendable, Equatable {
         try check(av.avformat_find_stream_info(input, nil), "cannot read the stream description", path: path)
         let index = try check(av.av_find_best_stream(input, AVMEDIA_TYPE_AUDIO, -1, -1, nil, 0), "has no audio stream", path: path)
         let stream = input.pointee.streams[Int(index)]!
+        var tags: [String: String] = [:]
+        var entry: UnsafeMutablePointer<AVDictionaryEntry>?
+        while let next = av.av_dict_get(input.pointee.metadata, "", entry, AV_DICT_IGNORE_SUFFIX) {
+            tags[String(cString: next.pointee.key)] = String(cString: next.pointee.value)
+            entry = next
+        }
+        self.tags = tags
         let parameters = stream.pointee.codecpar.pointee
         codecName = av.avcodec_get_name(parameters.codec_id).map { String(cString: $0) } ?? "unknown"
         sampleRate = Int(parameters.sample_rate)

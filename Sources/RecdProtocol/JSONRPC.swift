@@ -234,7 +234,8 @@ public enum WireCoding {
 
     /// RFC 3339 with milliseconds, UTC.
     public static func formatDate(_ date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        // Rounded, as in the files' own start times (ISO8601FormatStyle truncates).
+        UTCTimestamp.text(date)
     }
 
     /// RFC 3339, with or without fractional seconds, any offset.
@@ -242,9 +243,4 @@ public enum WireCoding {
         (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text))
             ?? (try? Date.ISO8601FormatStyle().parse(text))
     }
-}
-
-/// The version recd and recctl report.
-public enum RecdVersion {
-    public static let current = "0.1.0"
 }

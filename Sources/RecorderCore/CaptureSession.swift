@@ -52,14 +52,17 @@ final class CaptureSession: @unchecked Sendable {
     private var segmentStartLost: Int64 = 0
     private var firstRead = true
     /// When frame 0 was captured (seconds since 1970), as the earliest of the estimates "read
-    /// time less the frames captured" over the last segment: a read that came late (a busy
-    /// machine) only makes an estimate later, so the minimum is the least delayed one; taking
-    /// it afresh every segment follows the device clock's drift against the wall clock.
-    /// Times every boundary as `anchor + frames written / rate`.
+    /// time less the frames captured (read, and still in the device's buffer)" over the last
+    /// segment: a read that came late (a busy machine) only makes an estimate later, so the
+    /// minimum is the least delayed one; taking it afresh every segment follows the device
+    /// clock's drift against the wall clock. Times every boundary as `anchor + frames written
+    /// / rate`, and each file's recorded start (its first read's estimate for the first file).
     private var anchor = Double.infinity
     private var anchorWindow = Double.infinity
     /// After a pause: the next read sets the anchor afresh.
     private var reanchor = false
+    /// The device clock against the monotonic clock, fed by every read.
+    private var drift: ClockDriftEstimator
     let configuration: PCMConfiguration
     let fileRate: Int
     let fileChannels: Int
@@ -93,6 +96,8 @@ final class CaptureSession: @unchecked Sendable {
     let lastSignal = Atomic<UInt64>(0)
     /// Uptime (ns) of the last successful read: the watchdog's proof of progress.
     let lastProgress = Atomic<UInt64>(0)
+    /// The drift estimate's bit pattern; NaN until there is one.
+    private let driftPartsPerMillion = Atomic<UInt64>(Double.nan.bitPattern)
     private let request = NIOLockedValueBox<Request>(.none)
     private let acknowledged = DispatchSemaphore(value: 0)
     private let wake = DispatchSemaphore(value: 0)
@@ -109,6 +114,11 @@ final class CaptureSession: @unchecked Sendable {
     var started: Bool { startedFlag.load(ordering: .acquiring) }
     /// Whether the capture thread has ended.
     var hasEnded: Bool { isEnded }
+    /// The device clock's drift against the monotonic clock (ppm); nil until it is stable.
+    var deviceClockDriftPPM: Double? {
+        let value = Double(bitPattern: driftPartsPerMillion.load(ordering: .relaxed))
+        return value.isNaN ? nil : value
+    }
 
     init(pcm: CapturePCM, configuration: PCMConfiguration, writer: any AudioFileWriter, segment: Segment,
          files: SegmentFileFactory, clock: SegmentClock,
@@ -128,6 +138,7 @@ final class CaptureSession: @unchecked Sendable {
         self.fileRate = fileRate
         self.fileChannels = fileChannels
         self.frameLimit = frameLimit
+        self.drift = ClockDriftEstimator(rate: configuration.sampleRate)
         self.meter = metering ? LevelMeter(channels: fileChannels) : nil
         self.syncIntervalNanoseconds = UInt64(Swift.max(0.001, syncInterval) * 1_000_000_000)
         // Read whole periods when the device paces us; larger chunks when it has more ready
@@ -311,7 +322,8 @@ final class CaptureSession: @unchecked Sendable {
             }
             do {
                 guard try pcm.wait(timeoutMilliseconds: 100) else { continue }
-                var frames = Swift.min(Swift.max(try pcm.available(), configuration.periodFrames), chunkFrames)
+                let available = try pcm.available()
+                var frames = Swift.min(Swift.max(available, configuration.periodFrames), chunkFrames)
                 if converter == nil, let frameLimit {
                     // At the device's own format, read no more than the file will take.
                     frames = Swift.min(frames, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
@@ -320,8 +332,13 @@ final class CaptureSession: @unchecked Sendable {
                 let readUptime = Self.uptime()
                 lastProgress.store(readUptime, ordering: .relaxed)
                 if got == 0 { continue }
-                let captured = framesCaptured.load(ordering: .relaxed) + Int64(got)
-                let estimate = Date().timeIntervalSince1970 - Double(captured) / Double(configuration.sampleRate)
+                // Frames the device holds beyond this read were captured before now as well.
+                let capturedByNow = framesCaptured.load(ordering: .relaxed) + Int64(got) + Int64(Swift.max(0, available - got))
+                let estimate = Date().timeIntervalSince1970 - Double(capturedByNow) / Double(configuration.sampleRate)
+                if reanchor { drift.restart() }
+                if drift.add(uptimeNanoseconds: readUptime, frames: capturedByNow), let ppm = drift.partsPerMillion {
+                    driftPartsPerMillion.store(ppm.bitPattern, ordering: .relaxed)
+                }
                 anchorWindow = Swift.min(anchorWindow, estimate)
                 if reanchor || anchor == .infinity {
                     reanchor = false
@@ -337,6 +354,7 @@ final class CaptureSession: @unchecked Sendable {
                     if segment.gapBefore != nil { segment.gapBefore?.end = start }
                     segmentTarget = clock.frames(startingAt: start, follows: false)
                     nameAfterStart()
+                    writer.stampOrigin(origin(startedAt: start))
                     currentSegment.withLock { $0 = segment }
                     segmentStarted()
                 }
@@ -395,6 +413,11 @@ final class CaptureSession: @unchecked Sendable {
         segment.path = wanted
     }
 
+    /// What a file whose first frame was captured at `time` says about its origin.
+    private func origin(startedAt time: Date) -> FileOrigin {
+        FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: pcm.name)
+    }
+
     /// When the frame after the last one written was captured: the next segment's start.
     private func boundaryTime() -> Date {
         // The least delayed estimate over the segment that ends here.
@@ -407,6 +430,7 @@ final class CaptureSession: @unchecked Sendable {
     /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
     private func rotate(at time: Date, reason: SegmentEnd) throws(RecorderError) -> Segment {
         let next = try files.create(index: segment.index + 1, startedAt: time)
+        next.0.stampOrigin(origin(startedAt: time))
         let closed = finalSegment(endedAt: time, reason: reason)
         let old = HandedOver(writer)
         writer = next.0
@@ -453,7 +477,10 @@ final class CaptureSession: @unchecked Sendable {
             framesLost.add(Int64(seconds * Double(configuration.sampleRate)), ordering: .relaxed)
         }
         try pcm.recover(from: error)
-        if error.code == -EPIPE || error.code == -ESTRPIPE { xruns.add(1, ordering: .relaxed) }
+        if error.code == -EPIPE || error.code == -ESTRPIPE {
+            xruns.add(1, ordering: .relaxed)
+            drift.restart()  // the lost frames broke the count against the clock
+        }
     }
 
     /// Stops the device and waits for resume or stop. Returns an outcome if the thread must end.

@@ -149,6 +149,8 @@ public final class Recorder: @unchecked Sendable {
         var segmentsClosed = 0
         var gaps: [Gap] = []
         var lastClosed: Segment?
+        /// The last capture session's drift figure, kept once it ended.
+        var deviceClockDriftPPM: Double?
     }
 
     public init(configuration: RecorderConfiguration, logger: Logger = Logger(label: "recd.recorder")) {
@@ -646,6 +648,7 @@ public final class Recorder: @unchecked Sendable {
             ledger.xruns += session.xruns.load(ordering: .relaxed)
             ledger.framesLost += session.framesLost.load(ordering: .relaxed)
             ledger.framesCaptured += session.framesCaptured.load(ordering: .relaxed)
+            ledger.deviceClockDriftPPM = session.deviceClockDriftPPM ?? ledger.deviceClockDriftPPM
             return ledger
         }
         recording.frames = totals.frames
@@ -890,7 +893,8 @@ public final class Recorder: @unchecked Sendable {
         statistics.send(CaptureStatistics(xruns: totals.xruns + session.xruns.load(ordering: .relaxed),
                                           framesLost: totals.framesLost + session.framesLost.load(ordering: .relaxed),
                                           framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
-                                          segmentsClosed: totals.segmentsClosed, gaps: totals.gaps))
+                                          segmentsClosed: totals.segmentsClosed, gaps: totals.gaps,
+                                          deviceClockDriftPPM: session.deviceClockDriftPPM ?? totals.deviceClockDriftPPM))
         checkSilence(of: session)
     }
 
@@ -900,7 +904,7 @@ public final class Recorder: @unchecked Sendable {
         currentTime.send(Double(totals.frames) / Double(rate))
         statistics.send(CaptureStatistics(xruns: totals.xruns, framesLost: totals.framesLost,
                                           framesCaptured: totals.framesCaptured, segmentsClosed: totals.segmentsClosed,
-                                          gaps: totals.gaps))
+                                          gaps: totals.gaps, deviceClockDriftPPM: totals.deviceClockDriftPPM))
     }
 
     /// "Running but recording nothing": every sample exactly zero for `silenceWarningAfter`.

@@ -28,6 +28,40 @@ public struct RecordingLibrary: Sendable {
         public var modified: Date
         /// The recording (session) and segment it is, when recd's session log knows the file.
         public var segment: Segment?
+        /// The wall-clock time of the file's first frame as the file itself records it
+        /// (`RecordingLibrary.startTime(ofFile:)`); nil for a file that does not say.
+        public var recordedStart: Date?
+
+        /// When the file's first frame was captured: what the file says, else what recd's
+        /// session log says (files from before recd wrote it into them); nil if neither knows.
+        public var startedAt: Date? { recordedStart ?? segment?.startedAt }
+    }
+
+    /// The wall-clock time of the first frame of the file at `path`, as the file records it:
+    /// a WAV's `bext` chunk (OriginationDate plus TimeReference), the `DATE` Vorbis comment
+    /// (FLAC, Opus, Vorbis), CAF's `info` date, an .m4a's `date` tag or else its
+    /// `creation_time` (whole seconds), an MP3's ID3 comment as recd writes it. Nil for a file
+    /// that carries none (other programs' files without one). Reads the file's header only;
+    /// never its modification time.
+    public static func startTime(ofFile path: String) -> Date? {
+        let fileExtension = FilePath(path).extension ?? ""
+        if fileExtension == AudioFileFormat.aac.fileExtension {
+            guard let info = try? MPEG4AudioInfo(path: path) else { return nil }
+            return startTime(mpeg4Tags: info.tags)
+        }
+        guard let reader = try? SoundFileReader(path: path) else { return nil }
+        return startTime(reader)
+    }
+
+    private static func startTime(_ reader: SoundFileReader) -> Date? {
+        if let start = reader.broadcastInfo?.startTime(sampleRate: reader.info.sampleRate) { return start }
+        if let start = reader.string(.date).flatMap(UTCTimestamp.date) { return start }
+        // An MP3's ID3 date is a year: recd's comment names the start.
+        return reader.string(.comment).flatMap(FileOrigin.start(inComment:))
+    }
+
+    private static func startTime(mpeg4Tags tags: [String: String]) -> Date? {
+        tags["date"].flatMap(UTCTimestamp.date) ?? tags["creation_time"].flatMap(UTCTimestamp.date)
     }
 
     /// Where recd logs each closed segment, one JSON object per line per session: what groups
@@ -88,7 +122,7 @@ public struct RecordingLibrary: Sendable {
             sessionStart[segment.recordingId] = min(sessionStart[segment.recordingId] ?? segment.startedAt, segment.startedAt)
         }
         func key(_ entry: Entry) -> (Date, String, Int, String) {
-            guard let segment = entry.segment else { return (entry.modified, "", 0, entry.file) }
+            guard let segment = entry.segment else { return (entry.startedAt ?? entry.modified, "", 0, entry.file) }
             return (sessionStart[segment.recordingId]!, segment.recordingId, segment.index, entry.file)
         }
         return entries.sorted { key($0) < key($1) }
@@ -251,16 +285,17 @@ public struct RecordingLibrary: Sendable {
         let path = directory + "/" + file
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
               attributes[.type] as? FileAttributeType == .typeRegular,
-              let (format, info) = Self.read(path: path, fileExtension: FilePath(file).extension ?? "")
+              let (format, info, start) = Self.read(path: path, fileExtension: FilePath(file).extension ?? "")
         else { return nil }
         return Entry(name: FilePath(file).stem ?? "", file: file, path: path, format: format,
                      info: info, size: (attributes[.size] as? any BinaryInteger).map { Int64($0) } ?? 0,
-                     modified: attributes[.modificationDate] as? Date ?? Date(timeIntervalSince1970: 0))
+                     modified: attributes[.modificationDate] as? Date ?? Date(timeIntervalSince1970: 0),
+                     recordedStart: start)
     }
 
-    /// The format and contents of a file: .m4a through libavformat (AAC or ALAC is in the
-    /// file, not its name), everything else through libsndfile.
-    private static func read(path: String, fileExtension: String) -> (AudioFileFormat, SoundFileInfo)? {
+    /// The format, contents and recorded start of a file: .m4a through libavformat (AAC or
+    /// ALAC is in the file, not its name), everything else through libsndfile.
+    private static func read(path: String, fileExtension: String) -> (AudioFileFormat, SoundFileInfo, Date?)? {
         if fileExtension == AudioFileFormat.aac.fileExtension {
             guard let info = try? MPEG4AudioInfo(path: path) else { return nil }
             let format: AudioFileFormat
@@ -270,12 +305,13 @@ public struct RecordingLibrary: Sendable {
             default: return nil
             }
             return (format, SoundFileInfo(frames: info.frames, sampleRate: info.sampleRate, channels: info.channels,
-                                          formatName: format == .aac ? "MPEG-4 (AAC)" : "MPEG-4 (Apple Lossless)"))
+                                          formatName: format == .aac ? "MPEG-4 (AAC)" : "MPEG-4 (Apple Lossless)"),
+                    startTime(mpeg4Tags: info.tags))
         }
         guard let reader = try? SoundFileReader(path: path),
               let format = AudioFileFormat.allCases.first(where: { $0.fileExtension == fileExtension })
         else { return nil }
-        return (format, reader.info)
+        return (format, reader.info, startTime(reader))
     }
 }
 

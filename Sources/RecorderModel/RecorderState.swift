@@ -223,19 +223,26 @@ public struct CaptureStatistics: Sendable, Equatable, Codable {
     public var segmentsClosed: Int
     /// Times the device went away, in order; the last one is open while waiting.
     public var gaps: [Gap]
+    /// How fast the device's sample clock runs against the system's monotonic clock, in parts
+    /// per million: +50 means it delivers 50 frames per million more than its nominal rate
+    /// (48 000 Hz that is really 48 002.4 Hz). A line fitted through the least delayed read of
+    /// each second; nil until the current capture has run long enough for a stable figure.
+    public var deviceClockDriftPPM: Double?
 
-    public init(xruns: Int = 0, framesLost: Int64 = 0, framesCaptured: Int64 = 0, segmentsClosed: Int = 0, gaps: [Gap] = []) {
+    public init(xruns: Int = 0, framesLost: Int64 = 0, framesCaptured: Int64 = 0, segmentsClosed: Int = 0, gaps: [Gap] = [],
+                deviceClockDriftPPM: Double? = nil) {
         self.xruns = xruns
         self.framesLost = framesLost
         self.framesCaptured = framesCaptured
         self.segmentsClosed = segmentsClosed
         self.gaps = gaps
+        self.deviceClockDriftPPM = deviceClockDriftPPM
     }
 
     /// Seconds without capture, over every gap.
     public var gapSeconds: Double { gaps.reduce(0) { $0 + $1.duration } }
 
-    private enum CodingKeys: String, CodingKey { case xruns, framesLost, framesCaptured, segmentsClosed, gaps }
+    private enum CodingKeys: String, CodingKey { case xruns, framesLost, framesCaptured, segmentsClosed, gaps, deviceClockDriftPPM }
 
     public init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -244,5 +251,6 @@ public struct CaptureStatistics: Sendable, Equatable, Codable {
         framesCaptured = try container.decode(Int64.self, forKey: .framesCaptured)
         segmentsClosed = try container.decodeIfPresent(Int.self, forKey: .segmentsClosed) ?? 0
         gaps = try container.decodeIfPresent([Gap].self, forKey: .gaps) ?? []
+        deviceClockDriftPPM = try container.decodeIfPresent(Double.self, forKey: .deviceClockDriftPPM)
     }
 }

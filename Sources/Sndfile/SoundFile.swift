@@ -54,9 +54,53 @@ public struct SoundFileFormat: Sendable, Equatable {
     }
 }
 
+/// The fields of a BWF `bext` chunk that recd writes and reads (EBU Tech 3285 v2).
+public struct BroadcastInfo: Sendable, Equatable {
+    /// Free text, at most 256 bytes.
+    public var description: String
+    /// Who made the file, at most 32 bytes.
+    public var originator: String
+    /// A reference unique to the originator, at most 32 bytes.
+    public var originatorReference: String
+    /// `yyyy-mm-dd`.
+    public var originationDate: String
+    /// `hh:mm:ss`.
+    public var originationTime: String
+    /// The first frame's position: frames since midnight at the file's rate.
+    public var timeReference: UInt64
+
+    public init(description: String, originator: String, originatorReference: String, originationDate: String,
+                originationTime: String, timeReference: UInt64) {
+        self.description = description
+        self.originator = originator
+        self.originatorReference = originatorReference
+        self.originationDate = originationDate
+        self.originationTime = originationTime
+        self.timeReference = timeReference
+    }
+}
+
+/// libsndfile's text fields. Each container names them its own way: Vorbis comments (FLAC,
+/// Ogg) `TITLE`, `COMMENT`, `DATE`, and for `software` `ENCODER` (Opus), `SOFTWARE` (Vorbis)
+/// or `software` (FLAC); CAF's `info` chunk the same names in lower case.
+public enum SoundFileString: Sendable, CaseIterable {
+    case title, comment, software, date
+
+    var rawValue: Int32 {
+        switch self {
+        case .title: Int32(SF_STR_TITLE)
+        case .comment: Int32(SF_STR_COMMENT)
+        case .software: Int32(SF_STR_SOFTWARE)
+        case .date: Int32(SF_STR_DATE)
+        }
+    }
+}
+
 /// Writes one audio file. Not thread-safe except `sync()`, which only touches the descriptor.
 public final class SoundFileWriter {
     public let path: String
+    public let format: SoundFileFormat
+    public let sampleRate: Int
     private let handle: OpaquePointer
     private let fd: Int32
     private var closed = false
@@ -72,6 +116,8 @@ public final class SoundFileWriter {
     public init(path: String, format: SoundFileFormat, sampleRate: Int, channels: Int,
                 compressionLevel: Double? = nil, variableBitRate: Bool = false) throws(SndfileError) {
         self.path = path
+        self.format = format
+        self.sampleRate = sampleRate
         let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw SndfileError(path: path, message: "cannot create file", errno: Glibc.errno) }
         var info = SF_INFO(frames: 0, samplerate: Int32(sampleRate), channels: Int32(channels),
@@ -135,6 +181,23 @@ public final class SoundFileWriter {
         let savedErrno = Glibc.errno
         guard written == sf_count_t(frames) else {
             throw SndfileError(path: path, message: String(cString: sf_strerror(handle)), errno: savedErrno)
+        }
+    }
+
+    /// Gives a WAV or RF64 file its `bext` chunk (libsndfile adds a coding history line).
+    /// Before the first frame: libsndfile refuses it once data is written.
+    public func setBroadcastInfo(_ info: BroadcastInfo) throws(SndfileError) {
+        guard recd_sf_set_broadcast_info(handle, info.description, info.originator, info.originatorReference,
+                                         info.originationDate, info.originationTime, info.timeReference) == Int32(SF_TRUE)
+        else { throw SndfileError(path: path, message: "cannot set the bext chunk: " + String(cString: sf_strerror(handle)), errno: nil) }
+    }
+
+    /// Sets a text field (a Vorbis comment, a CAF `info` entry). Before the first frame:
+    /// FLAC and Ogg write them with the stream header.
+    public func setString(_ field: SoundFileString, _ value: String) throws(SndfileError) {
+        let result = sf_set_string(handle, field.rawValue, value)
+        guard result == 0 else {
+            throw SndfileError(path: path, message: "cannot set a text field: " + String(cString: sf_error_number(result)), errno: nil)
         }
     }
 
@@ -204,6 +267,24 @@ public final class SoundFileReader {
     }
 
     deinit { sf_close(handle) }
+
+    /// The file's `bext` chunk (WAV, RF64), if it has one.
+    public var broadcastInfo: BroadcastInfo? {
+        var fields = recd_broadcast_fields()
+        guard recd_sf_get_broadcast_info(handle, &fields) == 1 else { return nil }
+        func text<T>(_ tuple: inout T) -> String {
+            withUnsafeBytes(of: &tuple) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        }
+        return BroadcastInfo(description: text(&fields.description), originator: text(&fields.originator),
+                             originatorReference: text(&fields.originator_reference),
+                             originationDate: text(&fields.origination_date), originationTime: text(&fields.origination_time),
+                             timeReference: UInt64(fields.time_reference))
+    }
+
+    /// A text field the file carries (Vorbis comment, CAF `info`, RIFF `INFO`), if it has it.
+    public func string(_ field: SoundFileString) -> String? {
+        sf_get_string(handle, field.rawValue).map { String(cString: $0) }
+    }
 
     /// Reads every remaining frame as interleaved 32-bit integers (16-bit data lands in the top bits).
     public func readAllInt32() -> [Int32] {

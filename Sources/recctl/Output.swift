@@ -141,6 +141,9 @@ enum Output {
             if status.levels.clipCount > 0 { rows.append(("clipped", red("\(status.levels.clipCount) samples"))) }
         }
         rows.append(("xruns", "\(status.statistics.xruns)" + (status.statistics.framesLost > 0 ? " (\(status.statistics.framesLost) frames lost)" : "")))
+        if status.recording != nil, let drift = status.statistics.deviceClockDriftPPM {
+            rows.append(("clock", clockDrift(drift)))
+        }
         if status.recording != nil, status.statistics.segmentsClosed > 0 || !status.statistics.gaps.isEmpty {
             var session = "\(status.statistics.segmentsClosed) segment(s) closed"
             let gaps = status.statistics.gaps
@@ -195,11 +198,21 @@ enum Output {
         for row in rows { line(render(row)) }
     }
 
+    /// "device clock +12.5 ppm against the system clock"; yellow beyond 100 ppm (0.36 s an
+    /// hour), which no working crystal reaches: a device whose rate is not what it says.
+    static func clockDrift(_ ppm: Double) -> String {
+        let tenths = Int((ppm * 10).rounded())
+        let text = (tenths < 0 ? "-" : "+") + "\(abs(tenths) / 10).\(abs(tenths) % 10) ppm"
+        let line = "device clock " + text + " against the system clock"
+        return abs(ppm) > 100 ? yellow(line) : line
+    }
+
     static func printInfo(_ file: RecordingFile) {
-        let rows = [("name", file.name), ("file", file.path), ("format", file.format.rawValue),
+        var rows = [("name", file.name), ("file", file.path), ("format", file.format.rawValue),
                     ("duration", duration(file.duration) + " (\(file.frames) frames)"),
                     ("rate", "\(file.sampleRate) Hz"), ("channels", "\(file.channels)"), ("size", size(file.size)),
                     ("modified", localTime(file.modified))]
+        if let start = file.startedAt { rows.insert(("started", UTCTimestamp.text(start) + dim(" (first frame)")), at: rows.count - 1) }
         for (key, value) in rows { line(key.padded(to: 9) + value) }
     }
 

@@ -61,6 +61,17 @@ final class Daemon {
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
+    /// Polls `status` until `condition` holds (that status) or `timeout` seconds pass (nil).
+    func waitForStatus(timeout: Double = 20, _ condition: (StatusResult) -> Bool) -> StatusResult? {
+        var last: StatusResult?
+        _ = waitUntil(timeout: timeout) {
+            guard let client = try? connect(), let status = try? client.call(.status) as StatusResult else { return false }
+            last = status
+            return condition(status)
+        }
+        return last.flatMap { condition($0) ? $0 : nil }
+    }
+
     func connect() throws -> RecdConnection { try RecdConnection(path: socket) }
 
     /// The files in the recordings directory but recd's own (its lock file).

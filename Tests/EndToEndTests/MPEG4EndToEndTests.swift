@@ -69,6 +69,8 @@ struct MPEG4EndToEndTests {
         #expect(boxes.firstIndex(of: "moov")! < boxes.firstIndex(of: "mdat")!, "\(boxes)")
         let stream = try FFmpegTools.probe(path)
         #expect(stream.sampleRate == 48000 && stream.channels == 2)
+        // The rewrite keeps the tags, the first frame's time among them.
+        #expect(list.recordings.first?.startedAt != nil, "the recovered file still says when it started")
         let kept = Double(try #require(stream.frames)) / 48000
         let decoded = Double(try FFmpegTools.decodeInt16(path).count / 2) / 48000
         print("kill -9 after \(recorded) s of AAC: the recovered file holds \(kept) s (decoded \(decoded) s), lost \(recorded - kept) s")

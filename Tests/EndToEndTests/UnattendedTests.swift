@@ -22,13 +22,7 @@ struct UnattendedTests {
     }
 
     func waitForStatus(_ daemon: Daemon, timeout: Double = 20, _ condition: (StatusResult) -> Bool) -> StatusResult? {
-        var last: StatusResult?
-        _ = waitUntil(timeout: timeout) {
-            guard let client = try? daemon.connect(), let status = try? client.call(.status) as StatusResult else { return false }
-            last = status
-            return condition(status)
-        }
-        return last.flatMap { condition($0) ? $0 : nil }
+        daemon.waitForStatus(timeout: timeout, condition)
     }
 
     func listed(_ daemon: Daemon) throws -> [RecordingFile] {

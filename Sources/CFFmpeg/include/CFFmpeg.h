@@ -16,6 +16,7 @@
 #define RECD_FFMPEG_FUNCTIONS(F) \
     F(avutil, av_channel_layout_copy) \
     F(avutil, av_channel_layout_default) \
+    F(avutil, av_dict_copy) \
     F(avutil, av_dict_free) \
     F(avutil, av_dict_get) \
     F(avutil, av_dict_set) \
