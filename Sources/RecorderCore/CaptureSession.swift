@@ -68,6 +68,14 @@ final class CaptureSession: @unchecked Sendable {
     let fileChannels: Int
     /// For `record(forDuration:)`; set before `start()`.
     var frameLimit: Int64?
+    /// The space guard's part here (nil: off): the thread writes up to `spaceLimit` frames
+    /// without asking the filesystem, and measures again (statvfs) only when it gets there, so
+    /// no chunk pays for a system call. The recorder's storage monitor moves the limit too.
+    let spaceGuard: SpaceGuard?
+    /// `framesWritten` up to which the disk is known to have room above the minimum.
+    let spaceLimit = Atomic<Int64>(0)
+    /// Frames one chunk can add to the file at most (resampling up included).
+    private let chunkAllowance: Int64
     let meter: LevelMeter?
     private let converter: FormatConverter?
     /// Uptime nanoseconds between two syncs (wall clock: an unpaced device delivers an hour
@@ -125,7 +133,7 @@ final class CaptureSession: @unchecked Sendable {
          segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
          segmentStarted: @escaping @Sendable () -> Void = {},
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
-         frameLimit: Int64?, metering: Bool, syncInterval: Double) throws(RecorderError) {
+         frameLimit: Int64?, metering: Bool, syncInterval: Double, spaceGuard: SpaceGuard? = nil) throws(RecorderError) {
         self.pcm = pcm
         self.configuration = configuration
         self.writer = writer
@@ -144,6 +152,9 @@ final class CaptureSession: @unchecked Sendable {
         // Read whole periods when the device paces us; larger chunks when it has more ready
         // (an unpaced device, or catching up), up to the device buffer.
         self.chunkFrames = Swift.max(configuration.periodFrames, Swift.min(configuration.bufferFrames, 8192))
+        self.spaceGuard = spaceGuard
+        let upsampling = (fileRate + configuration.sampleRate - 1) / Swift.max(1, configuration.sampleRate)
+        self.chunkAllowance = Int64(chunkFrames * Swift.max(1, upsampling) + 1024)
         self.buffer = .allocate(byteCount: chunkFrames * configuration.bytesPerFrame, alignment: 16)
         if configuration.sampleRate != fileRate || configuration.channels != fileChannels {
             do {
@@ -362,11 +373,21 @@ final class CaptureSession: @unchecked Sendable {
                     lastSignal.store(readUptime, ordering: .relaxed)
                 }
                 if let failure = finalizeFailure.withLock({ $0 }) { return .failed(failure) }
+                var outOfSpace: RecorderError?
+                if let spaceGuard, framesWritten.load(ordering: .relaxed) + chunkAllowance > spaceLimit.load(ordering: .relaxed) {
+                    // Rare: once per budget. Retention may free space first (deleting the oldest).
+                    if !refreshSpaceLimit() {
+                        spaceGuard.makeRoom(bytes: Int64(Double(chunkAllowance) * spaceGuard.bytesPerFrame))
+                        // This chunk still goes in (the minimum's margin holds it): nothing captured is lost.
+                        if !refreshSpaceLimit() { outOfSpace = spaceGuard.insufficientSpace() }
+                    }
+                }
                 framesCaptured.add(Int64(got), ordering: .relaxed)
                 let now = Self.uptime()
                 let sync = now &- lastSync >= syncIntervalNanoseconds
                 if sync { lastSync = now }
                 guard try writeToFile(frames: got, sync: sync) else { return .stopped }
+                if let outOfSpace { return .failed(outOfSpace) }
                 if let frameLimit, framesWritten.load(ordering: .relaxed) >= frameLimit {
                     return .limitReached
                 }
@@ -386,6 +407,18 @@ final class CaptureSession: @unchecked Sendable {
                 return .failed(RecorderError(.unknown, "capture on '\(pcm.name)' failed: \(error)"))
             }
         }
+    }
+
+    /// Measures free space and moves `spaceLimit` to what fits above the minimum. False when
+    /// not even one more chunk fits. Any thread (atomics and statvfs only).
+    @discardableResult
+    func refreshSpaceLimit() -> Bool {
+        guard let spaceGuard else { return true }
+        // Measure first: frames written after the measurement are then counted twice, never missed.
+        guard let room = spaceGuard.roomInFrames() else { return true }
+        let written = framesWritten.load(ordering: .relaxed)
+        spaceLimit.store(written + room, ordering: .relaxed)
+        return room >= chunkAllowance
     }
 
     /// Whether every byte of the chunk is zero (exact digital silence in any sample format:

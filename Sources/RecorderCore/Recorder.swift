@@ -47,6 +47,10 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public var maximumRetryInterval: Double
     /// Seconds of exact digital silence after which `warning` says so; nil: never.
     public var silenceWarningAfter: Double?
+    /// The space guard: what stays free on the recordings' filesystem.
+    public var storage: StorageSettings
+    /// Which finished recordings are deleted by themselves, oldest first.
+    public var retention: RetentionSettings
 
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
@@ -54,7 +58,8 @@ public struct RecorderConfiguration: Sendable, Equatable {
                 syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5,
                 captureSampleRate: Int? = nil, captureChannels: Int? = nil, stopTimeout: Double = 5,
                 segments: SegmentSettings = SegmentSettings(), waitForDevice: Bool = true,
-                maximumRetryInterval: Double = 1.5, silenceWarningAfter: Double? = 60) {
+                maximumRetryInterval: Double = 1.5, silenceWarningAfter: Double? = 60,
+                storage: StorageSettings = StorageSettings(), retention: RetentionSettings = RetentionSettings()) {
         self.device = device
         self.recordingsDirectory = recordingsDirectory
         self.defaultSettings = defaultSettings
@@ -71,6 +76,8 @@ public struct RecorderConfiguration: Sendable, Equatable {
         self.waitForDevice = waitForDevice
         self.maximumRetryInterval = maximumRetryInterval
         self.silenceWarningAfter = silenceWarningAfter
+        self.storage = storage
+        self.retention = retention
     }
 }
 
@@ -84,8 +91,9 @@ public struct RecorderConfiguration: Sendable, Equatable {
 public final class Recorder: @unchecked Sendable {
     // @unchecked: `session`, `current`, `plan`, the timers and `retryTimer` are touched only on
     // `control`, a serial queue; `activeSession` (read by the watchdog), `configurationState`
-    // and `ledger` (also used by the sync and timer queues) are behind locks; everything else
-    // is immutable or Sendable.
+    // and `ledger` (also used by the sync and timer queues) are behind locks; `storageTimer` is
+    // set in init only; `storageMonitor` is behind its lock and retention passes behind
+    // `retentionLock`; everything else is immutable or Sendable.
 
     /// idle → preparing → recording ⇄ paused → stopping → finished (or failed); recording ⇄
     /// waitingForDevice while a lost device is away.
@@ -107,12 +115,23 @@ public final class Recorder: @unchecked Sendable {
     /// A condition worth attention that does not stop the recording (digital silence); nil
     /// when there is none.
     public let warning = Observed<RecorderWarning?>(nil)
+    /// Free and used space on the recordings' filesystem, the guard's levels and what retention
+    /// deletes next; measured every `storage.checkInterval`.
+    public let storage = Observed<StorageStatus?>(nil)
+    /// The last file retention deleted. Each deletion is sent once, in order: subscribe with
+    /// `delivery: .every` to see them all (the socket's `retention` topic).
+    public let retentionDeletion = Observed<RetentionDeletion?>(nil)
 
-    private let logger: Logger
+    let logger: Logger
     private let control = DispatchQueue(label: "recd.recorder.control")
     private let timerQueue = DispatchQueue(label: "recd.recorder.timer")
     private let configurationState: NIOLockedValueBox<RecorderConfiguration>
-    private let activeSession = NIOLockedValueBox<CaptureSession?>(nil)
+    let activeSession = NIOLockedValueBox<CaptureSession?>(nil)
+    /// Where free space is measured and retention runs, off the control and capture paths.
+    let storageQueue = DispatchQueue(label: "recd.recorder.storage")
+    let storageMonitor = NIOLockedValueBox(StorageMonitorState())
+    let retentionLock = NIOLock()
+    private var storageTimer: DispatchSourceTimer?
 
     private var session: CaptureSession?
     /// Set once the daemon is shutting down: no recording may start after the last `stop`.
@@ -156,14 +175,21 @@ public final class Recorder: @unchecked Sendable {
     public init(configuration: RecorderConfiguration, logger: Logger = Logger(label: "recd.recorder")) {
         self.configurationState = NIOLockedValueBox(configuration)
         self.logger = logger
+        storageTimer = startStorageMonitor()
     }
+
+    deinit { storageTimer?.cancel() }
 
     /// The configuration the next recording will use.
     public var configuration: RecorderConfiguration { configurationState.withLock { $0 } }
 
     /// Replaces the configuration. A recording under way keeps what it started with.
     public func reconfigure(_ configuration: RecorderConfiguration) {
-        configurationState.withLock { $0 = configuration }
+        let previous = configurationState.withLock { state in defer { state = configuration }; return state }
+        if previous.storage.checkInterval != configuration.storage.checkInterval, let storageTimer {
+            scheduleStorageTimer(storageTimer, interval: configuration.storage.checkInterval)
+        }
+        if previous.retention != configuration.retention { requestRetentionPass() }
     }
 
     // MARK: Operations
@@ -304,7 +330,7 @@ public final class Recorder: @unchecked Sendable {
             unlink(session.currentSegment.withLock { $0.partialPath })
             clearSession()
             plan = nil
-            warning.send(nil)
+            clearSilenceWarning()
             currentTime.send(0)
             self.recording.send(nil)
             state.send(.idle)
@@ -373,6 +399,7 @@ public final class Recorder: @unchecked Sendable {
         if let errnoValue = Self.makeDirectory(directory) {
             throw fail(RecorderError(.failedToBegin, "cannot create recordings directory \(directory): \(Self.reason(errnoValue))"))
         }
+        try checkSpaceBeforeStart(configuration)
         let name = if let name { name } else { uniqueDefaultName(in: directory, fileExtension: settings.format.fileExtension) }
         let template = segments.effectiveTemplate
         if template == SegmentSettings.single {
@@ -425,7 +452,7 @@ public final class Recorder: @unchecked Sendable {
         current = recording
         ledger.withLock { $0 = SessionLedger() }
         error.send(nil)
-        warning.send(nil)
+        clearSilenceWarning()
         currentTime.send(0)
         statistics.send(CaptureStatistics())
         levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
@@ -499,7 +526,9 @@ public final class Recorder: @unchecked Sendable {
             },
             fileRate: files.sampleRate, fileChannels: files.channels, converterQuality: plan.settings.quality,
             frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,
-            syncInterval: plan.configuration.syncInterval)
+            syncInterval: plan.configuration.syncInterval,
+            spaceGuard: makeSpaceGuard(plan.configuration, settings: plan.settings, fileRate: files.sampleRate,
+                                       fileChannels: files.channels))
     }
 
     /// A segment the capture thread closed is finalized (on its sync queue): count it,
@@ -530,6 +559,7 @@ public final class Recorder: @unchecked Sendable {
             "segment.frames": "\(segment.frames)", "segment.end": "\(segment.endReason?.rawValue ?? "")",
         ])
         closedSegment.send(segment)
+        requestRetentionPass()
     }
 
     /// Publishes the segment the capture thread is writing now (after a boundary or split).
@@ -677,7 +707,7 @@ public final class Recorder: @unchecked Sendable {
         recording.endedAt = Date()
         plan = nil
         current = nil
-        warning.send(nil)
+        clearSilenceWarning()
         self.recording.send(recording)
         if let failure {
             logger.error("recording failed", metadata: ["recording.id": "\(recording.id)", "error.code": "\(failure.code.rawValue)",
@@ -712,7 +742,7 @@ public final class Recorder: @unchecked Sendable {
         current = recording
         ledger.withLock { $0 = SessionLedger(gaps: [Gap(start: since, position: 0, error: error)]) }
         self.error.send(nil)
-        warning.send(nil)
+        clearSilenceWarning()
         currentTime.send(0)
         statistics.send(CaptureStatistics(gaps: ledger.withLock { $0.gaps }))
         self.recording.send(recording)
@@ -921,7 +951,7 @@ public final class Recorder: @unchecked Sendable {
             logger.warning("input is digital silence", metadata: ["device.name": "\(session.pcm.name)",
                                                                    "silence.seconds": "\(Int(silentFor))"])
         } else if silentFor < limit, current?.code == .digitalSilence {
-            warning.send(nil)
+            clearSilenceWarning()
             logger.notice("input signal is back", metadata: ["device.name": "\(session.pcm.name)"])
         }
     }

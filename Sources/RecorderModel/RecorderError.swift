@@ -21,6 +21,10 @@ public struct RecorderError: Error, Sendable, Equatable, Codable, CustomStringCo
         case failedToResume
         /// Writing, syncing or closing the file failed (disk full included).
         case failedToSave
+        /// Free space on the recordings' filesystem is below `[storage] minimum_free`: `start`
+        /// is refused, and a recording under way ends (its file finalized) unless retention
+        /// can free space.
+        case insufficientSpace
         /// Anything else.
         case unknown
     }

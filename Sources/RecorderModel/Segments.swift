@@ -164,6 +164,8 @@ public struct RecorderWarning: Sendable, Equatable, Codable {
         /// Every sample has been exactly zero for the configured time: the input is muted,
         /// unplugged from the card, or the wrong device.
         case digitalSilence
+        /// Free space on the recordings' filesystem is below `[storage] warning_free`.
+        case lowDiskSpace
     }
 
     public var code: Code

@@ -1,0 +1,264 @@
+import Dispatch
+import Foundation
+import Glibc
+import Logging
+import NIOConcurrencyHelpers
+import RecorderModel
+import SystemPackage
+
+/// One recording's space guard: the minimum its filesystem keeps free and the most bytes a
+/// frame of its files can take, so that the capture thread knows how far it may write.
+final class SpaceGuard: Sendable {
+    let directory: String
+    let minimumFree: SpaceAmount
+    /// An upper bound: the PCM size of a frame at the file's bit depth (16 bits for lossy
+    /// codecs, far above their rate), +10 % for headers and encoder blocks; twice that for
+    /// .m4a, whose finalization rewrites the segment (`moov` first).
+    let bytesPerFrame: Double
+    let fileRate: Int
+    /// Retention on the capture thread: delete the oldest until this many bytes above the
+    /// minimum are free. Nil with retention off.
+    private let makeRoomHandler: (@Sendable (Int64) -> Void)?
+
+    init(directory: String, minimumFree: SpaceAmount, settings: RecordingSettings, fileRate: Int, fileChannels: Int,
+         makeRoom: (@Sendable (Int64) -> Void)?) {
+        self.directory = directory
+        self.minimumFree = minimumFree
+        let bytesPerSample = Double(Swift.max(2, (settings.effectiveBitDepth ?? 16) / 8))
+        self.bytesPerFrame = Double(fileChannels) * bytesPerSample * 1.1 * (settings.format.fileExtension == "m4a" ? 2 : 1)
+        self.fileRate = fileRate
+        self.makeRoomHandler = makeRoom
+    }
+
+    var bytesPerSecond: Double { bytesPerFrame * Double(fileRate) }
+
+    /// Frames that fit above the minimum now; nil if the filesystem cannot be measured.
+    func roomInFrames() -> Int64? {
+        guard let space = FileSystemSpace.measure(directory) else { return nil }
+        let room = space.freeBytes - minimumFree.bytes(ofTotal: space.totalBytes)
+        return room <= 0 ? 0 : Int64(Double(room) / bytesPerFrame)
+    }
+
+    func makeRoom(bytes: Int64) { makeRoomHandler?(bytes) }
+
+    func insufficientSpace() -> RecorderError {
+        let space = FileSystemSpace.measure(directory)
+        let free = space.map { SpaceAmount.describe(bytes: $0.freeBytes) } ?? "?"
+        let minimum = space.map { SpaceAmount.describe(bytes: minimumFree.bytes(ofTotal: $0.totalBytes)) } ?? minimumFree.description
+        return RecorderError(.insufficientSpace,
+            "free space on the filesystem of \(directory) fell to \(free), the minimum recd keeps free ([storage] "
+            + "minimum_free = \(minimumFree)) is \(minimum): the recording ended and its file holds everything captured")
+    }
+}
+
+/// What the storage monitor remembers between its ticks (behind `Recorder.storageMonitor`).
+struct StorageMonitorState {
+    /// Uptime (ns) of the last scan of the recordings directory; 0: never.
+    var lastScan: UInt64 = 0
+    /// A file closed: scan (and apply retention) at the next tick.
+    var scanRequested = true
+    var recordingsBytes: Int64 = 0
+    var recordingsCount = 0
+    var outlook: [RetentionCandidate] = []
+}
+
+extension Recorder {
+    /// Starts the storage monitor: every `storage.checkInterval` it measures free space
+    /// (publishing `storage`, raising and clearing the `lowDiskSpace` warning, moving the
+    /// capture thread's space limit); every `retention.interval`, and after each file closes,
+    /// it scans the directory and applies retention.
+    func startStorageMonitor() -> DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: storageQueue)
+        scheduleStorageTimer(timer, interval: configuration.storage.checkInterval)
+        timer.setEventHandler { [weak self] in self?.checkStorage() }
+        timer.resume()
+        return timer
+    }
+
+    func scheduleStorageTimer(_ timer: DispatchSourceTimer, interval: Double) {
+        let nanoseconds = Int(Swift.max(0.05, interval) * 1_000_000_000)
+        timer.schedule(deadline: .now(), repeating: .nanoseconds(nanoseconds), leeway: .nanoseconds(nanoseconds / 10))
+    }
+
+    /// A file or segment closed: apply retention soon, off the caller's queue.
+    func requestRetentionPass() {
+        storageMonitor.withLock { $0.scanRequested = true }
+        storageQueue.async { [weak self] in self?.checkStorage() }
+    }
+
+    /// Measures free space now and publishes `storage` (what `status` shows): for callers that
+    /// need a fresh value (tests, `recordings.list`).
+    public func refreshStorage() -> StorageStatus? {
+        storageQueue.sync { checkStorage() }
+        return storage.value
+    }
+
+    /// The storage status for a listing made just now (`recordings.list`): fresh free space,
+    /// and retention's outlook over exactly those files.
+    public func storageStatus(listing entries: [RecordingLibrary.Entry]) -> StorageStatus? {
+        let configuration = self.configuration
+        guard let space = FileSystemSpace.measure(configuration.recordingsDirectory) else { return nil }
+        return makeStatus(space: space, configuration: configuration,
+                          recordingsBytes: entries.reduce(0) { $0 + $1.size }, recordingsCount: entries.count,
+                          outlook: RetentionPlan.outlook(entries, settings: configuration.retention, space: space))
+    }
+
+    /// One tick of the monitor (on `storageQueue`).
+    func checkStorage() {
+        let configuration = self.configuration
+        guard var space = FileSystemSpace.measure(configuration.recordingsDirectory) else { return }
+        let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
+        let session = activeSession.withLock { $0 }
+        let now = CaptureSession.uptime()
+        var scan = storageMonitor.withLock { monitor in
+            monitor.scanRequested || monitor.lastScan == 0
+                || Double(now &- monitor.lastScan) / 1e9 >= configuration.retention.interval
+        }
+        // While recording, retention keeps two ticks' worth of the recording above the minimum,
+        // so that the capture thread seldom has to wait for a deletion itself.
+        var needFree: Int64?
+        if configuration.retention.isEnabled, minimum > 0, let spaceGuard = session?.spaceGuard {
+            let wanted = minimum + Int64(spaceGuard.bytesPerSecond * 2 * Swift.max(1, configuration.storage.checkInterval))
+            if space.freeBytes < wanted {
+                needFree = wanted
+                scan = true
+            }
+        }
+        if scan { space = applyRetention(configuration, needFree: needFree) ?? space }
+        if let session, session.started { session.refreshSpaceLimit() }
+        updateSpaceWarning(space, configuration: configuration)
+        let cached = storageMonitor.withLock { $0 }
+        storage.send(makeStatus(space: space, configuration: configuration, recordingsBytes: cached.recordingsBytes,
+                                recordingsCount: cached.recordingsCount, outlook: cached.outlook))
+    }
+
+    private func makeStatus(space: FileSystemSpace, configuration: RecorderConfiguration, recordingsBytes: Int64,
+                            recordingsCount: Int, outlook: [RetentionCandidate]) -> StorageStatus {
+        StorageStatus(freeBytes: space.freeBytes, totalBytes: space.totalBytes, recordingsBytes: recordingsBytes,
+                      recordingsCount: recordingsCount,
+                      minimumFreeBytes: configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes),
+                      warningFreeBytes: configuration.storage.warningFree.bytes(ofTotal: space.totalBytes),
+                      retention: configuration.retention.isEnabled, retentionNext: outlook)
+    }
+
+    /// Scans the recordings directory and deletes what retention says is due, oldest first
+    /// (with `needFree`, also the oldest until that many bytes are free). Any thread; one
+    /// pass at a time. Returns the free space afterwards.
+    @discardableResult
+    func applyRetention(_ configuration: RecorderConfiguration, needFree: Int64? = nil) -> FileSystemSpace? {
+        retentionLock.withLock { () -> FileSystemSpace? in
+            let directory = configuration.recordingsDirectory
+            let library = RecordingLibrary(directory: directory)
+            // The recording being written is a .part, which no listing holds; its final name is
+            // excluded too, in case a pass runs while it is being renamed.
+            let active = state.value.isActive ? recording.value?.path : nil
+            var entries = library.retainable(excluding: active)
+            guard var space = FileSystemSpace.measure(directory) else { return nil }
+            let retention = configuration.retention
+            if retention.isEnabled {
+                for (entry, reason) in RetentionPlan.due(entries, settings: retention, space: space, needFree: needFree) {
+                    if let failure = RecordingLibrary.deleteForRetention(entry.path) {
+                        logger.warning("retention could not delete recording", metadata: [
+                            "recording.path": "\(entry.path)", "error.message": "\(Errno(rawValue: failure))"])
+                        continue
+                    }
+                    entries.removeAll { $0.path == entry.path }
+                    space = FileSystemSpace.measure(directory) ?? space
+                    let deletion = RetentionDeletion(file: entry.file, path: entry.path, size: entry.size,
+                                                     startedAt: entry.retentionStart, reason: reason,
+                                                     freeBytes: space.freeBytes, deletedAt: Date())
+                    logger.notice("retention deleted recording", metadata: [
+                        "recording.file": "\(entry.file)", "recording.size": "\(entry.size)",
+                        "recording.started": "\(entry.retentionStart.formatted(.iso8601))",
+                        "retention.reason": "\(reason.rawValue)", "storage.free": "\(space.freeBytes)"])
+                    retentionDeletion.send(deletion)
+                }
+            }
+            let outlook = RetentionPlan.outlook(entries, settings: retention, space: space)
+            let scanned = CaptureSession.uptime()
+            storageMonitor.withLock { monitor in
+                monitor.lastScan = scanned
+                monitor.scanRequested = false
+                monitor.recordingsBytes = entries.reduce(0) { $0 + $1.size }
+                monitor.recordingsCount = entries.count
+                monitor.outlook = outlook
+            }
+            return space
+        }
+    }
+
+    /// `start` with less than the minimum free: retention may delete first; otherwise refused.
+    func checkSpaceBeforeStart(_ configuration: RecorderConfiguration) throws(RecorderError) {
+        let directory = configuration.recordingsDirectory
+        guard var space = FileSystemSpace.measure(directory) else { return }
+        let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
+        guard minimum > 0, space.freeBytes <= minimum else { return }
+        if configuration.retention.isEnabled {
+            space = applyRetention(configuration, needFree: minimum + 1) ?? space
+            guard space.freeBytes <= minimum else { return }
+        }
+        let free = SpaceAmount.describe(bytes: space.freeBytes)
+        let needed = SpaceAmount.describe(bytes: minimum)
+        logger.warning("recording refused: too little free space", metadata: [
+            "recordings.directory": "\(directory)", "storage.free": "\(space.freeBytes)", "storage.minimum": "\(minimum)"])
+        throw RecorderError(.insufficientSpace,
+            "only \(free) free on the filesystem of \(directory); recd keeps at least \(needed) free "
+            + "([storage] minimum_free = \(configuration.storage.minimumFree))"
+            + (configuration.retention.isEnabled ? ", and retention found nothing more to delete" : ""))
+    }
+
+    /// The space guard for a recording's files (nil with the guard off).
+    func makeSpaceGuard(_ configuration: RecorderConfiguration, settings: RecordingSettings, fileRate: Int,
+                        fileChannels: Int) -> SpaceGuard? {
+        guard !configuration.storage.minimumFree.isZero else { return nil }
+        let makeRoom: (@Sendable (Int64) -> Void)?
+        if configuration.retention.isEnabled {
+            makeRoom = { [weak self] bytes in
+                guard let self, let space = FileSystemSpace.measure(configuration.recordingsDirectory) else { return }
+                let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
+                applyRetention(configuration, needFree: minimum + bytes)
+            }
+        } else {
+            makeRoom = nil
+        }
+        return SpaceGuard(directory: configuration.recordingsDirectory, minimumFree: configuration.storage.minimumFree,
+                          settings: settings, fileRate: fileRate, fileChannels: fileChannels, makeRoom: makeRoom)
+    }
+
+    /// Raises `lowDiskSpace` below the warning level and clears it above; one warning shows
+    /// at a time, and this one goes before digital silence.
+    private func updateSpaceWarning(_ space: FileSystemSpace, configuration: RecorderConfiguration) {
+        let level = configuration.storage.warningFree.bytes(ofTotal: space.totalBytes)
+        let low = level > 0 && space.freeBytes < level
+        var change: Bool?
+        warning.update { warning in
+            if low, warning?.code != .lowDiskSpace {
+                let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
+                warning = RecorderWarning(
+                    code: .lowDiskSpace,
+                    message: "only \(SpaceAmount.describe(bytes: space.freeBytes)) free on the filesystem of "
+                        + "\(configuration.recordingsDirectory) (warning below \(SpaceAmount.describe(bytes: level))"
+                        + (minimum > 0 ? "; recording stops at \(SpaceAmount.describe(bytes: minimum)))" : ")"),
+                    since: Date())
+                change = true
+            } else if !low, warning?.code == .lowDiskSpace {
+                warning = nil
+                change = false
+            }
+        }
+        switch change {
+        case true?:
+            logger.warning("free space is low", metadata: ["recordings.directory": "\(configuration.recordingsDirectory)",
+                                                           "storage.free": "\(space.freeBytes)", "storage.warning": "\(level)"])
+        case false?:
+            logger.notice("free space is back above the warning level", metadata: [
+                "recordings.directory": "\(configuration.recordingsDirectory)", "storage.free": "\(space.freeBytes)"])
+        case nil: break
+        }
+    }
+
+    /// Clears the digital-silence warning (a recording begins or ends); a space warning stays.
+    func clearSilenceWarning() {
+        warning.update { if $0?.code == .digitalSilence { $0 = nil } }
+    }
+}
