@@ -122,6 +122,8 @@ public struct StartParams: Codable, Sendable, Equatable {
 /// The topics a subscription can follow.
 public enum Topic: String, Sendable, Codable, CaseIterable, Comparable {
     case state, currentTime, error, levels, recording, segment, warning
+    /// Each file retention deleted (`RetentionDeletion`), in order.
+    case retention
 
     /// Discrete topics deliver every change in order; continuous ones at most once per interval.
     public var isContinuous: Bool { self == .currentTime || self == .levels }
@@ -188,10 +190,14 @@ public struct StatusResult: Codable, Sendable, Equatable {
     public var warning: RecorderWarning?
     /// The last segment closed (in this or an earlier recording).
     public var lastSegment: Segment?
+    /// Free and used space on the recordings' filesystem and what retention deletes next (as
+    /// of the last check, at most `[storage] check_interval` old).
+    public var storage: StorageStatus?
 
     public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
                 device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String,
-                warning: RecorderWarning? = nil, lastSegment: Segment? = nil) {
+                warning: RecorderWarning? = nil, lastSegment: Segment? = nil, storage: StorageStatus? = nil) {
+        self.storage = storage
         self.warning = warning
         self.lastSegment = lastSegment
         self.state = state
@@ -288,7 +294,12 @@ public struct RecordingFile: Codable, Sendable, Equatable {
 
 public struct RecordingsListResult: Codable, Sendable, Equatable {
     public var recordings: [RecordingFile]
-    public init(recordings: [RecordingFile]) { self.recordings = recordings }
+    /// Free and used space, measured with the listing, and what retention deletes next.
+    public var storage: StorageStatus?
+    public init(recordings: [RecordingFile], storage: StorageStatus? = nil) {
+        self.recordings = recordings
+        self.storage = storage
+    }
 }
 
 public struct DeleteResult: Codable, Sendable, Equatable {
@@ -373,6 +384,7 @@ public enum TopicValue: Sendable, Equatable {
     case recording(Recording?)
     case segment(Segment?)
     case warning(RecorderWarning?)
+    case retention(RetentionDeletion?)
 
     public var topic: Topic {
         switch self {
@@ -383,6 +395,7 @@ public enum TopicValue: Sendable, Equatable {
         case .recording: .recording
         case .segment: .segment
         case .warning: .warning
+        case .retention: .retention
         }
     }
 }
@@ -419,6 +432,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .recording: value = .recording(try container.decodeIfPresent(Recording.self, forKey: .value))
         case .segment: value = .segment(try container.decodeIfPresent(Segment.self, forKey: .value))
         case .warning: value = .warning(try container.decodeIfPresent(RecorderWarning.self, forKey: .value))
+        case .retention: value = .retention(try container.decodeIfPresent(RetentionDeletion.self, forKey: .value))
         }
     }
 
@@ -435,6 +449,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .recording(let recording): try container.encode(recording, forKey: .value)
         case .segment(let segment): try container.encode(segment, forKey: .value)
         case .warning(let warning): try container.encode(warning, forKey: .value)
+        case .retention(let deletion): try container.encode(deletion, forKey: .value)
         }
     }
 }

@@ -71,7 +71,8 @@ enum MethodTable {
             return SplitResult(closed: closed, recording: context.recorder.recording.value)
         },
         .recordingsList: .blocking { context, _ throws(RPCError) in
-            RecordingsListResult(recordings: library(of: context.recorder).list().map(file))
+            let entries = library(of: context.recorder).list()
+            return RecordingsListResult(recordings: entries.map(file), storage: context.recorder.storageStatus(listing: entries))
         },
         .recordingsInfo: .blocking { context, params throws(RPCError) in
             let params = try required(RecordingNameParams.self, params)
@@ -124,7 +125,7 @@ enum MethodTable {
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
             statistics: recorder.statistics.value, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
-            lastSegment: recorder.closedSegment.value)
+            lastSegment: recorder.closedSegment.value, storage: recorder.storage.value)
     }
 
     /// Whether `name`, as `recordings.*` methods take names, may mean the recording in progress

@@ -64,6 +64,11 @@ final class LiveView {
             case .error(let newError): error = newError
             case .recording: break
             case .warning(let newWarning): warning = newWarning
+            case .retention(let deletion):
+                guard let deletion, !quiet, format == .terminal else { break }
+                if drawn { print("\r\u{1B}[2K", terminator: "") }
+                print(Output.describeDeletion(deletion))
+                drawn = false
             case .segment(let segment):
                 defer { seenSegment = true }
                 guard seenSegment, let segment, !quiet, format == .terminal else { break }

@@ -155,6 +155,7 @@ enum Output {
         if let warning = status.warning {
             rows.append(("warning", yellow("\(warning.code.rawValue): \(warning.message)")))
         }
+        if let storage = status.storage { rows += storageRows(storage) }
         rows.append(("error", status.error.map { red("\($0.code.rawValue): \($0.message)") } ?? "none"))
         for (key, value) in rows { line(key.padded(to: 9) + value) }
     }
@@ -205,6 +206,40 @@ enum Output {
         let text = (tenths < 0 ? "-" : "+") + "\(abs(tenths) / 10).\(abs(tenths) % 10) ppm"
         let line = "device clock " + text + " against the system clock"
         return abs(ppm) > 100 ? yellow(line) : line
+    }
+
+    /// `storage` and `retention` rows: free and used space, and what retention deletes next.
+    static func storageRows(_ storage: StorageStatus) -> [(String, String)] {
+        var free = size(storage.freeBytes) + " free of " + size(storage.totalBytes)
+        if storage.minimumFreeBytes > 0 { free += dim(" (recording stops at " + size(storage.minimumFreeBytes) + ")") }
+        if storage.warningFreeBytes > 0, storage.freeBytes < storage.warningFreeBytes { free = yellow(free) }
+        var rows = [("storage", free), ("", "recordings " + size(storage.recordingsBytes) + " in \(storage.recordingsCount) file(s)")]
+        guard storage.retention else {
+            rows.append(("retention", "off"))
+            return rows
+        }
+        guard let next = storage.retentionNext.first else {
+            rows.append(("retention", "nothing to delete"))
+            return rows
+        }
+        if next.reason != nil {
+            let due = storage.retentionNext.map { "\($0.file) (\($0.reason?.rawValue ?? ""))" }
+            rows.append(("retention", yellow("deletes now: " + due.joined(separator: ", "))))
+        } else {
+            rows.append(("retention", "next: \(next.file), " + size(next.size)
+                         + (next.dueAt.map { ", due " + localTime($0) } ?? ", when a limit is reached")))
+        }
+        return rows
+    }
+
+    static func printStorage(_ storage: StorageStatus) {
+        for (key, value) in storageRows(storage) { line(dim(key.padding(toLength: 10, withPad: " ", startingAt: 0)) + value) }
+    }
+
+    /// A file retention deleted, as `recctl watch` shows it.
+    static func describeDeletion(_ deletion: RetentionDeletion) -> String {
+        "retention deleted \(deletion.file) (" + size(deletion.size) + ", from " + localTime(deletion.startedAt)
+            + ", \(deletion.reason.rawValue)); " + size(deletion.freeBytes) + " free"
     }
 
     static func printInfo(_ file: RecordingFile) {

@@ -282,7 +282,7 @@ struct Watch: ParsableCommand {
 
     @Option(help: ArgumentHelp("terminal, json, waybar or plain (default: terminal on a terminal, else json).", valueName: "format"))
     var format: LiveFormat?
-    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording, segment, warning (default: all).", valueName: "topic"))
+    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording, segment, warning, retention (default: all).", valueName: "topic"))
     var topics: [Topic] = []
     @Option(help: ArgumentHelp("Seconds between time and level updates at most (default: 0.1; 1 for waybar and plain).", valueName: "seconds"))
     var interval: Double?
@@ -312,13 +312,17 @@ struct Watch: ParsableCommand {
 }
 
 struct List: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List recordings: name, duration, size, format, date; a recording's segments grouped under it.")
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List recordings: name, duration, size, format, date; a recording's segments grouped under it; free space and what retention deletes next.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
         let result: RecordingsListResult = try options.call(try options.connect(), .recordingsList)
         if options.json { return Output.printJSON(result) }
         Output.printTable(result.recordings)
+        if let storage = result.storage {
+            Output.line("")
+            Output.printStorage(storage)
+        }
     }
 }
 

@@ -26,6 +26,8 @@ struct DaemonConfiguration: Equatable, Sendable {
     var retryIntervalMax = 1.5
     var silenceWarningAfter: Double? = 60
     var segments = SegmentSettings()
+    var storage = StorageSettings()
+    var retention = RetentionSettings()
 
     /// Start recording, with the configured settings, as soon as the daemon is ready.
     var autostart = false
@@ -80,7 +82,7 @@ struct DaemonConfiguration: Equatable, Sendable {
                               captureSampleRate: captureSampleRate, captureChannels: captureChannels,
                               stopTimeout: stopTimeout,
                               segments: segments, waitForDevice: waitForDevice, maximumRetryInterval: retryIntervalMax,
-                              silenceWarningAfter: silenceWarningAfter)
+                              silenceWarningAfter: silenceWarningAfter, storage: storage, retention: retention)
     }
 
     // MARK: The TOML file
@@ -160,8 +162,75 @@ struct DaemonConfiguration: Equatable, Sendable {
         try reader.read("server.socket_group") { (value: String) in socketGroup = value }
         try reader.read("server.control_users") { (value: [String]) in controlUsers = value }
         try reader.read("server.control_groups") { (value: [String]) in controlGroups = value }
+        try applyStorageAndRetention(reader)
         try applyMQTTAndHooks(reader)
         try reader.rejectUnknownKeys()
+    }
+}
+
+extension DaemonConfiguration {
+    /// `[storage]` (the space guard) and `[retention]`.
+    mutating func applyStorageAndRetention(_ reader: KeyReader) throws(ConfigurationError) {
+        try reader.readSpace("storage.minimum_free") { storage.minimumFree = $0 }
+        try reader.readSpace("storage.warning_free") { storage.warningFree = $0 }
+        try reader.read("storage.check_interval", in: 0.05...60, "seconds") { (value: Double) in storage.checkInterval = value }
+        try reader.readDuration("retention.max_age") { retention.maximumAge = $0 }
+        try reader.readSpace("retention.max_total_size", percentAllowed: false) { (value: SpaceAmount) throws(ConfigurationError) in
+            guard case .bytes(let bytes) = value, bytes > 0 else {
+                throw reader.invalid("retention.max_total_size", "must be more than 0 bytes")
+            }
+            retention.maximumTotalBytes = bytes
+        }
+        try reader.readSpace("retention.keep_free") { (value: SpaceAmount) throws(ConfigurationError) in
+            guard !value.isZero else { throw reader.invalid("retention.keep_free", "must be more than 0 (leave it out to turn it off)") }
+            retention.keepFree = value
+        }
+        try reader.read("retention.interval", in: 1...86400, "seconds") { (value: Double) in retention.interval = value }
+    }
+}
+
+extension KeyReader {
+    /// A size: an integer of bytes, or a string such as "64 MiB", "2 GB" or (unless
+    /// `percentAllowed` is false) "5%" of the filesystem.
+    func readSpace(_ key: String, percentAllowed: Bool = true,
+                   _ apply: (SpaceAmount) throws(ConfigurationError) -> Void) throws(ConfigurationError) {
+        used.insert(key)
+        guard let entry = document.entry(key) else { return }
+        let example = percentAllowed ? #"a size such as "64 MiB", "2 GB", "5%" or a number of bytes"#
+            : #"a size such as "10 GiB", "500 MB" or a number of bytes"#
+        let amount: SpaceAmount?
+        switch entry.value {
+        case .integer(let bytes): amount = bytes >= 0 ? .bytes(Int64(bytes)) : nil
+        case .string(let text): amount = SpaceAmount(parsing: text)
+        default: amount = nil
+        }
+        guard let amount else { throw invalid(key, "must be " + example) }
+        if case .percent = amount, !percentAllowed { throw invalid(key, "must be " + example + " (not a percentage)") }
+        try apply(amount)
+    }
+
+    /// A duration: seconds, or a string with a unit: "90s", "30m", "12h", "30d", "2w".
+    func readDuration(_ key: String, _ apply: (Double) -> Void) throws(ConfigurationError) {
+        used.insert(key)
+        guard let entry = document.entry(key) else { return }
+        let seconds: Double?
+        switch entry.value {
+        case .integer(let value): seconds = Double(value)
+        case .float(let value): seconds = value
+        case .string(let text):
+            let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604_800]
+            let trimmed = text.filter { $0 != " " }
+            if let unit = trimmed.last, let multiplier = units[unit], let number = Double(trimmed.dropLast()) {
+                seconds = number * multiplier
+            } else {
+                seconds = nil
+            }
+        default: seconds = nil
+        }
+        guard let seconds, seconds > 0, seconds.isFinite else {
+            throw invalid(key, #"must be a positive duration: seconds, or a number with a unit such as "12h", "30d", "2w""#)
+        }
+        apply(seconds)
     }
 }
 
