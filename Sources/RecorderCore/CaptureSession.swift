@@ -410,7 +410,7 @@ final class CaptureSession: @unchecked Sendable {
     }
 
     /// Measures free space and moves `spaceLimit` to what fits above the minimum. False when
-    /// not even one more chunk fits. Any thread (atomics and statvfs only).
+    /// less than two more chunks fit. Any thread (atomics and statvfs only).
     @discardableResult
     func refreshSpaceLimit() -> Bool {
         guard let spaceGuard else { return true }
@@ -418,7 +418,8 @@ final class CaptureSession: @unchecked Sendable {
         guard let room = spaceGuard.roomInFrames() else { return true }
         let written = framesWritten.load(ordering: .relaxed)
         spaceLimit.store(written + room, ordering: .relaxed)
-        return room >= chunkAllowance
+        // Two chunks: the one in hand still fits above the minimum when this says no.
+        return room >= 2 * chunkAllowance
     }
 
     /// Whether every byte of the chunk is zero (exact digital silence in any sample format:

@@ -150,8 +150,8 @@ extension Recorder {
             let directory = configuration.recordingsDirectory
             let library = RecordingLibrary(directory: directory)
             // The recording being written is a .part, which no listing holds; its final name is
-            // excluded too, in case a pass runs while it is being renamed.
-            let active = state.value.isActive ? recording.value?.path : nil
+            // excluded too while the .part exists (a name taken meanwhile by someone else).
+            let active = recording.value.flatMap { access($0.partialPath, F_OK) == 0 ? $0.path : nil }
             var entries = library.retainable(excluding: active)
             guard var space = FileSystemSpace.measure(directory) else { return nil }
             let retention = configuration.retention

@@ -215,25 +215,25 @@ enum Output {
         if storage.warningFreeBytes > 0, storage.freeBytes < storage.warningFreeBytes { free = yellow(free) }
         var rows = [("storage", free), ("", "recordings " + size(storage.recordingsBytes) + " in \(storage.recordingsCount) file(s)")]
         guard storage.retention else {
-            rows.append(("retention", "off"))
+            rows.append(("", "retention off"))
             return rows
         }
         guard let next = storage.retentionNext.first else {
-            rows.append(("retention", "nothing to delete"))
+            rows.append(("", "retention: nothing to delete"))
             return rows
         }
         if next.reason != nil {
             let due = storage.retentionNext.map { "\($0.file) (\($0.reason?.rawValue ?? ""))" }
-            rows.append(("retention", yellow("deletes now: " + due.joined(separator: ", "))))
+            rows.append(("", yellow("retention deletes now: " + due.joined(separator: ", "))))
         } else {
-            rows.append(("retention", "next: \(next.file), " + size(next.size)
+            rows.append(("", "retention deletes next: \(next.file), " + size(next.size)
                          + (next.dueAt.map { ", due " + localTime($0) } ?? ", when a limit is reached")))
         }
         return rows
     }
 
     static func printStorage(_ storage: StorageStatus) {
-        for (key, value) in storageRows(storage) { line(dim(key.padding(toLength: 10, withPad: " ", startingAt: 0)) + value) }
+        for (key, value) in storageRows(storage) { line(key.padding(toLength: 9, withPad: " ", startingAt: 0) + value) }
     }
 
     /// A file retention deleted, as `recctl watch` shows it.
