@@ -32,8 +32,11 @@ struct RecctlTests {
 
         let list = try recctl(daemon, "ls")
         #expect(list.status == 0)
-        let table = lines(list.stdout)
+        // The table, then (after an empty line) free space and retention.
+        let table = lines(list.stdout.components(separatedBy: "\n\n")[0])
         try #require(table.count == 2, "\(list.stdout)")
+        #expect(list.stdout.contains("\n\nstorage  "), "\(list.stdout)")
+        #expect(list.stdout.contains("retention off"), "\(list.stdout)")
         #expect(table[0].split(separator: " ", omittingEmptySubsequences: true) == ["NAME", "DURATION", "SIZE", "FORMAT", "DATE"])
         #expect(table[1].hasPrefix("take.wav  00:00:01.0  \(kibibytes)  wav 48 kHz 2 ch  "), "\(table[1])")
         #expect(table[1].range(of: #"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$"#, options: .regularExpression) != nil)

@@ -46,7 +46,7 @@ struct UnattendedTests {
         #expect(samples.count == 5 * 48000 * 2)
         #expect(samples.elementsEqual(input.samples[0..<samples.count]), "the segments, concatenated, are the input")
 
-        let table = try recctl(daemon, "ls").stdout.split(separator: "\n").map(String.init)
+        let table = try recctl(daemon, "ls").stdout.components(separatedBy: "\n\n")[0].split(separator: "\n").map(String.init)
         #expect(table.count == 5, "\(table)")
         let summary = table[1].split(separator: "  ", omittingEmptySubsequences: true).map { $0.trimmingCharacters(in: .whitespaces) }
         #expect(Array(summary.prefix(4)) == ["station/ (3 segments)", "00:00:05.0", summary[2], "wav 48 kHz 2 ch"], "\(table)")
