@@ -377,7 +377,8 @@ final class CaptureSession: @unchecked Sendable {
                 if let spaceGuard, framesWritten.load(ordering: .relaxed) + chunkAllowance > spaceLimit.load(ordering: .relaxed) {
                     // Rare: once per budget. Retention may free space first (deleting the oldest).
                     if !refreshSpaceLimit() {
-                        spaceGuard.makeRoom(bytes: Int64(Double(chunkAllowance) * spaceGuard.bytesPerFrame))
+                        // More than the two chunks `refreshSpaceLimit` wants, so that it says yes after.
+                        spaceGuard.makeRoom(bytes: Int64(Double(4 * chunkAllowance) * spaceGuard.bytesPerFrame))
                         // This chunk still goes in (the minimum's margin holds it): nothing captured is lost.
                         if !refreshSpaceLimit() { outOfSpace = spaceGuard.insufficientSpace() }
                     }
@@ -417,8 +418,9 @@ final class CaptureSession: @unchecked Sendable {
         // Measure first: frames written after the measurement are then counted twice, never missed.
         guard let room = spaceGuard.roomInFrames() else { return true }
         let written = framesWritten.load(ordering: .relaxed)
-        spaceLimit.store(written + room, ordering: .relaxed)
-        // Two chunks: the one in hand still fits above the minimum when this says no.
+        // One chunk short of the room: when the thread gets there, the chunk in hand still fits
+        // above the minimum, and it is written even when this says no more.
+        spaceLimit.store(written + room - chunkAllowance, ordering: .relaxed)
         return room >= 2 * chunkAllowance
     }
 
