@@ -297,6 +297,29 @@ struct StorageTests {
         #expect(result.status == 0, "\(result.stderr)")
     }
 
+    @Test func theShippedStorageAndRetentionExamplesAreValid() throws {
+        // etc/recd.toml's [storage] and [retention] with every key uncommented.
+        let shipped = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("etc/recd.toml")
+        var section = ""
+        var lines: [String] = []
+        for line in try String(contentsOf: shipped, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("[") { section = String(line) }
+            guard section == "[storage]" || section == "[retention]" else { continue }
+            if line.hasPrefix("[") {
+                lines.append(String(line))
+            } else if line.hasPrefix("#"), let first = line.dropFirst().first, first.isLowercase, line.contains(" = ") {
+                lines.append(String(line.dropFirst()))
+            }
+        }
+        #expect(lines.count == 9, "\(lines)")
+        let directory = TemporaryDirectory()
+        let path = directory.file("recd.toml")
+        try lines.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        let result = try run(Binaries.recd, ["--user", "--config", path, "--check-config"], timeout: 20)
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+
     @Test func enospcCausedBySomeoneElseStillLeavesAPlayableFileAndALiveDaemon() throws {
         let disk = try SmallFilesystem(size: "4m")
         let server = try PulseServer()
