@@ -1,0 +1,78 @@
+import Foundation
+@testable import RecorderCore
+import RecorderModel
+import Sndfile
+import Testing
+
+/// What retention chooses, as a plan over a listing (the end-to-end tests delete for real).
+@Suite("retention plan and sizes")
+struct RetentionPlanTests {
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    /// A one-second, `size`-byte recording that ended `hoursAgo` hours before `now`.
+    func entry(_ file: String, hoursAgo: Double, size: Int64 = 1000) -> RecordingLibrary.Entry {
+        RecordingLibrary.Entry(name: file, file: file, path: "/rec/" + file, format: .wav,
+                               info: SoundFileInfo(frames: 48000, sampleRate: 48000, channels: 2, formatName: "WAV"),
+                               size: size, modified: now.addingTimeInterval(-hoursAgo * 3600), segment: nil)
+    }
+
+    @Test func sizesParseInBinaryAndDecimalUnitsAndPercentages() {
+        #expect(SpaceAmount(parsing: "64 MiB") == .bytes(64 << 20))
+        #expect(SpaceAmount(parsing: "2GB") == .bytes(2_000_000_000))
+        #expect(SpaceAmount(parsing: "1.5 GiB") == .bytes(3 << 29))
+        #expect(SpaceAmount(parsing: "4096") == .bytes(4096))
+        #expect(SpaceAmount(parsing: " 5% ") == .percent(5))
+        #expect(SpaceAmount(parsing: "5 %") == .percent(5))
+        for bad in ["", "lots", "-1", "12 XB", "150%", "%", "1e3", "64 mib"] {
+            #expect(SpaceAmount(parsing: bad) == nil, "\(bad)")
+        }
+        #expect(SpaceAmount.percent(10).bytes(ofTotal: 1000) == 100)
+        #expect(SpaceAmount.describe(bytes: 1536) == "1.5 KiB")
+        #expect(SpaceAmount.describe(bytes: 64 << 20) == "64 MiB")
+    }
+
+    @Test func maximumAgeDeletesEveryRecordingOlderOldestFirst() {
+        let entries = [entry("new.wav", hoursAgo: 1), entry("old.wav", hoursAgo: 50), entry("older.wav", hoursAgo: 70)]
+        let due = RetentionPlan.due(entries, settings: RetentionSettings(maximumAge: 48 * 3600),
+                                    space: FileSystemSpace(freeBytes: 1 << 30, totalBytes: 2 << 30), now: now)
+        #expect(due.map(\.entry.file) == ["older.wav", "old.wav"])
+        #expect(due.allSatisfy { $0.reason == .maximumAge })
+    }
+
+    @Test func maximumTotalSizeDeletesTheOldestUntilTheRestFits() {
+        let entries = (1...5).map { entry("r\($0).wav", hoursAgo: Double(10 - $0), size: 100) }
+        let due = RetentionPlan.due(entries, settings: RetentionSettings(maximumTotalBytes: 250),
+                                    space: FileSystemSpace(freeBytes: 1 << 30, totalBytes: 2 << 30), now: now)
+        #expect(due.map(\.entry.file) == ["r1.wav", "r2.wav", "r3.wav"])
+        #expect(due.allSatisfy { $0.reason == .maximumTotalSize })
+    }
+
+    @Test func keepFreeAndTheGuardsNeedCountWhatEachDeletionFrees() {
+        let entries = (1...4).map { entry("r\($0).wav", hoursAgo: Double(10 - $0), size: 300) }
+        let space = FileSystemSpace(freeBytes: 500, totalBytes: 10_000)
+        // 10 % of 10 000 is 1 000: two deletions of 300 bring 500 to 1 100.
+        let keep = RetentionPlan.due(entries, settings: RetentionSettings(keepFree: .percent(10)), space: space, now: now)
+        #expect(keep.map(\.entry.file) == ["r1.wav", "r2.wav"])
+        #expect(keep.allSatisfy { $0.reason == .keepFree })
+        // The guard's need, with retention on for another reason.
+        let settings = RetentionSettings(maximumAge: 365 * 86400)
+        let need = RetentionPlan.due(entries, settings: settings, space: space, now: now, needFree: 700)
+        #expect(need.map(\.entry.file) == ["r1.wav"])
+        #expect(need.first?.reason == .minimumFree)
+        #expect(RetentionPlan.due(entries, settings: settings, space: space, now: now).isEmpty)
+    }
+
+    @Test func theOutlookIsWhatIsDueOrElseTheOldestAlone() {
+        let entries = [entry("b.wav", hoursAgo: 2), entry("a.wav", hoursAgo: 3)]
+        let space = FileSystemSpace(freeBytes: 1 << 30, totalBytes: 2 << 30)
+        let settings = RetentionSettings(maximumAge: 4 * 3600)
+        let next = RetentionPlan.outlook(entries, settings: settings, space: space, now: now)
+        #expect(next.map(\.file) == ["a.wav"])
+        #expect(next.first?.reason == nil)
+        // Due by age one hour (plus its one second of audio) from now.
+        #expect(next.first?.dueAt == now.addingTimeInterval(3600 - 1))
+        let due = RetentionPlan.outlook(entries, settings: RetentionSettings(maximumAge: 1800), space: space, now: now)
+        #expect(due.map(\.file) == ["a.wav", "b.wav"])
+        #expect(RetentionPlan.outlook(entries, settings: RetentionSettings(), space: space, now: now).isEmpty)
+    }
+}
