@@ -4,8 +4,9 @@ import FoundationEssentials
 ///
 /// Entities: "Recording" (a switch when remote control is allowed, else a running binary
 /// sensor), "State", "Elapsed" (duration, s), "Started" (timestamp), "Last file", "Level"
-/// (when telemetry is on) and "Problem" (a problem binary sensor whose attributes carry the
-/// error and warnings). All share the availability topic.
+/// (when telemetry is on), "Free space" (data size, MiB, on the recordings' filesystem) and
+/// "Problem" (a problem binary sensor whose attributes carry the error and warnings). All
+/// share the availability topic.
 public struct HomeAssistantDiscovery: Sendable {
     public let configuration: MQTTBridgeConfiguration
     public let version: String
@@ -82,6 +83,9 @@ public struct HomeAssistantDiscovery: Sendable {
             ("problem", ["p": "binary_sensor", "name": "Problem", "uniq_id": "\(id)_problem", "stat_t": topics.problem,
                          "dev_cla": "problem", "val_tpl": "{{ 'ON' if value_json.problem else 'OFF' }}",
                          "json_attr_t": topics.problem]),
+            ("free_space", ["p": "sensor", "name": "Free space", "uniq_id": "\(id)_free_space", "stat_t": topics.storage,
+                            "dev_cla": "data_size", "unit_of_meas": "MiB", "stat_cla": "measurement",
+                            "val_tpl": "{{ value_json.free }}", "json_attr_t": topics.storage, "icon": "mdi:harddisk"]),
         ]
         if configuration.telemetryInterval > 0 {
             result.append(("level", ["p": "sensor", "name": "Level", "uniq_id": "\(id)_level", "stat_t": topics.levels,

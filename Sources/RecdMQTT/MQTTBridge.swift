@@ -91,6 +91,10 @@ public final class MQTTBridge: Service, @unchecked Sendable {
             tokens.append(recorder.state.subscribe(on: queue, delivery: .every) { [weak self] state in self?.stateChanged(state) })
             tokens.append(recorder.error.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
             tokens.append(recorder.statistics.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
+            tokens.append(recorder.warning.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
+            tokens.append(recorder.storage.subscribe(on: queue) { [weak self] storage in
+                if let storage { self?.storageChanged(storage) }
+            })
             tokens.append(observeFinalizedFiles(of: recorder, on: queue) { [weak self] file in self?.fileFinalized(file) })
             if let hooks {
                 tokens.append(hooks.lastRun.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] run in
@@ -211,6 +215,11 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         publishProblem()
     }
 
+    /// In whole MiB, so that a recording's steady writing publishes once per MiB, not per check.
+    private func storageChanged(_ storage: StorageStatus) {
+        setRetained(topics.storage, Self.encode(Storage(storage)))
+    }
+
     private func publishProblem() {
         let statistics = recorder.statistics.value
         var warnings: [String] = []
@@ -218,6 +227,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
             warnings.append("\(statistics.xruns) overrun(s) in this recording, \(statistics.framesLost) frame(s) lost")
         }
         if let lastHookWarning { warnings.append(lastHookWarning) }
+        if let warning = recorder.warning.value { warnings.append("\(warning.code.rawValue): \(warning.message)") }
         let error = recorder.error.value
         setRetained(topics.problem, Self.encode(Problem(problem: error != nil || !warnings.isEmpty, error: error, warnings: warnings)))
     }
@@ -355,6 +365,24 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         var problem: Bool
         var error: RecorderError?
         var warnings: [String]
+    }
+
+    struct Storage: Encodable {
+        var free: Int64
+        var total: Int64
+        var recordings: Int64
+        var recordingsCount: Int
+        var minimumFree: Int64
+        var retentionNext: String?
+
+        init(_ storage: StorageStatus) {
+            free = storage.freeBytes >> 20
+            total = storage.totalBytes >> 20
+            recordings = storage.recordingsBytes >> 20
+            recordingsCount = storage.recordingsCount
+            minimumFree = storage.minimumFreeBytes >> 20
+            retentionNext = storage.retentionNext.first?.file
+        }
     }
 
     struct LastFile: Encodable {

@@ -86,6 +86,8 @@ public struct MQTTTopics: Sendable {
     public var lastFile: String { prefix + "/last_file" }
     /// The last hook run as JSON, retained.
     public var hook: String { prefix + "/hook" }
+    /// Free and used space on the recordings' filesystem in MiB, retained.
+    public var storage: String { prefix + "/storage" }
     /// Commands: `<prefix>/command/<start|stop|pause|resume|split|switch>`.
     public var commands: String { prefix + "/command/+" }
     public func command(_ name: String) -> String { prefix + "/command/" + name }

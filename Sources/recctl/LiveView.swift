@@ -38,6 +38,8 @@ final class LiveView {
     private var lastStatusLine: String?
     /// The snapshot's segment is old news: only segments closed while watching get a line.
     private var seenSegment = false
+    /// The snapshot's deletion happened before the watch began: only later ones are shown.
+    private var seenDeletion = false
 
     init(format: LiveFormat, quiet: Bool = false) {
         self.format = format
@@ -65,7 +67,8 @@ final class LiveView {
             case .recording: break
             case .warning(let newWarning): warning = newWarning
             case .retention(let deletion):
-                guard let deletion, !quiet, format == .terminal else { break }
+                defer { seenDeletion = true }
+                guard seenDeletion, let deletion, !quiet, format == .terminal else { break }
                 if drawn { print("\r\u{1B}[2K", terminator: "") }
                 print(Output.describeDeletion(deletion))
                 drawn = false

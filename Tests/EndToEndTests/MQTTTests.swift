@@ -69,6 +69,9 @@ struct MQTTTests {
         #expect(components["problem"]?["dev_cla"] as? String == "problem")
         #expect(components["state"]?["p"] as? String == "sensor")
         #expect(components["last_file"]?["p"] as? String == "sensor")
+        #expect(components["free_space"]?["dev_cla"] as? String == "data_size")
+        #expect(components["free_space"]?["unit_of_meas"] as? String == "MiB")
+        #expect(components["free_space"]?["stat_t"] as? String == "\(Self.prefix)/storage")
         // Without remote control, "Recording" can only be watched.
         #expect(components["recording"]?["p"] as? String == "binary_sensor")
         #expect(components["recording"]?["cmd_t"] == nil)
@@ -76,6 +79,8 @@ struct MQTTTests {
         // The state topics the entities read are there, retained.
         #expect(watcher.first("\(Self.prefix)/state")?.payload == "idle")
         #expect(watcher.first("\(Self.prefix)/problem")?.json?["problem"] as? Bool == false)
+        let storage = watcher.first("\(Self.prefix)/storage")
+        #expect((storage?.json?["free"] as? Int ?? 0) > 0 && (storage?.json?["total"] as? Int ?? 0) > 0, "\(storage?.payload ?? "")")
 
         // Home Assistant restarting (its birth message) gets everything announced again.
         let seen = watcher.messages.count
