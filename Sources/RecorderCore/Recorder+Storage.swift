@@ -86,13 +86,6 @@ extension Recorder {
         storageQueue.async { [weak self] in self?.checkStorage() }
     }
 
-    /// Measures free space now and publishes `storage` (what `status` shows): for callers that
-    /// need a fresh value (tests, `recordings.list`).
-    public func refreshStorage() -> StorageStatus? {
-        storageQueue.sync { checkStorage() }
-        return storage.value
-    }
-
     /// The storage status for a listing made just now (`recordings.list`): fresh free space,
     /// and retention's outlook over exactly those files.
     public func storageStatus(listing entries: [RecordingLibrary.Entry]) -> StorageStatus? {

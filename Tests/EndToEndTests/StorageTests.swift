@@ -93,6 +93,26 @@ struct StorageTests {
         #expect(accepted.name == "take")
     }
 
+    @Test func withRetentionAStartBelowTheMinimumDeletesTheOldestFirst() throws {
+        let disk = try SmallFilesystem(size: "2m")
+        let daemon = try Daemon(device: TestDevices.file(writeCounterInput(inputs, seconds: 3).path),
+                                config: "[storage]\nminimum_free = \"1 MiB\"\nwarning_free = 0\n[retention]\nmax_age = \"365d\"\n",
+                                recordings: disk.file("recordings"))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "old", format: .wav, sampleRate: 48000, channels: 2, duration: 2))
+        #expect(waitForStatus(daemon) { $0.state.name == .finished } != nil)
+        // Someone else's 700 KB bring free space below the minimum; retention never deletes them.
+        disk.fill("other-program.dat", bytes: 700_000)
+        #expect(disk.freeBytes < 1 << 20)
+        let started: Recording = try client.call(.start, StartParams(name: "new", format: .wav, sampleRate: 48000, channels: 2, duration: 0.5))
+        #expect(started.name == "new")
+        #expect(waitForStatus(daemon) { $0.state.name == .finished } != nil)
+        #expect(try daemon.recordingFiles() == ["new.wav"])
+        #expect(FileManager.default.fileExists(atPath: disk.file("other-program.dat")))
+        #expect(daemon.log.contains("retention deleted recording recording.file=old.wav"))
+        #expect(daemon.log.contains("retention.reason=minimumFree"))
+    }
+
     @Test func theLowSpaceWarningAppearsBelowItsLevelAndClearsWhenSpaceReturns() throws {
         let disk = try SmallFilesystem(size: "4m")
         let daemon = try Daemon(device: TestDevices.file(writeCounterInput(inputs, seconds: 2).path),
