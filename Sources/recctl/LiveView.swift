@@ -68,17 +68,10 @@ final class LiveView {
             case .warning(let newWarning): warning = newWarning
             case .retention(let deletion):
                 defer { seenDeletion = true }
-                guard seenDeletion, let deletion, !quiet, format == .terminal else { break }
-                if drawn { print("\r\u{1B}[2K", terminator: "") }
-                print(Output.describeDeletion(deletion))
-                drawn = false
+                if seenDeletion, let deletion { printAbove(Output.describeDeletion(deletion)) }
             case .segment(let segment):
                 defer { seenSegment = true }
-                guard seenSegment, let segment, !quiet, format == .terminal else { break }
-                // A line of its own above the redrawn one.
-                if drawn { print("\r\u{1B}[2K", terminator: "") }
-                print(Output.describeClosed(segment))
-                drawn = false
+                if seenSegment, let segment { printAbove(Output.describeClosed(segment)) }
             }
         }
         guard !quiet else { return }
@@ -88,6 +81,14 @@ final class LiveView {
         case .plain: emit(StatusBar.plain(state: state, time: time, levels: levels, error: error))
         case .json: break
         }
+    }
+
+    /// An event on a line of its own above the redrawn one (terminal only).
+    private func printAbove(_ line: String) {
+        guard !quiet, format == .terminal else { return }
+        if drawn { print("\r\u{1B}[2K", terminator: "") }
+        print(line)
+        drawn = false
     }
 
     /// Leaves the last line in place and moves to the next.

@@ -53,16 +53,6 @@ struct StorageTests {
         try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30)
     }
 
-    func waitForStatus(_ daemon: Daemon, timeout: Double = 20, _ condition: (StatusResult) -> Bool) -> StatusResult? {
-        var last: StatusResult?
-        _ = waitUntil(timeout: timeout) {
-            guard let client = try? daemon.connect(), let status = try? client.call(.status) as StatusResult else { return false }
-            last = status
-            return condition(status)
-        }
-        return last.flatMap { condition($0) ? $0 : nil }
-    }
-
     func touch(_ path: String, hoursAgo: Double) throws {
         let result = try run("/usr/bin/touch", ["-h", "-d", "@\(Int(Date().timeIntervalSince1970 - hoursAgo * 3600))", path])
         try #require(result.status == 0, "touch: \(result.stderr)")
@@ -100,13 +90,13 @@ struct StorageTests {
                                 recordings: disk.file("recordings"))
         let client = try daemon.connect()
         let _: Recording = try client.call(.start, StartParams(name: "old", format: .wav, sampleRate: 48000, channels: 2, duration: 2))
-        #expect(waitForStatus(daemon) { $0.state.name == .finished } != nil)
+        #expect(daemon.waitForStatus() { $0.state.name == .finished } != nil)
         // Someone else's 700 KB bring free space below the minimum; retention never deletes them.
         disk.fill("other-program.dat", bytes: 700_000)
         #expect(disk.freeBytes < 1 << 20)
         let started: Recording = try client.call(.start, StartParams(name: "new", format: .wav, sampleRate: 48000, channels: 2, duration: 0.5))
         #expect(started.name == "new")
-        #expect(waitForStatus(daemon) { $0.state.name == .finished } != nil)
+        #expect(daemon.waitForStatus() { $0.state.name == .finished } != nil)
         #expect(try daemon.recordingFiles() == ["new.wav"])
         #expect(FileManager.default.fileExists(atPath: disk.file("other-program.dat")))
         #expect(daemon.log.contains("retention deleted recording recording.file=old.wav"))
@@ -118,7 +108,7 @@ struct StorageTests {
         let daemon = try Daemon(device: TestDevices.file(writeCounterInput(inputs, seconds: 2).path),
                                 config: "[storage]\nminimum_free = \"256 KiB\"\nwarning_free = \"2 MiB\"\ncheck_interval = 0.1\n",
                                 recordings: disk.file("recordings"))
-        let idle = try #require(waitForStatus(daemon) { $0.storage != nil })
+        let idle = try #require(daemon.waitForStatus() { $0.storage != nil })
         #expect(idle.warning == nil)
         #expect(idle.storage?.warningFreeBytes == 2 << 20)
         #expect(idle.storage?.minimumFreeBytes == 256 << 10)
@@ -126,13 +116,13 @@ struct StorageTests {
         let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.warning]))
 
         disk.fill("download.iso", bytes: 3 << 20)
-        let warned = try #require(waitForStatus(daemon) { $0.warning?.code == .lowDiskSpace }, "the warning appears")
+        let warned = try #require(daemon.waitForStatus() { $0.warning?.code == .lowDiskSpace }, "the warning appears")
         #expect(warned.warning?.message.contains("warning below 2 MiB") == true, "\(warned.warning?.message ?? "")")
         #expect(try recctl(daemon, "status").stdout.contains("warning  lowDiskSpace: only"))
         #expect(daemon.log.contains("free space is low"))
 
         unlink(disk.file("download.iso"))
-        let cleared = try #require(waitForStatus(daemon) { $0.warning == nil }, "the warning clears")
+        let cleared = try #require(daemon.waitForStatus() { $0.warning == nil }, "the warning clears")
         #expect((cleared.storage?.freeBytes ?? 0) >= 2 << 20)
         #expect(daemon.log.contains("free space is back above the warning level"))
         // Subscribers saw it come and go, in order.
@@ -153,7 +143,7 @@ struct StorageTests {
         let client = try daemon.connect()
         // 11 s of 48 kHz stereo is 2.1 MB: more than the 2 MiB above the minimum can hold.
         let _: Recording = try client.call(.start, StartParams(name: "long", format: .wav, sampleRate: 48000, channels: 2, duration: 11))
-        let ended = try #require(waitForStatus(daemon) { !$0.state.isActive && $0.state.name != .idle })
+        let ended = try #require(daemon.waitForStatus() { !$0.state.isActive && $0.state.name != .idle })
         #expect(ended.state.name == .failed)
         #expect(ended.error?.code == .insufficientSpace, "\(String(describing: ended.error))")
         // Not full: the minimum is still free (the header, fsync and rename had room).
@@ -185,7 +175,7 @@ struct StorageTests {
         let client = try daemon.connect()
         for name in ["first", "second"] {
             let _: Recording = try client.call(.start, StartParams(name: name, format: .wav, sampleRate: 48000, channels: 2, duration: 3))
-            #expect(waitForStatus(daemon) { $0.state.name == .finished } != nil)
+            #expect(daemon.waitForStatus() { $0.state.name == .finished } != nil)
         }
         try touch(daemon.recordings + "/first.wav", hoursAgo: 2)
         try touch(daemon.recordings + "/second.wav", hoursAgo: 1)
@@ -193,7 +183,7 @@ struct StorageTests {
         let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.retention]))
         // 10.5 s (2.0 MB) fits only once the oldest recording (576 KB) is gone.
         let _: Recording = try client.call(.start, StartParams(name: "third", format: .wav, sampleRate: 48000, channels: 2, duration: 10.5))
-        let ended = try #require(waitForStatus(daemon) { !$0.state.isActive && $0.state.name != .idle })
+        let ended = try #require(daemon.waitForStatus() { !$0.state.isActive && $0.state.name != .idle })
         #expect(ended.state.name == .finished, "\(String(describing: ended.error))")
         #expect(ended.recording?.frames == 504_000)
         let samples = try SoundFileReader(path: daemon.recordings + "/third.wav").readAllInt16()
@@ -241,8 +231,8 @@ struct StorageTests {
         let watcher = try daemon.connect()
         let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.retention]))
         let active: Recording = try client.call(.start, StartParams(name: "live", format: .wav, sampleRate: 48000, channels: 2))
-        #expect(waitForStatus(daemon) { $0.currentTime > 0.2 } != nil)
-        let fresh = try #require(waitForStatus(daemon) { $0.storage?.recordingsCount == 3 })
+        #expect(daemon.waitForStatus() { $0.currentTime > 0.2 } != nil)
+        let fresh = try #require(daemon.waitForStatus() { $0.storage?.recordingsCount == 3 })
         #expect(fresh.storage?.retentionNext.map(\.file) == ["a.wav"], "the oldest is next, not due")
         #expect(fresh.storage?.retentionNext.first?.reason == nil)
 
@@ -261,7 +251,7 @@ struct StorageTests {
         #expect(deleted.map(\.file) == ["a.wav", "b.wav"], "oldest first")
         #expect(deleted.allSatisfy { $0.reason == .maximumAge })
         // A later pass finds nothing more due: c is next.
-        let after = try #require(waitForStatus(daemon) { $0.storage?.recordingsCount == 1 })
+        let after = try #require(daemon.waitForStatus() { $0.storage?.recordingsCount == 1 })
         #expect(after.storage?.retentionNext.map(\.file) == ["c.wav"])
         #expect(after.storage?.retentionNext.first?.reason == nil)
         let listed = try recctl(daemon, "ls").stdout
@@ -349,10 +339,10 @@ struct StorageTests {
                                 recordings: disk.file("recordings"))
         let client = try daemon.connect()
         let started: Recording = try client.call(.start, StartParams(name: "victim", format: .wav, sampleRate: 48000, channels: 2))
-        #expect(waitForStatus(daemon) { $0.currentTime > 0.5 } != nil)
+        #expect(daemon.waitForStatus() { $0.currentTime > 0.5 } != nil)
         // Another program takes every byte left, faster than any check can see it coming.
         disk.fill("hog.bin", bytes: 8 << 20)
-        let ended = try #require(waitForStatus(daemon) { !$0.state.isActive })
+        let ended = try #require(daemon.waitForStatus() { !$0.state.isActive })
         #expect(ended.state.name == .failed)
         // Whichever noticed first: the write (ENOSPC) or the guard.
         #expect([.failedToSave, .insufficientSpace].contains(ended.error?.code), "\(String(describing: ended.error))")
