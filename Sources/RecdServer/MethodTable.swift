@@ -87,6 +87,7 @@ enum MethodTable {
                 }
                 let entry = try find(params.name, in: library)
                 try recorderCall { () throws(RecorderError) in try library.delete(entry) }
+                context.recorder.requestRetentionPass()
                 return DeleteResult(deleted: entry.file)
             }
         },

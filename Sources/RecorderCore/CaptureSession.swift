@@ -416,8 +416,13 @@ final class CaptureSession: @unchecked Sendable {
     func refreshSpaceLimit() -> Bool {
         guard let spaceGuard else { return true }
         // Measure first: frames written after the measurement are then counted twice, never missed.
-        guard let room = spaceGuard.roomInFrames() else { return true }
+        let measured = spaceGuard.roomInFrames()
         let written = framesWritten.load(ordering: .relaxed)
+        guard let room = measured else {
+            // statvfs failed (should not happen): try again after a second of audio, not every chunk.
+            spaceLimit.store(written + Int64(fileRate), ordering: .relaxed)
+            return true
+        }
         // One chunk short of the room: when the thread gets there, the chunk in hand still fits
         // above the minimum, and it is written even when this says no more.
         spaceLimit.store(written + room - chunkAllowance, ordering: .relaxed)

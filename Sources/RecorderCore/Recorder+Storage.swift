@@ -80,8 +80,9 @@ extension Recorder {
         timer.schedule(deadline: .now(), repeating: .nanoseconds(nanoseconds), leeway: .nanoseconds(nanoseconds / 10))
     }
 
-    /// A file or segment closed: apply retention soon, off the caller's queue.
-    func requestRetentionPass() {
+    /// The recordings directory changed (a file closed, was deleted or renamed): scan it and
+    /// apply retention soon, off the caller's queue.
+    public func requestRetentionPass() {
         storageMonitor.withLock { $0.scanRequested = true }
         storageQueue.async { [weak self] in self?.checkStorage() }
     }
@@ -103,9 +104,10 @@ extension Recorder {
         let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
         let session = activeSession.withLock { $0 }
         let now = CaptureSession.uptime()
+        // Scans read every recording's header: on a file closing, and, for max_age, periodically.
         var scan = storageMonitor.withLock { monitor in
             monitor.scanRequested || monitor.lastScan == 0
-                || Double(now &- monitor.lastScan) / 1e9 >= configuration.retention.interval
+                || (configuration.retention.isEnabled && Double(now &- monitor.lastScan) / 1e9 >= configuration.retention.interval)
         }
         // While recording, retention keeps two ticks' worth of the recording above the minimum,
         // so that the capture thread seldom has to wait for a deletion itself.

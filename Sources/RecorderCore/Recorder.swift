@@ -112,8 +112,8 @@ public final class Recorder: @unchecked Sendable {
     /// and the gap before it. Each closed segment is sent once, in order: subscribe with
     /// `delivery: .every` to see them all (uploaders, the socket's `segment` topic).
     public let closedSegment = Observed<Segment?>(nil)
-    /// A condition worth attention that does not stop the recording (digital silence); nil
-    /// when there is none.
+    /// A condition worth attention that does not stop the recording (digital silence, low disk
+    /// space); nil when there is none.
     public let warning = Observed<RecorderWarning?>(nil)
     /// Free and used space on the recordings' filesystem, the guard's levels and what retention
     /// deletes next; measured every `storage.checkInterval`.
