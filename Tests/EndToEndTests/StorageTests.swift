@@ -218,6 +218,11 @@ struct StorageTests {
         try Data(repeating: 7, count: 1000).write(to: URL(fileURLWithPath: recordings + "/garbage.wav"))
         try Data(repeating: 7, count: 1000).write(to: URL(fileURLWithPath: recordings + "/old.mp4"))
         try FileManager.default.createSymbolicLink(atPath: recordings + "/link.wav", withDestinationPath: outside)
+        // ... and a link to a directory of recordings outside.
+        let outsideFolder = inputs.file("archive")
+        try FileManager.default.createDirectory(atPath: outsideFolder, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: recordings + "/a.wav", toPath: outsideFolder + "/archived.wav")
+        try FileManager.default.createSymbolicLink(atPath: recordings + "/archive", withDestinationPath: outsideFolder)
 
         let server = try PulseServer()
         try server.tone()
@@ -241,7 +246,7 @@ struct StorageTests {
         try touch(recordings + "/b.wav", hoursAgo: 2)
         try touch(recordings + "/c.wav", hoursAgo: 0.5)
         for other in [active.partialPath, recordings + "/stray.wav.part", recordings + "/notes.txt", recordings + "/garbage.wav",
-                      recordings + "/old.mp4", recordings + "/link.wav", outside] {
+                      recordings + "/old.mp4", recordings + "/link.wav", outside, outsideFolder + "/archived.wav"] {
             try touch(other, hoursAgo: 10)
         }
         var deleted: [RetentionDeletion] = []
@@ -259,8 +264,9 @@ struct StorageTests {
 
         let stopped: Recording = try client.call(.stop)
         let files = Set(try FileManager.default.contentsOfDirectory(atPath: recordings).filter { !$0.hasPrefix(".") })
-        #expect(files == ["c.wav", "live.wav", "stray.wav.part", "notes.txt", "garbage.wav", "old.mp4", "link.wav"])
+        #expect(files == ["c.wav", "live.wav", "stray.wav.part", "notes.txt", "garbage.wav", "old.mp4", "link.wav", "archive"])
         #expect(FileManager.default.fileExists(atPath: outside))
+        #expect(FileManager.default.fileExists(atPath: outsideFolder + "/archived.wav"))
         let reader = try SoundFileReader(path: stopped.path)
         #expect(reader.info.frames == stopped.frames && stopped.frames > 0)
         let lines = daemon.log.split(separator: "\n").filter { $0.contains("retention deleted recording") }
