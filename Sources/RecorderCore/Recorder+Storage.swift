@@ -102,7 +102,8 @@ extension Recorder {
         let configuration = self.configuration
         guard var space = FileSystemSpace.measure(configuration.recordingsDirectory) else { return }
         let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
-        let session = activeSession.withLock { $0 }
+        // Only a capture thread that still writes: not one that ended (its last file closing).
+        let session = activeSession.withLock { $0 }.flatMap { $0.started && !$0.hasEnded ? $0 : nil }
         let now = CaptureSession.uptime()
         // Scans read every recording's header: on a file closing, and, for max_age, periodically.
         var scan = storageMonitor.withLock { monitor in
@@ -120,7 +121,7 @@ extension Recorder {
             }
         }
         if scan { space = applyRetention(configuration, needFree: needFree) ?? space }
-        if let session, session.started { session.refreshSpaceLimit() }
+        session?.refreshSpaceLimit()
         updateSpaceWarning(space, configuration: configuration)
         let cached = storageMonitor.withLock { $0 }
         storage.send(makeStatus(space: space, configuration: configuration, recordingsBytes: cached.recordingsBytes,
