@@ -415,8 +415,15 @@ final class CaptureSession: @unchecked Sendable {
     @discardableResult
     func refreshSpaceLimit() -> Bool {
         guard let spaceGuard else { return true }
+        // An .m4a is copied when it is finalized: keep room for a copy of what it holds so far
+        // (frames written from now on count twice in `bytesPerFrame`).
+        var reserve: Int64 = 0
+        if spaceGuard.rewritesOnClose {
+            var info = stat()
+            if stat(currentSegment.withLock({ $0.partialPath }), &info) == 0 { reserve = Int64(info.st_blocks) * 512 }
+        }
         // Measure first: frames written after the measurement are then counted twice, never missed.
-        let measured = spaceGuard.roomInFrames()
+        let measured = spaceGuard.roomInFrames(reserving: reserve)
         let written = framesWritten.load(ordering: .relaxed)
         guard let room = measured else {
             // statvfs failed (should not happen): try again after a second of audio, not every chunk.

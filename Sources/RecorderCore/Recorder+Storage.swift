@@ -15,6 +15,8 @@ final class SpaceGuard: Sendable {
     /// codecs, far above their rate), +10 % for headers and encoder blocks; twice that for
     /// .m4a, whose finalization rewrites the segment (`moov` first).
     let bytesPerFrame: Double
+    /// Finalizing the file copies it (.m4a): room for a copy of what it holds is kept too.
+    let rewritesOnClose: Bool
     let fileRate: Int
     /// Retention on the capture thread: delete the oldest until this many bytes above the
     /// minimum are free. Nil with retention off.
@@ -25,17 +27,19 @@ final class SpaceGuard: Sendable {
         self.directory = directory
         self.minimumFree = minimumFree
         let bytesPerSample = Double(Swift.max(2, (settings.effectiveBitDepth ?? 16) / 8))
-        self.bytesPerFrame = Double(fileChannels) * bytesPerSample * 1.1 * (settings.format.fileExtension == "m4a" ? 2 : 1)
+        self.rewritesOnClose = settings.format.fileExtension == "m4a"
+        self.bytesPerFrame = Double(fileChannels) * bytesPerSample * 1.1 * (rewritesOnClose ? 2 : 1)
         self.fileRate = fileRate
         self.makeRoomHandler = makeRoom
     }
 
     var bytesPerSecond: Double { bytesPerFrame * Double(fileRate) }
 
-    /// Frames that fit above the minimum now; nil if the filesystem cannot be measured.
-    func roomInFrames() -> Int64? {
+    /// Frames that fit above the minimum now, keeping `reserve` bytes aside too; nil if the
+    /// filesystem cannot be measured.
+    func roomInFrames(reserving reserve: Int64 = 0) -> Int64? {
         guard let space = FileSystemSpace.measure(directory) else { return nil }
-        let room = space.freeBytes - minimumFree.bytes(ofTotal: space.totalBytes)
+        let room = space.freeBytes - minimumFree.bytes(ofTotal: space.totalBytes) - reserve
         return room <= 0 ? 0 : Int64(Double(room) / bytesPerFrame)
     }
 
@@ -43,11 +47,10 @@ final class SpaceGuard: Sendable {
 
     func insufficientSpace() -> RecorderError {
         let space = FileSystemSpace.measure(directory)
-        let free = space.map { SpaceAmount.describe(bytes: $0.freeBytes) } ?? "?"
         let minimum = space.map { SpaceAmount.describe(bytes: minimumFree.bytes(ofTotal: $0.totalBytes)) } ?? minimumFree.description
         return RecorderError(.insufficientSpace,
-            "free space on the filesystem of \(directory) fell to \(free), the minimum recd keeps free ([storage] "
-            + "minimum_free = \(minimumFree)) is \(minimum): the recording ended and its file holds everything captured")
+            "free space on the filesystem of \(directory) is down to the \(minimum) recd keeps free ([storage] minimum_free = "
+            + "\(minimumFree)) and the room to finalize the file: the recording ended and its file holds everything captured")
     }
 }
 
