@@ -165,6 +165,30 @@ struct StorageTests {
         #expect(version.version == RecdVersion.current)
     }
 
+    @Test func anM4AReachingTheMinimumKeepsRoomForTheCopyItsFinalizationMakes() throws {
+        let disk = try SmallFilesystem(size: "3m")
+        // Noise: Apple Lossless cannot shrink it.
+        var state: UInt32 = 7
+        let noise = (0..<48000 * 2 * 20).map { _ -> Int16 in
+            state = state &* 1_664_525 &+ 1_013_904_223
+            return Int16(truncatingIfNeeded: state >> 16)
+        }
+        let input = inputs.file("noise.raw")
+        Signal.write(noise, to: input)
+        let daemon = try Daemon(device: TestDevices.file(input), config: "[storage]\nminimum_free = \"1 MiB\"\nwarning_free = 0\n",
+                                recordings: disk.file("recordings"))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "lossless", format: .alac, sampleRate: 48000, channels: 2, duration: 15))
+        let ended = try #require(daemon.waitForStatus { !$0.state.isActive && $0.state.name != .idle })
+        #expect(ended.error?.code == .insufficientSpace, "\(String(describing: ended.error))")
+        #expect(disk.freeBytes >= 1 << 20, "\(disk.freeBytes) bytes free")
+        let recording = try #require(ended.recording)
+        // Rewritten as a regular MP4 (the copy had room), every frame in it.
+        #expect(FFmpegTools.topLevelBoxes(recording.path).prefix(2) == ["ftyp", "moov"], "\(FFmpegTools.topLevelBoxes(recording.path))")
+        #expect(try FFmpegTools.probe(recording.path).frames == recording.frames)
+        #expect(recording.frames > 48000)
+    }
+
     @Test func withRetentionTheOldestRecordingMakesRoomAndRecordingGoesOn() throws {
         let disk = try SmallFilesystem(size: "4m")
         let input = writeCounterInput(inputs, seconds: 12)
