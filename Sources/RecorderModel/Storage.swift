@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// An amount of disk space: bytes, or a percentage of the filesystem's size.
 public enum SpaceAmount: Sendable, Equatable, Codable, CustomStringConvertible {
@@ -30,14 +30,14 @@ public enum SpaceAmount: Sendable, Equatable, Codable, CustomStringConvertible {
     /// Reads `64 MiB`, `2GB`, `1048576`, `5%`: binary (KiB, MiB, GiB, TiB) or decimal (kB, MB,
     /// GB, TB) units, or a percentage of the filesystem (0 to 100). Nil for anything else.
     public init?(parsing text: String) {
-        let trimmed = text.trimmingWhitespace
+        let trimmed = text.trimmingWhitespace()
         if trimmed.hasSuffix("%") {
-            guard let percent = Double(String(trimmed.dropLast()).trimmingWhitespace), percent >= 0, percent <= 100 else { return nil }
+            guard let percent = Double(trimmed.dropLast().trimmingWhitespace()), percent >= 0, percent <= 100 else { return nil }
             self = .percent(percent)
             return
         }
         let digits = trimmed.prefix { $0.isNumber || $0 == "." }
-        let unit = String(trimmed.dropFirst(digits.count)).trimmingWhitespace
+        let unit = trimmed.dropFirst(digits.count).trimmingWhitespace()
         let multipliers: [String: Double] = [
             "": 1, "B": 1, "KiB": 1024, "MiB": 1_048_576, "GiB": 1_073_741_824, "TiB": 1_099_511_627_776,
             "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
@@ -61,12 +61,6 @@ public enum SpaceAmount: Sendable, Equatable, Codable, CustomStringConvertible {
         let tenths = (value * 10).rounded() / 10
         let text = tenths == tenths.rounded() ? String(Int(tenths)) : String(tenths)
         return text + " " + units[unit]
-    }
-}
-
-extension String {
-    fileprivate var trimmingWhitespace: String {
-        String(drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
     }
 }
 

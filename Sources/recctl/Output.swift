@@ -233,7 +233,7 @@ enum Output {
     }
 
     static func printStorage(_ storage: StorageStatus) {
-        for (key, value) in storageRows(storage) { line(key.padding(toLength: 9, withPad: " ", startingAt: 0) + value) }
+        for (key, value) in storageRows(storage) { line(key.padded(to: 9) + value) }
     }
 
     /// A file retention deleted, as `recctl watch` shows it.
