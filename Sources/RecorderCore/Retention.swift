@@ -33,11 +33,12 @@ public struct FileSystemSpace: Sendable, Equatable {
 }
 
 extension RecordingLibrary.Entry {
-    /// When the recording (segment) started: what retention's "oldest first" goes by. The
-    /// session log's start for segments; otherwise the file's last modification less its
-    /// duration. The one place to change when files carry their start time.
+    /// When the recording (segment) started: what retention's "oldest first" and `max_age` go
+    /// by. The start the file records (or recd's session log), so that copying or touching a
+    /// file does not change it; for a file that says nothing, its last modification less its
+    /// duration.
     public var retentionStart: Date {
-        segment?.startedAt ?? modified.addingTimeInterval(-info.duration)
+        startedAt ?? modified.addingTimeInterval(-info.duration)
     }
 }
 

@@ -202,8 +202,6 @@ struct StorageTests {
             let _: Recording = try client.call(.start, StartParams(name: name, format: .wav, sampleRate: 48000, channels: 2, duration: 3))
             #expect(daemon.waitForStatus() { $0.state.name == .finished } != nil)
         }
-        try touch(daemon.recordings + "/first.wav", hoursAgo: 2)
-        try touch(daemon.recordings + "/second.wav", hoursAgo: 1)
         let watcher = try daemon.connect()
         let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.retention]))
         // 10.5 s (2.0 MB) fits only once the oldest recording (576 KB) is gone.
@@ -228,22 +226,24 @@ struct StorageTests {
     @Test func retentionDeletesExactlyTheOldestAndNeverAForeignFileAPartOrTheActiveRecording() throws {
         let disk = try SmallFilesystem(size: "8m")
         let recordings = disk.file("recordings")
-        // Three recordings made by recd.
+        // Three recordings made by recd, one after the other: a started first (the start inside
+        // each file is what "oldest" goes by, not the file's time).
         let maker = try Daemon(device: TestDevices.file(writeCounterInput(inputs, seconds: 2).path),
                                config: "[storage]\nminimum_free = \"256 KiB\"\n", recordings: recordings)
         for name in ["a", "b", "c"] {
-            let made = try recctl(maker, "start", name, "--format", "wav", "--duration", "0.5", "--wait")
+            let made = try recctl(maker, "start", name, "--format", "wav", "--rate", "48000", "--channels", "2",
+                                  "--duration", "0.5", "--wait")
             try #require(made.status == 0, "\(made.stderr)")
         }
         #expect(maker.terminate() == 0)
-        // Beside them: someone else's files, a stray .part, and a link to a recording outside.
+        // Beside them: someone else's files, a link to a recording outside, and a link to a
+        // directory of recordings outside.
         let outside = inputs.file("outside.wav")
         try FileManager.default.copyItem(atPath: recordings + "/a.wav", toPath: outside)
         try "notes".write(toFile: recordings + "/notes.txt", atomically: false, encoding: .utf8)
         try Data(repeating: 7, count: 1000).write(to: URL(fileURLWithPath: recordings + "/garbage.wav"))
         try Data(repeating: 7, count: 1000).write(to: URL(fileURLWithPath: recordings + "/old.mp4"))
         try FileManager.default.createSymbolicLink(atPath: recordings + "/link.wav", withDestinationPath: outside)
-        // ... and a link to a directory of recordings outside.
         let outsideFolder = inputs.file("archive")
         try FileManager.default.createDirectory(atPath: outsideFolder, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: recordings + "/a.wav", toPath: outsideFolder + "/archived.wav")
@@ -251,42 +251,46 @@ struct StorageTests {
 
         let server = try PulseServer()
         try server.tone()
-        let daemon = try Daemon(device: TestDevices.paced(server),
-                                config: "[storage]\nminimum_free = \"256 KiB\"\nwarning_free = 0\ncheck_interval = 0.1\n"
-                                    + "[retention]\nmax_age = \"1h\"\ninterval = 1\n",
+        let relaxed = "[storage]\nminimum_free = \"256 KiB\"\nwarning_free = 0\ncheck_interval = 0.1\n"
+        let daemon = try Daemon(device: TestDevices.paced(server), config: relaxed + "[retention]\nmax_total_size = \"10 MiB\"\n",
                                 recordings: recordings)
-        // A .part recd did not leave (made after it recovered what a crash leaves).
+        // A .part recd did not leave (made after it recovered what a crash leaves), and files
+        // older by their time than any recording: neither counts.
         try FileManager.default.copyItem(atPath: recordings + "/a.wav", toPath: recordings + "/stray.wav.part")
+        for other in ["stray.wav.part", "notes.txt", "garbage.wav", "old.mp4", "link.wav"] { try touch(recordings + "/" + other, hoursAgo: 240) }
+        try touch(outside, hoursAgo: 240)
+        try touch(outsideFolder + "/archived.wav", hoursAgo: 240)
         let client = try daemon.connect()
         let watcher = try daemon.connect()
         let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.retention]))
         let active: Recording = try client.call(.start, StartParams(name: "live", format: .wav, sampleRate: 48000, channels: 2))
-        #expect(daemon.waitForStatus() { $0.currentTime > 0.2 } != nil)
-        let fresh = try #require(daemon.waitForStatus() { $0.storage?.recordingsCount == 3 })
+        #expect(daemon.waitForStatus { $0.currentTime > 0.2 } != nil)
+        try touch(active.partialPath, hoursAgo: 240)
+        let fresh = try #require(daemon.waitForStatus { $0.storage?.recordingsCount == 3 })
         #expect(fresh.storage?.retentionNext.map(\.file) == ["a.wav"], "the oldest is next, not due")
         #expect(fresh.storage?.retentionNext.first?.reason == nil)
 
-        // Now a and b are over the age, c is not; everything else is older still.
-        try touch(recordings + "/a.wav", hoursAgo: 3)
-        try touch(recordings + "/b.wav", hoursAgo: 2)
-        try touch(recordings + "/c.wav", hoursAgo: 0.5)
-        for other in [active.partialPath, recordings + "/stray.wav.part", recordings + "/notes.txt", recordings + "/garbage.wav",
-                      recordings + "/old.mp4", recordings + "/link.wav", outside, outsideFolder + "/archived.wav"] {
-            try touch(other, hoursAgo: 10)
-        }
+        // Now the three may take 150 KB together (each holds 96 KB): a and b must go (SIGHUP
+        // applies retention at once), while live.wav.part grows.
+        try (relaxed + "[retention]\nmax_total_size = \"150 kB\"\n").write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        daemon.process.signal(SIGHUP)
         var deleted: [RetentionDeletion] = []
         while deleted.count < 2, let notification = try? watcher.nextNotification(timeout: 20) {
             if case .retention(let deletion?) = notification.value { deleted.append(deletion) }
         }
         #expect(deleted.map(\.file) == ["a.wav", "b.wav"], "oldest first")
-        #expect(deleted.allSatisfy { $0.reason == .maximumAge })
+        #expect(deleted.allSatisfy { $0.reason == .maximumTotalSize })
         // A later pass finds nothing more due: c is next.
-        let after = try #require(daemon.waitForStatus() { $0.storage?.recordingsCount == 1 })
+        let after = try #require(daemon.waitForStatus { $0.storage?.recordingsCount == 1 })
         #expect(after.storage?.retentionNext.map(\.file) == ["c.wav"])
         #expect(after.storage?.retentionNext.first?.reason == nil)
         let listed = try recctl(daemon, "ls").stdout
         #expect(listed.contains("retention deletes next: c.wav"), "\(listed)")
 
+        // Retention off again before the live recording ends (it alone is larger than 150 kB).
+        try relaxed.write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        daemon.process.signal(SIGHUP)
+        #expect(daemon.waitForStatus { $0.storage?.retention == false } != nil)
         let stopped: Recording = try client.call(.stop)
         let files = Set(try FileManager.default.contentsOfDirectory(atPath: recordings).filter { !$0.hasPrefix(".") })
         #expect(files == ["c.wav", "live.wav", "stray.wav.part", "notes.txt", "garbage.wav", "old.mp4", "link.wav", "archive"])
