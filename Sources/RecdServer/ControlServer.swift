@@ -147,7 +147,8 @@ public final class ControlServer: Sendable {
                             try? await accepted.channel.channel.close()
                             continue
                         }
-                        group.addTask {
+                        // On the connection's event loop: see EventLoopTaskExecutor.
+                        group.addTask(executorPreference: EventLoopTaskExecutor(accepted.channel.channel.eventLoop)) {
                             await client.run()
                             _ = self.state.withLockedValue { $0.clients.removeValue(forKey: ObjectIdentifier(client)) }
                         }
