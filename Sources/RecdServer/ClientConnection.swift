@@ -22,6 +22,8 @@ struct ConnectionContext: Sendable {
     let threadPool: NIOThreadPool
     /// Where user and group look-ups (NSS, which may block) run.
     let lookups: NIOThreadPool
+    /// Encodes results (and keeps `status`'s), shared by every connection.
+    let results = ResultEncoder()
     let logger: Logger
 }
 
@@ -227,7 +229,12 @@ final class ClientConnection: PublicationReceiver, Sendable {
         // A notification is never answered, not even when it failed.
         guard !request.isNotification else { return nil }
         switch outcome {
-        case .success(let result): return Self.encode(OutgoingResponse(id: request.id, result: result))
+        case .success(let result):
+            guard let json = context.results.encode(result) else {
+                return Self.encode(ErrorResponse(id: request.id, error: RPCError(
+                    code: RPCErrorCode.internalError, message: "cannot encode the answer", data: .init(code: "internalError"))))
+            }
+            return ResponseLine.success(id: request.id, result: json)
         case .failure(let error): return Self.encode(ErrorResponse(id: request.id, error: error))
         }
     }
@@ -472,20 +479,5 @@ final class Outbox: Sendable {
             (state.bytes > 0 || state.flushing)
                 && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
         }
-    }
-}
-
-/// A response whose result is any Encodable; `id` null for a request whose id was null.
-private struct OutgoingResponse: Encodable {
-    let id: RPCID?
-    let result: any Encodable & Sendable
-
-    private enum CodingKeys: String, CodingKey { case jsonrpc, id, result }
-
-    func encode(to encoder: Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(JSONRPC.version, forKey: .jsonrpc)
-        try container.encode(id, forKey: .id)
-        try container.encode(result, forKey: .result)
     }
 }
