@@ -61,10 +61,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
         var minimumSpacing: TimeAmount { .nanoseconds(interval.nanoseconds * 9 / 10) }
         /// Nothing at or below these is sent again (the snapshot had it).
         var lastSeq: [Topic: UInt64] = [:]
+        /// When what was sent last was published (or sent, if it was held back or the snapshot):
+        /// measured on publication times, so a connection served late in a fan-out does not
+        /// hold its next value back.
         var lastSent: [Topic: NIODeadline] = [:]
         var pending: [Topic: Publication] = [:]
         var flushScheduled: Set<Topic> = []
     }
+
+    var eventLoop: any EventLoop { channel.channel.eventLoop }
 
     init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials, context: ConnectionContext) {
         self.channel = channel
@@ -287,7 +292,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         return UnsubscribeResult(subscription: request.subscription)
     }
 
-    /// Called by the hub on its own queue.
+    /// Called by the hub on the connection's event loop.
     func receive(_ publication: Publication) {
         state.withLockedValue { state in deliver(publication, state: &state) }
     }
@@ -298,14 +303,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
         for id in state.subscriptions.keys {
             guard var subscription = state.subscriptions[id], subscription.topics.contains(topic),
                   publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
-            let now = NIODeadline.now()
+            let now = publication.published
             if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
                 subscription.pending[topic] = publication
                 if !subscription.flushScheduled.contains(topic) {
                     subscription.flushScheduled.insert(topic)
-                    channel.channel.eventLoop.scheduleTask(deadline: last + subscription.minimumSpacing) {
-                        self.state.withLockedValue { state in self.flush(topic, of: id, state: &state) }
+                    let due = last + subscription.minimumSpacing
+                    channel.channel.eventLoop.scheduleTask(deadline: due) {
+                        self.state.withLockedValue { state in self.flush(topic, of: id, due: due, state: &state) }
                     }
                 }
                 state.subscriptions[id] = subscription
@@ -325,12 +331,14 @@ final class ClientConnection: PublicationReceiver, Sendable {
         }
     }
 
-    private func flush(_ topic: Topic, of id: String, state: inout State) {
+    /// Sends the value held back for `topic`, due at `due`: the next interval is counted from
+    /// then, not from when the loop got to it, so a busy loop does not push every later value back.
+    private func flush(_ topic: Topic, of id: String, due: NIODeadline, state: inout State) {
         guard !state.closing, var subscription = state.subscriptions[id] else { return }
         subscription.flushScheduled.remove(topic)
         if let publication = subscription.pending.removeValue(forKey: topic),
            publication.update.seq > subscription.lastSeq[topic] ?? 0 {
-            send(publication, on: &subscription, at: .now(), state: &state)
+            send(publication, on: &subscription, at: due, state: &state)
         }
         state.subscriptions[id] = subscription
     }
@@ -339,8 +347,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
                       state: inout State) {
         subscription.lastSeq[publication.update.topic] = publication.update.seq
         subscription.lastSent[publication.update.topic] = now
-        let line = Self.buffer("{\"jsonrpc\":\"2.0\",\"method\":\"changed\",\"params\":{\"subscription\":\"\(subscription.id)\","
-                               + publication.members + "}}")
+        let line = publication.notification(for: subscription.id)
         if state.heldBack != nil {
             state.heldBack!.append((subscription.id, line))
         } else {
@@ -388,14 +395,19 @@ final class ClientConnection: PublicationReceiver, Sendable {
     }
 }
 
-/// What waits to be written to one client, in order, counted in bytes.
+/// What waits to be written to one client, in order, counted in bytes. The writer takes
+/// everything queued at once: what one tick publishes leaves in one write.
 final class Outbox: Sendable {
-    private let stream: AsyncStream<ByteBuffer>
-    private let continuation: AsyncStream<ByteBuffer>.Continuation
     private let limit: Int
     private let state = NIOLockedValueBox(State())
 
     private struct State {
+        /// Queued, not yet taken by the writer.
+        var queue: [ByteBuffer] = []
+        var finished = false
+        /// The writer, waiting for something to write.
+        var writer: CheckedContinuation<Void, Never>?
+        /// Queued or taken, not yet written.
         var bytes = 0
         /// Uptime (ns) of the last write the socket took, or of the first byte queued since.
         var lastProgress: UInt64 = 0
@@ -406,7 +418,6 @@ final class Outbox: Sendable {
 
     init(limit: Int) {
         self.limit = limit
-        (stream, continuation) = AsyncStream.makeStream()
     }
 
     var queuedBytes: Int { state.withLockedValue { $0.bytes } }
@@ -415,13 +426,17 @@ final class Outbox: Sendable {
     /// bytes unwritten: a notification for a client that does not read.
     @discardableResult
     func send(_ line: ByteBuffer, limited: Bool) -> Bool {
-        let accepted = state.withLockedValue { state in
-            guard !limited || state.bytes + line.readableBytes <= limit else { return false }
+        let (accepted, writer) = state.withLockedValue { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            guard !limited || state.bytes + line.readableBytes <= limit else { return (false, nil) }
+            // After `finish` (the connection is closing): dropped, as an answer to nobody.
+            guard !state.finished else { return (true, nil) }
             if state.bytes == 0 { state.lastProgress = DispatchTime.now().uptimeNanoseconds }
             state.bytes += line.readableBytes
-            return true
+            state.queue.append(line)
+            defer { state.writer = nil }
+            return (true, state.writer)
         }
-        if accepted { continuation.yield(line) }
+        writer?.resume()
         return accepted
     }
 
@@ -438,14 +453,44 @@ final class Outbox: Sendable {
     }
 
     /// Nothing more will be queued: `drain` returns once the rest is written.
-    func finish() { continuation.finish() }
+    func finish() {
+        let writer = state.withLockedValue { state in
+            state.finished = true
+            defer { state.writer = nil }
+            return state.writer
+        }
+        writer?.resume()
+    }
+
+    /// Everything queued so far, waiting until there is some; nil once finished and empty.
+    private func take() async -> [ByteBuffer]? {
+        while true {
+            let taken = state.withLockedValue { state -> [ByteBuffer]?? in
+                if !state.queue.isEmpty {
+                    defer { state.queue = [] }
+                    return state.queue
+                }
+                return state.finished ? .some(nil) : nil
+            }
+            if let taken { return taken }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLockedValue { state in
+                    guard state.queue.isEmpty, !state.finished else { return true }
+                    state.writer = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
+    }
 
     /// Writes the queue to the socket in order, waiting while the socket's buffer is full.
     func drain(into outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>) async throws {
-        for await line in stream {
-            try await outbound.write(line)
+        while let lines = await take() {
+            try await outbound.write(contentsOf: lines)
+            let written = lines.reduce(0) { $0 + $1.readableBytes }
             let waiters = state.withLockedValue { state in
-                state.bytes -= line.readableBytes
+                state.bytes -= written
                 state.lastProgress = DispatchTime.now().uptimeNanoseconds
                 guard state.bytes <= limit else { return [CheckedContinuation<Void, Never>]() }
                 defer { state.roomWaiters = [] }

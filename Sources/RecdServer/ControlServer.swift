@@ -202,7 +202,7 @@ public final class ControlServer: Sendable {
     /// seconds is closed regardless, and so is every client after `limit` seconds.
     public func shutdown(grace: Double = 2, limit: Double = 10) async {
         await quiesce()
-        context.hub.drain()
+        await context.hub.drain()
         for client in state.withLockedValue({ Array($0.clients.values) }) { client.release() }
         let begun = DispatchTime.now()
         let watcher = group.next().scheduleRepeatedTask(initialDelay: .milliseconds(250), delay: .milliseconds(250)) { [self] _ in
