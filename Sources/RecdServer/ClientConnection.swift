@@ -51,10 +51,20 @@ final class ClientConnection: PublicationReceiver, Sendable {
         var closing = false
     }
 
-    private struct Subscription {
+    /// A class, changed in place: a copy out of `subscriptions` and back would duplicate its
+    /// dictionaries (copy on write) for every notification sent.
+    /// @unchecked Sendable: only used under `state`'s lock.
+    private final class Subscription: @unchecked Sendable {
         let id: String
         let topics: Set<Topic>
         let interval: TimeAmount
+
+        init(id: String, topics: Set<Topic>, interval: TimeAmount) {
+            self.id = id
+            self.topics = topics
+            self.interval = interval
+        }
+
         /// What counts as "an interval later", and when a held-back value goes out: 10 % less
         /// than the interval, so that with an interval equal to the recorder's period values are
         /// not held back a whole period for a few milliseconds of timer jitter.
@@ -262,7 +272,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         }
         let id = String(Self.subscriptionCounter.add(1, ordering: .relaxed).newValue)
         let snapshot = state.withLockedValue { state -> [Publication] in
-            var subscription = Subscription(id: id, topics: topics, interval: .nanoseconds(Int64(interval * 1e9)))
+            let subscription = Subscription(id: id, topics: topics, interval: .nanoseconds(Int64(interval * 1e9)))
             let allTopics = state.subscriptions.values.reduce(topics) { $0.union($1.topics) }
             // Registered and snapshotted at once; changes after it wait for this answer.
             let snapshot = context.hub.add(self, topics: allTopics).filter { topics.contains($0.update.topic) }
@@ -300,9 +310,8 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private func deliver(_ publication: Publication, state: inout State) {
         guard !state.closing else { return }
         let topic = publication.update.topic
-        for id in state.subscriptions.keys {
-            guard var subscription = state.subscriptions[id], subscription.topics.contains(topic),
-                  publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
+        for subscription in state.subscriptions.values {
+            guard subscription.topics.contains(topic), publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
             let now = publication.published
             if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
@@ -310,11 +319,11 @@ final class ClientConnection: PublicationReceiver, Sendable {
                 if !subscription.flushScheduled.contains(topic) {
                     subscription.flushScheduled.insert(topic)
                     let due = last + subscription.minimumSpacing
+                    let id = subscription.id
                     channel.channel.eventLoop.scheduleTask(deadline: due) {
                         self.state.withLockedValue { state in self.flush(topic, of: id, due: due, state: &state) }
                     }
                 }
-                state.subscriptions[id] = subscription
                 continue
             }
             if !topic.isContinuous {
@@ -322,28 +331,26 @@ final class ClientConnection: PublicationReceiver, Sendable {
                 // currentTime before the state that ends the recording.
                 for (pendingTopic, pending) in subscription.pending.sorted(by: { $0.key < $1.key })
                 where pending.update.seq > subscription.lastSeq[pendingTopic] ?? 0 {
-                    send(pending, on: &subscription, at: now, state: &state)
+                    send(pending, on: subscription, at: now, state: &state)
                 }
                 subscription.pending.removeAll()
             }
-            send(publication, on: &subscription, at: now, state: &state)
-            state.subscriptions[id] = subscription
+            send(publication, on: subscription, at: now, state: &state)
         }
     }
 
     /// Sends the value held back for `topic`, due at `due`: the next interval is counted from
     /// then, not from when the loop got to it, so a busy loop does not push every later value back.
     private func flush(_ topic: Topic, of id: String, due: NIODeadline, state: inout State) {
-        guard !state.closing, var subscription = state.subscriptions[id] else { return }
+        guard !state.closing, let subscription = state.subscriptions[id] else { return }
         subscription.flushScheduled.remove(topic)
         if let publication = subscription.pending.removeValue(forKey: topic),
            publication.update.seq > subscription.lastSeq[topic] ?? 0 {
-            send(publication, on: &subscription, at: due, state: &state)
+            send(publication, on: subscription, at: due, state: &state)
         }
-        state.subscriptions[id] = subscription
     }
 
-    private func send(_ publication: Publication, on subscription: inout Subscription, at now: NIODeadline,
+    private func send(_ publication: Publication, on subscription: Subscription, at now: NIODeadline,
                       state: inout State) {
         subscription.lastSeq[publication.update.topic] = publication.update.seq
         subscription.lastSent[publication.update.topic] = now
