@@ -184,20 +184,7 @@ struct JSONScanner {
         skipWhitespace()
         let scanned: ScannedLine
         if peek() == UInt8(ascii: "[") {
-            position += 1
-            depth += 1
-            var elements: [ScannedElement] = []
-            skipWhitespace()
-            if peek() == UInt8(ascii: "]") {
-                position += 1
-            } else {
-                while true {
-                    elements.append(try element())
-                    if try separator(closing: UInt8(ascii: "]")) { break }
-                }
-            }
-            depth -= 1
-            scanned = .batch(elements)
+            scanned = .batch(try array { (scanner) throws(JSONSyntaxError) in try scanner.element() })
         } else {
             scanned = .element(try element())
         }
@@ -223,20 +210,7 @@ struct JSONScanner {
             try object { (scanner, name) throws(JSONSyntaxError) in members[name] = try scanner.value() }
             return .object(members)
         case UInt8(ascii: "["):
-            try enter()
-            position += 1
-            var elements: [JSONValue] = []
-            skipWhitespace()
-            if peek() == UInt8(ascii: "]") {
-                position += 1
-            } else {
-                while true {
-                    elements.append(try value())
-                    if try separator(closing: UInt8(ascii: "]")) { break }
-                }
-            }
-            depth -= 1
-            return .array(elements)
+            return .array(try array { (scanner) throws(JSONSyntaxError) in try scanner.value() })
         case UInt8(ascii: "\""): return .string(try string())
         case UInt8(ascii: "t"): try literal("true"); return .bool(true)
         case UInt8(ascii: "f"): try literal("false"); return .bool(false)
@@ -244,6 +218,26 @@ struct JSONScanner {
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try number())
         default: throw error("unexpected \(describe(byte))")
         }
+    }
+
+    /// `[ element, … ]`, reading each element with `element`.
+    private mutating func array<Element>(
+        _ element: (inout JSONScanner) throws(JSONSyntaxError) -> Element
+    ) throws(JSONSyntaxError) -> [Element] {
+        try enter()
+        position += 1
+        var elements: [Element] = []
+        skipWhitespace()
+        if peek() == UInt8(ascii: "]") {
+            position += 1
+        } else {
+            while true {
+                elements.append(try element(&self))
+                if try separator(closing: UInt8(ascii: "]")) { break }
+            }
+        }
+        depth -= 1
+        return elements
     }
 
     /// `{ "name": value, … }`, calling `member` with the scanner positioned at each value.
