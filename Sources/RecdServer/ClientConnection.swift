@@ -85,7 +85,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         self.channel = channel
         self.peer = peer
         self.context = context
-        self.outbox = Outbox(limit: context.outboundLimit)
+        self.outbox = Outbox(channel: channel.channel, limit: context.outboundLimit + Outbox.nioBufferAllowance)
         var logger = context.logger
         logger[metadataKey: "client.uid"] = "\(peer.uid)"
         logger[metadataKey: "client.pid"] = "\(peer.pid)"
@@ -96,28 +96,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
     /// server quiesces. Never throws: one client's failure ends only that client.
     func run() async {
         do {
-            try await channel.executeThenClose { inbound, outbound in
-                await withTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        do {
-                            try await self.outbox.drain(into: outbound)
-                            // Handed to NIO is not yet written: wait for the socket to take
-                            // the last byte before executeThenClose closes the channel.
-                            self.outbox.beginFinalFlush()
-                            try await self.channel.channel.writeAndFlush(ByteBuffer()).get()
-                        } catch {
-                            self.close()  // the socket failed: stop reading too
-                        }
-                        self.outbox.markWritten()
-                    }
-                    await self.readRequests(inbound)
-                    // Quiesced by the server: notifications still come (the recording's last
-                    // states) until the server lets the connection go.
-                    await self.awaitRelease()
-                    // Whatever is already due is written; then the writer ends and we close.
-                    self.outbox.finish()
-                    await group.waitForAll()
-                }
+            // Written through the outbox, straight into the channel (see Outbox).
+            try await channel.executeThenClose { inbound, _ in
+                await self.readRequests(inbound)
+                // Quiesced by the server: notifications still come (the recording's last
+                // states) until the server lets the connection go.
+                await self.awaitRelease()
+                // Whatever is already due is written (or the socket failed); then we close.
+                self.outbox.finish()
+                await self.outbox.waitUntilWritten()
             }
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
@@ -402,134 +389,127 @@ final class ClientConnection: PublicationReceiver, Sendable {
     }
 }
 
-/// What waits to be written to one client, in order, counted in bytes. The writer takes
-/// everything queued at once: what one tick publishes leaves in one write.
+/// What waits to be written to one client, in order, counted in bytes until the socket has
+/// taken them.
+///
+/// Lines go straight into the channel, on its event loop and in the order they are sent, and
+/// are flushed once per turn of the loop: what one tick publishes, and an answer with the
+/// notifications that waited for it, leave in one write. Nothing runs between a line and the
+/// socket but NIO's pipeline; NIO keeps what the socket does not take yet, and this counts it.
 final class Outbox: Sendable {
+    /// What NIO may hold for a client before `server.client_queue_bytes` starts to count
+    /// (doc/protocol.md: "beyond its socket buffer and NIO's 32 KiB").
+    static let nioBufferAllowance = 32 * 1024
+
+    private let channel: any Channel
     private let limit: Int
     private let state = NIOLockedValueBox(State())
 
     private struct State {
-        /// Queued, not yet taken by the writer.
-        var queue: [ByteBuffer] = []
-        var finished = false
-        /// The writer, waiting for something to write.
-        var writer: CheckedContinuation<Void, Never>?
-        /// Queued or taken, not yet written.
+        /// Handed to the channel (or on the way to its loop), not yet written to the socket.
         var bytes = 0
+        var finished = false
+        var flushScheduled = false
         /// Uptime (ns) of the last write the socket took, or of the first byte queued since.
         var lastProgress: UInt64 = 0
-        /// In the final flush: everything is handed to NIO, not yet known to be written.
-        var flushing = false
         var roomWaiters: [CheckedContinuation<Void, Never>] = []
+        var writtenWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
-    init(limit: Int) {
+    init(channel: any Channel, limit: Int) {
+        self.channel = channel
         self.limit = limit
     }
 
     var queuedBytes: Int { state.withLockedValue { $0.bytes } }
 
-    /// Queues `line`. With `limited`, refuses (false) if that would leave more than `limit`
-    /// bytes unwritten: a notification for a client that does not read.
+    /// Queues `line`. With `limited`, refuses (false) if that would leave more than the limit
+    /// unwritten: a notification for a client that does not read. Called on the channel's
+    /// event loop (the connection's task and the hub run there); from elsewhere it hops there.
     @discardableResult
     func send(_ line: ByteBuffer, limited: Bool) -> Bool {
-        let (accepted, writer) = state.withLockedValue { state -> (Bool, CheckedContinuation<Void, Never>?) in
-            guard !limited || state.bytes + line.readableBytes <= limit else { return (false, nil) }
+        enum Action { case refuse, drop, write }
+        let action = state.withLockedValue { state -> Action in
+            guard !limited || state.bytes + line.readableBytes <= limit else { return .refuse }
             // After `finish` (the connection is closing): dropped, as an answer to nobody.
-            guard !state.finished else { return (true, nil) }
+            guard !state.finished else { return .drop }
             if state.bytes == 0 { state.lastProgress = DispatchTime.now().uptimeNanoseconds }
             state.bytes += line.readableBytes
-            state.queue.append(line)
-            defer { state.writer = nil }
-            return (true, state.writer)
+            return .write
         }
-        writer?.resume()
-        return accepted
+        switch action {
+        case .refuse: return false
+        case .drop: return true
+        case .write where channel.eventLoop.inEventLoop: write(line)
+        case .write: channel.eventLoop.execute { self.write(line) }
+        }
+        return true
     }
 
-    /// Returns once no more than `limit` bytes wait (at once if none do).
+    /// On the event loop: hands `line` to the channel; the flush comes after whatever else
+    /// this turn of the loop writes (`flushScheduled` is only touched here, on the loop).
+    private func write(_ line: ByteBuffer) {
+        let count = line.readableBytes
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        promise.futureResult.whenComplete { result in self.written(count, failed: (try? result.get()) == nil) }
+        channel.write(line, promise: promise)
+        let scheduleFlush = state.withLockedValue { state in
+            defer { state.flushScheduled = true }
+            return !state.flushScheduled
+        }
+        if scheduleFlush {
+            channel.eventLoop.execute {
+                self.state.withLockedValue { $0.flushScheduled = false }
+                self.channel.flush()
+            }
+        }
+    }
+
+    /// The socket took `count` bytes (or the channel failed and never will).
+    private func written(_ count: Int, failed: Bool) {
+        if failed { channel.close(promise: nil) }  // the socket failed: stop reading too
+        let waiters = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+            state.bytes -= count
+            state.lastProgress = DispatchTime.now().uptimeNanoseconds
+            var waiters: [CheckedContinuation<Void, Never>] = []
+            if state.bytes <= limit { swap(&waiters, &state.roomWaiters) }
+            if state.bytes == 0 { waiters += state.writtenWaiters; state.writtenWaiters = [] }
+            return waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once no more than the limit waits (at once if not more does).
     func waitForRoom() async {
+        await wait(in: \.roomWaiters) { $0.bytes > limit }
+    }
+
+    /// Nothing more will be queued (what is sent later is dropped).
+    func finish() {
+        state.withLockedValue { $0.finished = true }
+    }
+
+    /// Returns once everything queued is written, or the channel failed.
+    func waitUntilWritten() async {
+        await wait(in: \.writtenWaiters) { $0.bytes > 0 }
+    }
+
+    private func wait(in waiters: WritableKeyPath<State, [CheckedContinuation<Void, Never>]>,
+                      while condition: (State) -> Bool) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let wait = state.withLockedValue { state in
-                guard state.bytes > limit else { return false }
-                state.roomWaiters.append(continuation)
+                guard condition(state) else { return false }
+                state[keyPath: waiters].append(continuation)
                 return true
             }
             if !wait { continuation.resume() }
         }
     }
 
-    /// Nothing more will be queued: `drain` returns once the rest is written.
-    func finish() {
-        let writer = state.withLockedValue { state in
-            state.finished = true
-            defer { state.writer = nil }
-            return state.writer
-        }
-        writer?.resume()
-    }
-
-    /// Everything queued so far, waiting until there is some; nil once finished and empty.
-    private func take() async -> [ByteBuffer]? {
-        while true {
-            let taken = state.withLockedValue { state -> [ByteBuffer]?? in
-                if !state.queue.isEmpty {
-                    defer { state.queue = [] }
-                    return state.queue
-                }
-                return state.finished ? .some(nil) : nil
-            }
-            if let taken { return taken }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let ready = state.withLockedValue { state in
-                    guard state.queue.isEmpty, !state.finished else { return true }
-                    state.writer = continuation
-                    return false
-                }
-                if ready { continuation.resume() }
-            }
-        }
-    }
-
-    /// Writes the queue to the socket in order, waiting while the socket's buffer is full.
-    func drain(into outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>) async throws {
-        while let lines = await take() {
-            try await outbound.write(contentsOf: lines)
-            let written = lines.reduce(0) { $0 + $1.readableBytes }
-            let waiters = state.withLockedValue { state in
-                state.bytes -= written
-                state.lastProgress = DispatchTime.now().uptimeNanoseconds
-                guard state.bytes <= limit else { return [CheckedContinuation<Void, Never>]() }
-                defer { state.roomWaiters = [] }
-                return state.roomWaiters
-            }
-            for waiter in waiters { waiter.resume() }
-        }
-    }
-
-    /// Everything is handed to NIO; the final flush begins (it waits for the client to read).
-    func beginFinalFlush() {
-        state.withLockedValue { state in
-            state.flushing = true
-            state.lastProgress = DispatchTime.now().uptimeNanoseconds
-        }
-    }
-
-    /// The final flush is done (or failed): nothing of ours is left unwritten.
-    func markWritten() {
-        let waiters = state.withLockedValue { state in
-            state.flushing = false
-            state.bytes = 0
-            defer { state.roomWaiters = [] }
-            return state.roomWaiters
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-
+    /// Whether something waits unwritten and the socket has taken nothing for `seconds`.
     func isStalled(for seconds: Double) -> Bool {
         state.withLockedValue { state in
-            (state.bytes > 0 || state.flushing)
-                && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
+            state.bytes > 0 && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
         }
     }
 }

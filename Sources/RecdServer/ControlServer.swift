@@ -85,10 +85,9 @@ public final class ControlServer: Sendable {
 
     /// Starts listening; returns once connections can be accepted (`serve` accepts them).
     public func listen(_ target: ListenTarget) async throws {
-        // What NIO itself buffers for a client whose socket is full, before writes wait: the
-        // rest waits in the connection's outbox, counted against `outboundLimit`.
+        // What a client leaves unread is counted by its connection's outbox (Outbox), against
+        // `outboundLimit` plus NIO's share.
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 256)
-            .childChannelOption(.writeBufferWaterMark, value: .init(low: 8 * 1024, high: 32 * 1024))
             // A client that shuts down its writing side still gets its answers.
             .childChannelOption(.allowRemoteHalfClosure, value: true)
         let initializer: @Sendable (Channel) -> EventLoopFuture<Accepted> = { channel in
