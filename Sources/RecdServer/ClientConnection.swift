@@ -22,6 +22,8 @@ struct ConnectionContext: Sendable {
     let threadPool: NIOThreadPool
     /// Where user and group look-ups (NSS, which may block) run.
     let lookups: NIOThreadPool
+    /// Encodes results (and keeps `status`'s), shared by every connection.
+    let results = ResultEncoder()
     let logger: Logger
 }
 
@@ -49,26 +51,41 @@ final class ClientConnection: PublicationReceiver, Sendable {
         var closing = false
     }
 
-    private struct Subscription {
+    /// A class, changed in place: a copy out of `subscriptions` and back would duplicate its
+    /// dictionaries (copy on write) for every notification sent.
+    /// @unchecked Sendable: only used under `state`'s lock.
+    private final class Subscription: @unchecked Sendable {
         let id: String
         let topics: Set<Topic>
         let interval: TimeAmount
+
+        init(id: String, topics: Set<Topic>, interval: TimeAmount) {
+            self.id = id
+            self.topics = topics
+            self.interval = interval
+        }
+
         /// What counts as "an interval later", and when a held-back value goes out: 10 % less
         /// than the interval, so that with an interval equal to the recorder's period values are
         /// not held back a whole period for a few milliseconds of timer jitter.
         var minimumSpacing: TimeAmount { .nanoseconds(interval.nanoseconds * 9 / 10) }
         /// Nothing at or below these is sent again (the snapshot had it).
         var lastSeq: [Topic: UInt64] = [:]
+        /// When what was sent last was published (or sent, if it was held back or the snapshot):
+        /// measured on publication times, so a connection served late in a fan-out does not
+        /// hold its next value back.
         var lastSent: [Topic: NIODeadline] = [:]
         var pending: [Topic: Publication] = [:]
         var flushScheduled: Set<Topic> = []
     }
 
+    var eventLoop: any EventLoop { channel.channel.eventLoop }
+
     init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials, context: ConnectionContext) {
         self.channel = channel
         self.peer = peer
         self.context = context
-        self.outbox = Outbox(limit: context.outboundLimit)
+        self.outbox = Outbox(channel: channel.channel, limit: context.outboundLimit + Outbox.nioBufferAllowance)
         var logger = context.logger
         logger[metadataKey: "client.uid"] = "\(peer.uid)"
         logger[metadataKey: "client.pid"] = "\(peer.pid)"
@@ -79,28 +96,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
     /// server quiesces. Never throws: one client's failure ends only that client.
     func run() async {
         do {
-            try await channel.executeThenClose { inbound, outbound in
-                await withTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        do {
-                            try await self.outbox.drain(into: outbound)
-                            // Handed to NIO is not yet written: wait for the socket to take
-                            // the last byte before executeThenClose closes the channel.
-                            self.outbox.beginFinalFlush()
-                            try await self.channel.channel.writeAndFlush(ByteBuffer()).get()
-                        } catch {
-                            self.close()  // the socket failed: stop reading too
-                        }
-                        self.outbox.markWritten()
-                    }
-                    await self.readRequests(inbound)
-                    // Quiesced by the server: notifications still come (the recording's last
-                    // states) until the server lets the connection go.
-                    await self.awaitRelease()
-                    // Whatever is already due is written; then the writer ends and we close.
-                    self.outbox.finish()
-                    await group.waitForAll()
-                }
+            // Written through the outbox, straight into the channel (see Outbox).
+            try await channel.executeThenClose { inbound, _ in
+                await self.readRequests(inbound)
+                // Quiesced by the server: notifications still come (the recording's last
+                // states) until the server lets the connection go.
+                await self.awaitRelease()
+                // Whatever is already due is written (or the socket failed); then we close.
+                self.outbox.finish()
+                await self.outbox.waitUntilWritten()
             }
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
@@ -227,7 +231,12 @@ final class ClientConnection: PublicationReceiver, Sendable {
         // A notification is never answered, not even when it failed.
         guard !request.isNotification else { return nil }
         switch outcome {
-        case .success(let result): return Self.encode(OutgoingResponse(id: request.id, result: result))
+        case .success(let result):
+            guard let json = context.results.encode(result) else {
+                return Self.encode(ErrorResponse(id: request.id, error: RPCError(
+                    code: RPCErrorCode.internalError, message: "cannot encode the answer", data: .init(code: "internalError"))))
+            }
+            return ResponseLine.success(id: request.id, result: json)
         case .failure(let error): return Self.encode(ErrorResponse(id: request.id, error: error))
         }
     }
@@ -250,7 +259,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         }
         let id = String(Self.subscriptionCounter.add(1, ordering: .relaxed).newValue)
         let snapshot = state.withLockedValue { state -> [Publication] in
-            var subscription = Subscription(id: id, topics: topics, interval: .nanoseconds(Int64(interval * 1e9)))
+            let subscription = Subscription(id: id, topics: topics, interval: .nanoseconds(Int64(interval * 1e9)))
             let allTopics = state.subscriptions.values.reduce(topics) { $0.union($1.topics) }
             // Registered and snapshotted at once; changes after it wait for this answer.
             let snapshot = context.hub.add(self, topics: allTopics).filter { topics.contains($0.update.topic) }
@@ -280,7 +289,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         return UnsubscribeResult(subscription: request.subscription)
     }
 
-    /// Called by the hub on its own queue.
+    /// Called by the hub on the connection's event loop.
     func receive(_ publication: Publication) {
         state.withLockedValue { state in deliver(publication, state: &state) }
     }
@@ -288,20 +297,20 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private func deliver(_ publication: Publication, state: inout State) {
         guard !state.closing else { return }
         let topic = publication.update.topic
-        for id in state.subscriptions.keys {
-            guard var subscription = state.subscriptions[id], subscription.topics.contains(topic),
-                  publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
-            let now = NIODeadline.now()
+        for subscription in state.subscriptions.values {
+            guard subscription.topics.contains(topic), publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
+            let now = publication.published
             if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
                 subscription.pending[topic] = publication
                 if !subscription.flushScheduled.contains(topic) {
                     subscription.flushScheduled.insert(topic)
-                    channel.channel.eventLoop.scheduleTask(deadline: last + subscription.minimumSpacing) {
-                        self.state.withLockedValue { state in self.flush(topic, of: id, state: &state) }
+                    let due = last + subscription.minimumSpacing
+                    let id = subscription.id
+                    channel.channel.eventLoop.scheduleTask(deadline: due) {
+                        self.state.withLockedValue { state in self.flush(topic, of: id, due: due, state: &state) }
                     }
                 }
-                state.subscriptions[id] = subscription
                 continue
             }
             if !topic.isContinuous {
@@ -309,31 +318,30 @@ final class ClientConnection: PublicationReceiver, Sendable {
                 // currentTime before the state that ends the recording.
                 for (pendingTopic, pending) in subscription.pending.sorted(by: { $0.key < $1.key })
                 where pending.update.seq > subscription.lastSeq[pendingTopic] ?? 0 {
-                    send(pending, on: &subscription, at: now, state: &state)
+                    send(pending, on: subscription, at: now, state: &state)
                 }
                 subscription.pending.removeAll()
             }
-            send(publication, on: &subscription, at: now, state: &state)
-            state.subscriptions[id] = subscription
+            send(publication, on: subscription, at: now, state: &state)
         }
     }
 
-    private func flush(_ topic: Topic, of id: String, state: inout State) {
-        guard !state.closing, var subscription = state.subscriptions[id] else { return }
+    /// Sends the value held back for `topic`, due at `due`: the next interval is counted from
+    /// then, not from when the loop got to it, so a busy loop does not push every later value back.
+    private func flush(_ topic: Topic, of id: String, due: NIODeadline, state: inout State) {
+        guard !state.closing, let subscription = state.subscriptions[id] else { return }
         subscription.flushScheduled.remove(topic)
         if let publication = subscription.pending.removeValue(forKey: topic),
            publication.update.seq > subscription.lastSeq[topic] ?? 0 {
-            send(publication, on: &subscription, at: .now(), state: &state)
+            send(publication, on: subscription, at: due, state: &state)
         }
-        state.subscriptions[id] = subscription
     }
 
-    private func send(_ publication: Publication, on subscription: inout Subscription, at now: NIODeadline,
+    private func send(_ publication: Publication, on subscription: Subscription, at now: NIODeadline,
                       state: inout State) {
         subscription.lastSeq[publication.update.topic] = publication.update.seq
         subscription.lastSent[publication.update.topic] = now
-        let line = Self.buffer("{\"jsonrpc\":\"2.0\",\"method\":\"changed\",\"params\":{\"subscription\":\"\(subscription.id)\","
-                               + publication.members + "}}")
+        let line = publication.notification(for: subscription.id)
         if state.heldBack != nil {
             state.heldBack!.append((subscription.id, line))
         } else {
@@ -381,111 +389,127 @@ final class ClientConnection: PublicationReceiver, Sendable {
     }
 }
 
-/// What waits to be written to one client, in order, counted in bytes.
+/// What waits to be written to one client, in order, counted in bytes until the socket has
+/// taken them.
+///
+/// Lines go straight into the channel, on its event loop and in the order they are sent, and
+/// are flushed once per turn of the loop: what one tick publishes, and an answer with the
+/// notifications that waited for it, leave in one write. Nothing runs between a line and the
+/// socket but NIO's pipeline; NIO keeps what the socket does not take yet, and this counts it.
 final class Outbox: Sendable {
-    private let stream: AsyncStream<ByteBuffer>
-    private let continuation: AsyncStream<ByteBuffer>.Continuation
+    /// What NIO may hold for a client before `server.client_queue_bytes` starts to count
+    /// (doc/protocol.md: "beyond its socket buffer and NIO's 32 KiB").
+    static let nioBufferAllowance = 32 * 1024
+
+    private let channel: any Channel
     private let limit: Int
     private let state = NIOLockedValueBox(State())
 
     private struct State {
+        /// Handed to the channel (or on the way to its loop), not yet written to the socket.
         var bytes = 0
+        var finished = false
+        var flushScheduled = false
         /// Uptime (ns) of the last write the socket took, or of the first byte queued since.
         var lastProgress: UInt64 = 0
-        /// In the final flush: everything is handed to NIO, not yet known to be written.
-        var flushing = false
         var roomWaiters: [CheckedContinuation<Void, Never>] = []
+        var writtenWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
-    init(limit: Int) {
+    init(channel: any Channel, limit: Int) {
+        self.channel = channel
         self.limit = limit
-        (stream, continuation) = AsyncStream.makeStream()
     }
 
     var queuedBytes: Int { state.withLockedValue { $0.bytes } }
 
-    /// Queues `line`. With `limited`, refuses (false) if that would leave more than `limit`
-    /// bytes unwritten: a notification for a client that does not read.
+    /// Queues `line`. With `limited`, refuses (false) if that would leave more than the limit
+    /// unwritten: a notification for a client that does not read. Called on the channel's
+    /// event loop (the connection's task and the hub run there); from elsewhere it hops there.
     @discardableResult
     func send(_ line: ByteBuffer, limited: Bool) -> Bool {
-        let accepted = state.withLockedValue { state in
-            guard !limited || state.bytes + line.readableBytes <= limit else { return false }
+        enum Action { case refuse, drop, write }
+        let action = state.withLockedValue { state -> Action in
+            guard !limited || state.bytes + line.readableBytes <= limit else { return .refuse }
+            // After `finish` (the connection is closing): dropped, as an answer to nobody.
+            guard !state.finished else { return .drop }
             if state.bytes == 0 { state.lastProgress = DispatchTime.now().uptimeNanoseconds }
             state.bytes += line.readableBytes
-            return true
+            return .write
         }
-        if accepted { continuation.yield(line) }
-        return accepted
+        switch action {
+        case .refuse: return false
+        case .drop: return true
+        case .write where channel.eventLoop.inEventLoop: write(line)
+        case .write: channel.eventLoop.execute { self.write(line) }
+        }
+        return true
     }
 
-    /// Returns once no more than `limit` bytes wait (at once if none do).
+    /// On the event loop: hands `line` to the channel; the flush comes after whatever else
+    /// this turn of the loop writes (`flushScheduled` is only touched here, on the loop).
+    private func write(_ line: ByteBuffer) {
+        let count = line.readableBytes
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        promise.futureResult.whenComplete { result in self.written(count, failed: (try? result.get()) == nil) }
+        channel.write(line, promise: promise)
+        let scheduleFlush = state.withLockedValue { state in
+            defer { state.flushScheduled = true }
+            return !state.flushScheduled
+        }
+        if scheduleFlush {
+            channel.eventLoop.execute {
+                self.state.withLockedValue { $0.flushScheduled = false }
+                self.channel.flush()
+            }
+        }
+    }
+
+    /// The socket took `count` bytes (or the channel failed and never will).
+    private func written(_ count: Int, failed: Bool) {
+        if failed { channel.close(promise: nil) }  // the socket failed: stop reading too
+        let waiters = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+            state.bytes -= count
+            state.lastProgress = DispatchTime.now().uptimeNanoseconds
+            var waiters: [CheckedContinuation<Void, Never>] = []
+            if state.bytes <= limit { swap(&waiters, &state.roomWaiters) }
+            if state.bytes == 0 { waiters += state.writtenWaiters; state.writtenWaiters = [] }
+            return waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once no more than the limit waits (at once if not more does).
     func waitForRoom() async {
+        await wait(in: \.roomWaiters) { $0.bytes > limit }
+    }
+
+    /// Nothing more will be queued (what is sent later is dropped).
+    func finish() {
+        state.withLockedValue { $0.finished = true }
+    }
+
+    /// Returns once everything queued is written, or the channel failed.
+    func waitUntilWritten() async {
+        await wait(in: \.writtenWaiters) { $0.bytes > 0 }
+    }
+
+    private func wait(in waiters: WritableKeyPath<State, [CheckedContinuation<Void, Never>]>,
+                      while condition: (State) -> Bool) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let wait = state.withLockedValue { state in
-                guard state.bytes > limit else { return false }
-                state.roomWaiters.append(continuation)
+                guard condition(state) else { return false }
+                state[keyPath: waiters].append(continuation)
                 return true
             }
             if !wait { continuation.resume() }
         }
     }
 
-    /// Nothing more will be queued: `drain` returns once the rest is written.
-    func finish() { continuation.finish() }
-
-    /// Writes the queue to the socket in order, waiting while the socket's buffer is full.
-    func drain(into outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>) async throws {
-        for await line in stream {
-            try await outbound.write(line)
-            let waiters = state.withLockedValue { state in
-                state.bytes -= line.readableBytes
-                state.lastProgress = DispatchTime.now().uptimeNanoseconds
-                guard state.bytes <= limit else { return [CheckedContinuation<Void, Never>]() }
-                defer { state.roomWaiters = [] }
-                return state.roomWaiters
-            }
-            for waiter in waiters { waiter.resume() }
-        }
-    }
-
-    /// Everything is handed to NIO; the final flush begins (it waits for the client to read).
-    func beginFinalFlush() {
-        state.withLockedValue { state in
-            state.flushing = true
-            state.lastProgress = DispatchTime.now().uptimeNanoseconds
-        }
-    }
-
-    /// The final flush is done (or failed): nothing of ours is left unwritten.
-    func markWritten() {
-        let waiters = state.withLockedValue { state in
-            state.flushing = false
-            state.bytes = 0
-            defer { state.roomWaiters = [] }
-            return state.roomWaiters
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-
+    /// Whether something waits unwritten and the socket has taken nothing for `seconds`.
     func isStalled(for seconds: Double) -> Bool {
         state.withLockedValue { state in
-            (state.bytes > 0 || state.flushing)
-                && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
+            state.bytes > 0 && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
         }
-    }
-}
-
-/// A response whose result is any Encodable; `id` null for a request whose id was null.
-private struct OutgoingResponse: Encodable {
-    let id: RPCID?
-    let result: any Encodable & Sendable
-
-    private enum CodingKeys: String, CodingKey { case jsonrpc, id, result }
-
-    func encode(to encoder: Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(JSONRPC.version, forKey: .jsonrpc)
-        try container.encode(id, forKey: .id)
-        try container.encode(result, forKey: .result)
     }
 }

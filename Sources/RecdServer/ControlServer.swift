@@ -85,10 +85,9 @@ public final class ControlServer: Sendable {
 
     /// Starts listening; returns once connections can be accepted (`serve` accepts them).
     public func listen(_ target: ListenTarget) async throws {
-        // What NIO itself buffers for a client whose socket is full, before writes wait: the
-        // rest waits in the connection's outbox, counted against `outboundLimit`.
+        // What a client leaves unread is counted by its connection's outbox (Outbox), against
+        // `outboundLimit` plus NIO's share.
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 256)
-            .childChannelOption(.writeBufferWaterMark, value: .init(low: 8 * 1024, high: 32 * 1024))
             // A client that shuts down its writing side still gets its answers.
             .childChannelOption(.allowRemoteHalfClosure, value: true)
         let initializer: @Sendable (Channel) -> EventLoopFuture<Accepted> = { channel in
@@ -147,7 +146,8 @@ public final class ControlServer: Sendable {
                             try? await accepted.channel.channel.close()
                             continue
                         }
-                        group.addTask {
+                        // On the connection's event loop: see EventLoopTaskExecutor.
+                        group.addTask(executorPreference: EventLoopTaskExecutor(accepted.channel.channel.eventLoop)) {
                             await client.run()
                             _ = self.state.withLockedValue { $0.clients.removeValue(forKey: ObjectIdentifier(client)) }
                         }
@@ -201,7 +201,7 @@ public final class ControlServer: Sendable {
     /// seconds is closed regardless, and so is every client after `limit` seconds.
     public func shutdown(grace: Double = 2, limit: Double = 10) async {
         await quiesce()
-        context.hub.drain()
+        await context.hub.drain()
         for client in state.withLockedValue({ Array($0.clients.values) }) { client.release() }
         let begun = DispatchTime.now()
         let watcher = group.next().scheduleRepeatedTask(initialDelay: .milliseconds(250), delay: .milliseconds(250)) { [self] _ in

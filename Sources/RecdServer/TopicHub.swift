@@ -1,6 +1,7 @@
 import Dispatch
 import FoundationEssentials
 import NIOConcurrencyHelpers
+import NIOCore
 import RecdProtocol
 import RecorderCore
 import Synchronization
@@ -8,21 +9,38 @@ import Synchronization
 /// A recorder publication, numbered and stamped, with its JSON encoded once for every client.
 struct Publication: Sendable {
     let update: TopicUpdate
-    /// `"seq":…,"timestamp":…,"topic":…,"value":…` — the members of a `changed` notification's
-    /// params after `subscription`, without braces.
-    let members: String
+    /// When the hub published it (monotonic): what a subscription's interval is measured on.
+    let published: NIODeadline
+    /// A `changed` notification's line after the subscription id: `",` + `"seq":…,"timestamp":…,
+    /// "topic":…,"value":…` + `}}\n`. Every subscription's line is `notificationHead`, its id, this.
+    let notificationTail: ByteBuffer
+
+    static let notificationHead: StaticString = #"{"jsonrpc":"2.0","method":"changed","params":{"subscription":""#
+
+    /// The notification line for one subscription (ids are the server's decimal counter: no escaping).
+    func notification(for subscription: String) -> ByteBuffer {
+        var line = ByteBuffer()
+        line.reserveCapacity(Self.notificationHead.utf8CodeUnitCount + subscription.utf8.count + notificationTail.readableBytes)
+        line.writeStaticString(Self.notificationHead)
+        line.writeString(subscription)
+        line.writeImmutableBuffer(notificationTail)
+        return line
+    }
 }
 
-/// Something that receives publications (a client connection).
+/// Something that receives publications (a client connection), on its event loop.
 protocol PublicationReceiver: AnyObject, Sendable {
+    var eventLoop: any EventLoop { get }
     func receive(_ publication: Publication)
 }
 
 /// Fans the recorder's observed values out to every subscribed connection.
 ///
 /// The hub observes the recorder once per topic, numbers each change (`seq`), encodes it once,
-/// and hands it to every receiver subscribed to the topic. Receivers do their own throttling
-/// and queueing on their event loops; nothing here waits for a client.
+/// and hands it to every receiver subscribed to the topic: one task per event loop carrying
+/// that loop's receivers, so a publication costs each loop one wake-up, and what one tick
+/// publishes (time and levels) is queued on a connection before its writer runs. Receivers do
+/// their own throttling and queueing; nothing here waits for a client.
 final class TopicHub: Sendable {
     private struct State {
         var latest: [Topic: Publication] = [:]
@@ -52,21 +70,40 @@ final class TopicHub: Sendable {
         queue.sync {}
     }
 
-    /// Waits until every publication already observed has been handed to receivers.
-    func drain() { queue.sync {} }
+    /// Waits until every publication already observed has been received by every receiver.
+    func drain() async {
+        queue.sync {}
+        let loops = state.withLockedValue { state in
+            Dictionary(state.receivers.values.map { (ObjectIdentifier($0.receiver.eventLoop), $0.receiver.eventLoop) },
+                       uniquingKeysWith: { first, _ in first }).values
+        }
+        for loop in loops { try? await loop.submit {}.get() }
+    }
 
     private func publish(_ value: TopicValue) {
         let timestamp = Date().timeIntervalSince1970
-        let (publication, receivers) = state.withLockedValue { state -> (Publication, [any PublicationReceiver]) in
+        let published = NIODeadline.now()
+        let (publication, batches) = state.withLockedValue { state -> (Publication, [ObjectIdentifier: Batch]) in
             let seq = (state.seq[value.topic] ?? 0) + 1
             state.seq[value.topic] = seq
             let update = TopicUpdate(value: value, seq: seq, timestamp: timestamp)
-            let publication = Publication(update: update, members: Self.members(of: update))
+            let publication = Publication(update: update, published: published, notificationTail: Self.notificationTail(of: update))
             state.latest[value.topic] = publication
-            let receivers = state.receivers.values.filter { $0.topics.contains(value.topic) }.map(\.receiver)
-            return (publication, receivers)
+            var batches: [ObjectIdentifier: Batch] = [:]
+            for (receiver, topics) in state.receivers.values where topics.contains(value.topic) {
+                batches[ObjectIdentifier(receiver.eventLoop), default: Batch(loop: receiver.eventLoop)].receivers.append(receiver)
+            }
+            return (publication, batches)
         }
-        for receiver in receivers { receiver.receive(publication) }
+        for batch in batches.values {
+            let receivers = batch.receivers
+            batch.loop.execute { for receiver in receivers { receiver.receive(publication) } }
+        }
+    }
+
+    private struct Batch {
+        let loop: any EventLoop
+        var receivers: [any PublicationReceiver] = []
     }
 
     /// Registers `receiver` for `topics` and returns their current values. No publication can
@@ -96,9 +133,14 @@ final class TopicHub: Sendable {
 
     private static let encoder = WireCoding.encoder()
 
-    private static func members(of update: TopicUpdate) -> String {
-        // sortedKeys: {"seq":…,"timestamp":…,"topic":…,"value":…}
-        let json = (try? encoder.encode(update)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
-        return String(json.dropFirst().dropLast())
+    private static func notificationTail(of update: TopicUpdate) -> ByteBuffer {
+        // sortedKeys: {"seq":…,"timestamp":…,"topic":…,"value":…}; its members follow the id.
+        let json = (try? encoder.encode(update)) ?? Data("{}".utf8)
+        var tail = ByteBuffer()
+        tail.reserveCapacity(json.count + 4)
+        tail.writeStaticString("\",")
+        tail.writeBytes(json.dropFirst().dropLast())
+        tail.writeStaticString("}}\n")
+        return tail
     }
 }

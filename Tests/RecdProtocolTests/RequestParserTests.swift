@@ -101,5 +101,35 @@ struct RequestParserTests {
         }
         #expect(notifications.allSatisfy { $0.errorResponse == nil })
     }
-}
 
+    @Test func onlyStrictJSONIsRead() {
+        let notJSON = [
+            #"{"jsonrpc":"2.0","id":1,"method":"status"} {}"#,  // a second value
+            #"{"jsonrpc":"2.0","id":1,"method":"status",}"#,  // a trailing comma
+            #"{"jsonrpc":"2.0","id":01,"method":"status"}"#,  // a leading zero
+            #"{"jsonrpc":"2.0","id":1e999,"method":"status"}"#,  // out of range
+            #"{"jsonrpc":"2.0","id":"\ud800","method":"status"}"#,  // a lone surrogate
+            #"{"jsonrpc":"2.0","id":"\x","method":"status"}"#,  // an unknown escape
+            "{\"jsonrpc\":\"2.0\",\"id\":\"a\tb\",\"method\":\"status\"}",  // a raw control character
+            #"{'jsonrpc':'2.0'}"#, "tru", "-", "1.", "[1,]", "{\"a\" 1}",
+            String(repeating: "[", count: 600) + String(repeating: "]", count: 600),  // nested too deep
+        ]
+        for line in notJSON {
+            guard case .unreadable(let error) = parse(line) else { Issue.record("read as JSON: \(line)"); continue }
+            #expect(error.code == -32700, "\(line)")
+            #expect(error.message.hasPrefix("not valid JSON: "))
+        }
+        let invalidUTF8: [UInt8] = Array(#"{"jsonrpc":"2.0","id":""#.utf8) + [0xC3, 0x28] + Array(#"","method":"status"}"#.utf8)
+        guard case .unreadable(let error) = RequestParser.parse(invalidUTF8) else { Issue.record("invalid UTF-8 read"); return }
+        #expect(error.code == -32700)
+    }
+
+    @Test func escapesAndWhitespaceAreRead() {
+        let parsed = request(" {\"jsonrpc\" : \"2.0\",\r\t\"id\":\"\\u00e9\\ud83c\\udfa4\\n\\\"/\\/\", \"method\":\"status\", \"params\":null} ")
+        #expect(parsed?.id == .string("é🎤\n\"//"))
+        #expect(parsed?.params == nil)
+        let nested = request(#"{"jsonrpc":"2.0","id":-3,"method":"start","params":{"name":"a b","duration":1.5e1,"alignToClock":false}}"#)
+        #expect(nested?.id == .number(-3))
+        #expect(nested?.params == .object(["name": .string("a b"), "duration": .number(15), "alignToClock": .bool(false)]))
+    }
+}
