@@ -308,8 +308,9 @@ w("  - control round trip: no file (defaults);")
 w("  - fan-out: `[metering] levels_interval = 0.05`, `time_interval = 0.05` (both topics at 20 Hz), "
   "`[server] max_clients = 1100`; `ulimit -n` 8192;")
 w("  - start latency: `[metering] time_interval = 0.005` (currentTime every 5 ms, for a close estimate).")
-w("- recd's CPU is the daemon's: utime + stime from `/proc/PID/stat` before and after the recording "
-  "(the process CPU-time clock, `clock_gettime` on the pid's CPU clock, agrees to the tick and is in `results/`). "
+w("- recd's CPU is the daemon's, before and after the recording: in section 1 by its process CPU-time clock "
+  "(`clock_gettime` on the pid's CPU clock, nanoseconds; utime + stime from `/proc/PID/stat` agree to the 10 ms tick "
+  "and are in `results/`, and give the kernel part), elsewhere utime + stime from `/proc/PID/stat`. "
   "A recording is started with `start` {name, format, sampleRate, channels, bitDepth, quality, duration} over "
   "the socket by a client subscribed to `state`, which waits for `finished`. The peers' CPU is their "
   "rusage (`wait4`).")
