@@ -122,7 +122,7 @@ struct LevelAccumulator {
         return (0..<8).reduce(0) { $0 + Int(counts[$1]) }
     }
 
-    /// 16-bit samples of a channel count that does not divide 16: one channel at a time.
+    /// 16-bit samples of a channel count that does not divide 4: one channel at a time.
     private mutating func addPerChannel(_ base: UnsafePointer<Int16>, frames frameCount: Int, channels: Int) {
         for channel in 0..<channels {
             var sum: Int64 = 0
