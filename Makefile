@@ -13,7 +13,7 @@ BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsox
 TEST_PACKAGES  = ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
 
-.PHONY: help deps deps-bench build release test test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench install uninstall clean
+.PHONY: help deps deps-bench build release test test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench bench-publish install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -21,7 +21,8 @@ help:
 	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install"
 	@echo "make fuzz     fuzz the request parser and configuration reader (FUZZ_SECONDS, default 600)"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
-	@echo "make bench    measure recd against arecord, sox and MPD; writes BENCHMARKS.md"
+	@echo "make bench    measure recd against arecord, sox and MPD; report and raw figures in bench/out/ (untracked)"
+	@echo "make bench-publish  put a run's tables into BENCHMARKS.md (BENCH_RUN, default bench/out/latest)"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
 
 # Installs only what is missing; sudo when not root.
@@ -100,6 +101,15 @@ demo: deps
 bench: deps-bench
 	$(SWIFT) build $(RELEASE_FLAGS)
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
+
+# On purpose only: copies a run's raw figures to bench/results/ and rewrites the generated part
+# of BENCHMARKS.md from them. The hand-written findings there name the run they were written against.
+BENCH_RUN ?= bench/out/latest
+bench-publish:
+	@test -f "$(BENCH_RUN)/results/tree.env" || { echo "no benchmark run in $(BENCH_RUN): make bench first, or BENCH_RUN=DIR"; exit 1; }
+	rm -rf bench/results
+	cp -r "$(BENCH_RUN)/results/." bench/results
+	python3 bench/report.py --into BENCHMARKS.md bench/results
 
 # --- make install / make uninstall ---------------------------------------------------------
 # Layout: PREFIX=/usr/local (default) or PREFIX=/usr for packages; DESTDIR stages the tree.

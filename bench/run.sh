@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# make bench: measures recd against arecord, sox and MPD on this machine and writes
-# BENCHMARKS.md at the top of the tree. No sound card and no root needed: every device and
-# server is private to the run, in a temporary directory.
+# make bench: measures recd against arecord, sox and MPD on this machine. Writes the run's
+# report (tables only) and raw figures into one directory, by default bench/out/RUN (ignored by
+# git; bench/out/latest points at the last one): no tracked file changes. `make bench-publish`
+# puts a run's tables into BENCHMARKS.md on purpose. No sound card and no root needed: every
+# device and server is private to the run, in a temporary directory.
 #
 #   bash bench/run.sh BINDIR        (BINDIR holds release builds of recd and recctl)
 #
@@ -15,13 +17,17 @@
 # Knobs (environment): BENCH_CAPTURE_REPS (5), BENCH_CAPTURE_SECONDS (600), BENCH_CALLS (5000),
 # BENCH_COLD_RUNS (200), BENCH_FANOUT_CLIENTS (1000), BENCH_FANOUT_SECONDS (30),
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
-# BENCH_KEEP (1: keep the work directory), BENCH_OUT (BENCHMARKS.md).
+# BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
+# BENCH_STEPS (which steps, of: capture aac control memory start fanout profile; default all).
 set -euo pipefail
 
 bin=$(cd "${1:?usage: run.sh BINDIR}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-out=${BENCH_OUT:-$root/BENCHMARKS.md}
+run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+out=${BENCH_OUT:-$root/bench/out/$run_id}
+steps=" ${BENCH_STEPS:-capture aac control memory start fanout profile} "
+step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
 calls=${BENCH_CALLS:-5000}
@@ -39,8 +45,11 @@ for tool in python3 sox ffmpeg ffprobe arecord speaker-test pulseaudio mpd mpc h
 done
 
 work=$(mktemp -d /tmp/recd-bench.XXXXXX)
-results=$work/results
+results=$out/results
+if [ -e "$results" ]; then echo "run.sh: $results exists already; choose another BENCH_OUT" >&2; exit 1; fi
 mkdir -p "$results"
+out=$(cd "$out" && pwd)
+results=$out/results
 pids=()
 cleanup() {
     local pid
@@ -72,7 +81,9 @@ section() {  # section NAME COMMAND...: runs a step, records its wall time and t
     echo "workdir=$work"
     echo "started=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "quiet_loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "steps=$(echo $steps)"
 } >"$results/tree.env"
+python3 "$here/machine.py" "$results/machine.json"
 
 say "Inputs in $work"
 # 610 s of 48 kHz/16-bit stereo: pink noise left, a 440 Hz sine right (FLAC sees real work).
@@ -99,19 +110,20 @@ gcc -O2 -Wall -shared -fPIC -o "$work/sigsuspend_shim.so" "$here/sigsuspend_shim
 if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 8192 ]; then ulimit -n 8192; fi
 
 cd "$here"
-section "1. Capture cost ($capture_reps x $capture_seconds s per case)" \
+step capture && section "1. Capture cost ($capture_reps x $capture_seconds s per case)" \
     python3 capture_cost.py "$bin" "$work" benchfile "$work/input.raw" "$capture_reps" "$capture_seconds" \
     "$results/capture.json"
 
-section "6. AAC capture cost ($aac_reps x $aac_seconds s)" \
+step aac && section "6. AAC capture cost ($aac_reps x $aac_seconds s)" \
     python3 aac_cost.py "$bin" "$work" benchfile "$work/input.raw" "$aac_reps" "$aac_seconds" "$results/aac.json"
 
-section "2. Control round trip ($calls status calls; $cold_runs cold runs)" \
+step control && section "2. Control round trip ($calls status calls; $cold_runs cold runs)" \
     python3 control_rtt.py "$bin" "$work" benchfile "$calls" "$cold_runs" "$results/control.json"
 
-section "4. Memory ($memory_hours h of audio from the unpaced device)" \
+step memory && section "4. Memory ($memory_hours h of audio from the unpaced device)" \
     python3 memory.py "$bin" "$work" benchlong benchshort "$memory_hours" 900 3 "$results/memory.json"
 
+if step start || step fanout; then
 say "A private PulseAudio server with a null sink"
 mkdir -p "$work/pulse"
 cat >"$work/pulse/pa.conf" <<EOF
@@ -136,27 +148,26 @@ tone() {  # tone [speaker-test options]: (re)starts the pink noise played into t
 # speaker-test's own default buffer makes the null sink render in blocks of up to 2 s, and a
 # new capture stream then waits for the next block: PulseAudio's start-up, not the client's.
 tone
-section "5a. PulseAudio's first frame with speaker-test's default buffer (plain ALSA client)" \
+step start && section "5a. PulseAudio's first frame with speaker-test's default buffer (plain ALSA client)" \
     bash -c "'$work/first_frame' benchpaced 6 10000 500000 >'$results/first_frame_default_tone.jsonl'"
 # A 40 ms playback buffer keeps the sink rendering every 10 ms: what a live desktop does.
 tone -b 40000 -p 10000
-section "5. Start latency ($start_runs runs each)" \
+step start && section "5. Start latency ($start_runs runs each)" \
     python3 start_latency.py "$bin" "$work" benchpaced "$work/first_frame" "$start_runs" "$results/start.json"
 
-section "3. Fan-out ($fanout_clients subscribers, $fanout_seconds s)" \
+step fanout && section "3. Fan-out ($fanout_clients subscribers, $fanout_seconds s)" \
     python3 fanout.py "$bin" "$work" benchpaced \
     "1:10:0.05,1:10:0.04,$fanout_clients:$fanout_seconds:0.05,$fanout_clients:$fanout_seconds:0.04,$fanout_clients:10:0.05:perf" \
     2 "$results/fanout.json"
+fi
 
-if [ "$profile" = 1 ]; then
+if [ "$profile" = 1 ] && step profile; then
     section "Profiles (callgrind)" \
         python3 profile.py "$bin" "$work" benchfile "$work/sigsuspend_shim.so" 30 1000 "$results/profile.json"
 fi
 
 echo "total=$(( $(date +%s) - started ))" >>"$results/tree.env"
-say "Writing $out"
-python3 report.py "$results" "$out"
-# The raw figures, next to the scripts that made them.
-rm -rf "$here/results"
-cp -r "$results" "$here/results"
-echo "done in $(( $(date +%s) - started )) s"
+say "Writing $out/report.md"
+python3 report.py "$results" "$out/report.md"
+if [ -z "${BENCH_OUT:-}" ]; then ln -sfn "$run_id" "$root/bench/out/latest"; fi
+echo "done in $(( $(date +%s) - started )) s: $out/report.md (make bench-publish BENCH_RUN=$out puts its tables into BENCHMARKS.md)"
