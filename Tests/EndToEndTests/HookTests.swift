@@ -57,7 +57,8 @@ struct HookTests {
                                 config: Self.toml(["/bin/sh", "-c", script, "sh", out.path + "/{id}.env", "{name} | {format} | {frames}"]))
         let recording = try record(daemon, "it's a take", seconds: 0.5)
         let envPath = out.file("\(recording.id).env")
-        #expect(waitUntil(timeout: 20) { (try? String(contentsOfFile: envPath + ".args", encoding: .utf8)) != nil })
+        // The hook has ended (its files exist from the shell's `>` on, still empty until written).
+        #expect(waitUntil(timeout: 20) { daemon.log.contains("hook succeeded") }, "\(daemon.log)")
         let arguments = try String(contentsOfFile: envPath + ".args", encoding: .utf8)
         #expect(arguments == "it's a take | wav | 24000\n")
         let lines = try String(contentsOfFile: envPath, encoding: .utf8).split(separator: "\n")
