@@ -6,14 +6,22 @@ SWIFT   ?= swift
 CONFIG  ?= release
 # Release binaries carry the Swift runtime and FoundationEssentials inside them: no run-time
 # symbol lookup across a dozen Swift libraries (recctl starts faster) and fewer resident pages.
-RELEASE_FLAGS = -c release --static-swift-stdlib
+# Linked by lld: the functions that run first and together (bench/hot-functions.order, `make
+# hot-functions`), relative relocations packed, no symbol table exported to shared libraries —
+# each keeps megabytes of the executable from becoming resident (BENCHMARKS.md, 4a).
+# No $ORIGIN run path either: recctl is a static PIE under make (Package.swift, staticClient).
+export RECD_STATIC_RECCTL = 1
+HOT_FUNCTIONS = $(CURDIR)/bench/hot-functions.order
+RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath -Xswiftc -use-ld=lld \
+  -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic \
+  -Xlinker --symbol-ordering-file=$(HOT_FUNCTIONS) -Xlinker --no-warn-symbol-ordering
 
 # Every Debian package the build, the tests, the demo and the benchmark need.
 BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsoxr-dev libmosquitto-dev libavcodec-dev libavformat-dev libavutil-dev
 TEST_PACKAGES  = ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
 
-.PHONY: help deps deps-bench build release test test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench bench-publish install uninstall clean
+.PHONY: help deps deps-bench build release hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench bench-publish install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -52,7 +60,14 @@ release: deps
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	$(MAKE) --no-print-directory test-tsan fuzz-smoke check-units check-install
+	$(MAKE) --no-print-directory test-tsan fuzz-smoke check-units check-install test-release
+
+# The end-to-end suites again, against the release binaries as they ship (static runtime, lld,
+# the hot-functions order, recctl a static PIE): what `make install` installs is what is tested.
+test-release: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) build $(RELEASE_FLAGS)
+	RECD_TEST_BINARIES="$$($(SWIFT) build -c release --show-bin-path)" $(SWIFT) test --skip-build --filter EndToEndTests
 
 # Every test again under the thread sanitizer (its own build folder): the recorder, Observed,
 # the parser and dispatch in process, and the end-to-end suites against a recd that is itself
@@ -102,6 +117,14 @@ bench: deps-bench
 	$(SWIFT) build $(RELEASE_FLAGS)
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
 
+# Regenerates the list of functions recd and recctl run (callgrind over a recorder's day in
+# miniature), then relinks with it. Commit the list; an outdated one only clusters less.
+hot-functions: deps-bench
+	$(SWIFT) build $(RELEASE_FLAGS)
+	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	cd bench && python3 hot_functions.py "$$bin" $(HOT_FUNCTIONS); rm -f "$$bin/recd" "$$bin/recctl"
+	$(SWIFT) build $(RELEASE_FLAGS)
+
 # On purpose only: copies a run's raw figures to bench/results/ and rewrites the generated part
 # of BENCHMARKS.md from them. The hand-written findings there name the run they were written against.
 BENCH_RUN ?= bench/out/latest
@@ -132,6 +155,8 @@ MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 # Man pages and completions come from the command definitions themselves: man pages through
 # swift-argument-parser's GenerateManual plugin (one page per subcommand: recctl.1,
 # recctl.start.1, ...: `man recctl.start`), completions from each binary's --generate-completion-script.
+# The plugin builds the package again with plain release flags: in its own folder, so that what
+# is installed is the build above (static runtime, lld, the hot-functions order).
 # The units' ExecStart= names /usr/local/bin/recd; it is rewritten to $(PREFIX)/bin/recd.
 # An existing /etc/recd/recd.toml is never overwritten: the shipped one goes next to it
 # as recd.toml.example.
@@ -139,7 +164,7 @@ install:
 	$(SWIFT) build $(RELEASE_FLAGS)
 	rm -rf $(GENERATED)
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
-	$(SWIFT) package --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \
+	RECD_STATIC_RECCTL= $(SWIFT) package --scratch-path .build/manual --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \
 	  $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man
 	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
 	for tool in recd recctl; do \

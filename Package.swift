@@ -3,6 +3,15 @@ import PackageDescription
 
 // Data flows one way: ALSA device -> RecorderCore -> RecdServer -> socket -> recctl.
 // Each C library has exactly one Swift module that imports it.
+
+// `make` links the released recctl as a static position-independent executable: no dynamic
+// loader, no shared libraries to map and bind, so a status bar's `recctl status` starts in half
+// the time (BENCHMARKS.md, 2b); it loads nothing with dlopen. Only under `make`, which sets
+// RECD_STATIC_RECCTL and drops SwiftPM's $ORIGIN run path (RELEASE_FLAGS): glibc refuses to
+// start a static PIE that has one.
+let staticClient: [LinkerSetting] = Context.environment["RECD_STATIC_RECCTL"] == "1"
+    ? [.unsafeFlags(["-static-stdlib", "-static-executable", "-use-ld=lld", "-Xclang-linker", "-static-pie"], .when(configuration: .release))]
+    : []
 let package = Package(
     name: "recd",
     platforms: [.macOS(.v15)],
@@ -107,7 +116,7 @@ let package = Package(
             "RecdClient", "RecdProtocol", "RecorderModel",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "SystemPackage", package: "swift-system"),
-        ]),
+        ], linkerSettings: staticClient),
 
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
         // plainly, it replays a corpus. Its DaemonConfiguration.swift is a link to recd's.

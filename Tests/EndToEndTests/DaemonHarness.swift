@@ -4,9 +4,11 @@ import RecdClient
 import RecdProtocol
 import RecdTestSupport
 
-/// The built binaries, next to the test bundle (`swift build --build-tests` builds them).
+/// The built binaries, next to the test bundle (`swift build --build-tests` builds them), or
+/// those in RECD_TEST_BINARIES (`make test-release`: the release build, linked as it ships).
 enum Binaries {
     static let directory: String = {
+        if let directory = ProcessInfo.processInfo.environment["RECD_TEST_BINARIES"] { return directory }
         let candidates = [URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path,
                           FileManager.default.currentDirectoryPath + "/.build/debug"]
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0 + "/recd") } ?? candidates[1]

@@ -53,6 +53,16 @@ done
 for tool in recd recctl; do
     [[ -x $stage/usr/bin/$tool ]] || fail "usr/bin/$tool is not executable"
 done
+# The release build, not some other: recctl a static PIE (no program interpreter), both without
+# the symbol table a plain Swift link exports, both starting.
+readelf -lW "$stage/usr/bin/recctl" | grep -q "Requesting program interpreter" &&
+    fail "usr/bin/recctl is not a static executable"
+readelf -hW "$stage/usr/bin/recctl" | grep -q "DYN (Position-Independent" || fail "usr/bin/recctl is not position-independent"
+for tool in recd recctl; do
+    exported=$(readelf --dyn-syms -W "$stage/usr/bin/$tool" | awk '$7 != "UND" && $7 ~ /^[0-9]+$/' | wc -l)
+    (( exported < 100 )) || fail "usr/bin/$tool exports $exported symbols"
+    "$stage/usr/bin/$tool" --version >/dev/null || fail "usr/bin/$tool --version failed"
+done
 for command in status start stop pause resume cancel watch ls info rm mv devices version; do
     [[ -f $stage/usr/share/man/man1/recctl.$command.1 ]] || fail "no man page for recctl $command"
 done
