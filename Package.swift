@@ -5,8 +5,8 @@ import PackageDescription
 // Each C library has exactly one Swift module that imports it.
 
 // `make` links the released recctl as a static position-independent executable: no dynamic
-// loader, no shared libraries to map and bind, so a status bar's `recctl status` starts in half
-// the time (BENCHMARKS.md, 2b); it loads nothing with dlopen. Only under `make`, which sets
+// loader, no shared libraries to map and bind, so a status bar's `recctl status` starts faster
+// (BENCHMARKS.md, 2b); it loads nothing with dlopen. Only under `make`, which sets
 // RECD_STATIC_RECCTL and drops SwiftPM's $ORIGIN run path (RELEASE_FLAGS): glibc refuses to
 // start a static PIE that has one.
 let staticClient: [LinkerSetting] = Context.environment["RECD_STATIC_RECCTL"] == "1"
