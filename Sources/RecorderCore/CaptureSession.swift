@@ -133,7 +133,8 @@ final class CaptureSession: @unchecked Sendable {
          segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
          segmentStarted: @escaping @Sendable () -> Void = {},
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
-         frameLimit: Int64?, metering: Bool, syncInterval: Double, spaceGuard: SpaceGuard? = nil) throws(RecorderError) {
+         frameLimit: Int64?, metering: Bool, syncInterval: Double, spaceGuard: SpaceGuard? = nil,
+         sixteenBitFile: Bool = false) throws(RecorderError) {
         self.pcm = pcm
         self.configuration = configuration
         self.writer = writer
@@ -161,7 +162,8 @@ final class CaptureSession: @unchecked Sendable {
                 converter = try FormatConverter(
                     inputChannels: configuration.channels, outputChannels: fileChannels,
                     inputRate: configuration.sampleRate, outputRate: fileRate,
-                    quality: converterQuality.converterQuality, maxInputFrames: chunkFrames)
+                    quality: converterQuality.converterQuality, maxInputFrames: chunkFrames,
+                    inputFormat: configuration.sampleFormat, sixteenBitFile: sixteenBitFile)
             } catch {
                 buffer.deallocate()
                 throw RecorderError(.invalidSettings, "cannot convert \(configuration.sampleRate) Hz to \(fileRate) Hz: \(error)")
@@ -369,9 +371,6 @@ final class CaptureSession: @unchecked Sendable {
                     currentSegment.withLock { $0 = segment }
                     segmentStarted()
                 }
-                if !Self.isDigitalSilence(buffer, bytes: got * configuration.bytesPerFrame) {
-                    lastSignal.store(readUptime, ordering: .relaxed)
-                }
                 if let failure = finalizeFailure.withLock({ $0 }) { return .failed(failure) }
                 var outOfSpace: RecorderError?
                 if let spaceGuard, framesWritten.load(ordering: .relaxed) + chunkAllowance > spaceLimit.load(ordering: .relaxed) {
@@ -387,7 +386,7 @@ final class CaptureSession: @unchecked Sendable {
                 let now = Self.uptime()
                 let sync = now &- lastSync >= syncIntervalNanoseconds
                 if sync { lastSync = now }
-                guard try writeToFile(frames: got, sync: sync) else { return .stopped }
+                guard try writeToFile(frames: got, sync: sync, readUptime: readUptime) else { return .stopped }
                 if let outOfSpace { return .failed(outOfSpace) }
                 if let frameLimit, framesWritten.load(ordering: .relaxed) >= frameLimit {
                     return .limitReached
@@ -584,51 +583,69 @@ final class CaptureSession: @unchecked Sendable {
     }
 
     /// Meters and writes one chunk, unless the file was taken away (false): a stop that timed
-    /// out while this thread was stuck in the driver.
-    private func writeToFile(frames: Int, sync: Bool) throws -> Bool {
+    /// out while this thread was stuck in the driver. A chunk with a sample other than zero
+    /// moves `lastSignal` to `readUptime`.
+    private func writeToFile(frames: Int, sync: Bool, readUptime: UInt64) throws -> Bool {
         try fileAccess.withLock { access in
             guard case .captureThread = access else { return false }
-            try consume(frames: frames)
+            if try consume(frames: frames) { lastSignal.store(readUptime, ordering: .relaxed) }
             if sync { syncFile() }
             return true
         }
     }
 
-    /// Meters and writes one chunk.
-    private func consume(frames: Int) throws {
+    /// Meters and writes one chunk; returns whether it had a sample other than zero.
+    private func consume(frames: Int) throws -> Bool {
         let channels = configuration.channels
+        let samples = frames * channels
         if let converter {
+            if converter.resamplesSixteenBit {
+                // Metered as the device delivered it, which tells digital silence on the way.
+                let typed = buffer.assumingMemoryBound(to: Int16.self)
+                let silent = meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
+                    ?? Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
+                try converter.resample(typed, frames: frames) { samples, count in try write(samples, frames: count) }
+                return !silent
+            }
+            let silent = Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
             try converter.convert(buffer, format: configuration.sampleFormat, frames: frames,
                                   meter: { samples in meter?.measure { $0.add(samples, channels: converter.outputChannels) } },
                                   output: { samples, count in try write(samples, frames: count) })
-            return
+            return !silent
         }
-        let samples = frames * channels
         switch configuration.sampleFormat {
         case .int16:
             let typed = buffer.assumingMemoryBound(to: Int16.self)
-            meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
+            // The meter's pass tells digital silence too; without a meter, a pass of its own.
+            let silent = meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
+                ?? Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
             try writeSegmented(frames: frames) { offset, count in
                 try writer.write(typed + offset * channels, frames: count)
             }
+            return !silent
         case .int32:
+            let silent = Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
             let typed = buffer.assumingMemoryBound(to: Int32.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
                                     scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
             try writeSegmented(frames: frames) { offset, count in
                 try writer.write(typed + offset * channels, frames: count)
             }
+            return !silent
         case .float32:
+            // A float -0.0 counts as signal here; the meter's magnitudes could not tell it.
+            let silent = Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
             let typed = buffer.assumingMemoryBound(to: Float.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
             try writeSegmented(frames: frames) { offset, count in
                 try writer.write(typed + offset * channels, frames: count)
             }
+            return !silent
         }
     }
 
     /// Writes converted frames, never past the frame limit.
-    private func write(_ samples: UnsafePointer<Float>, frames: Int) throws {
+    private func write(_ samples: ConvertedSamples, frames: Int) throws {
         var count = frames
         if let frameLimit {
             count = Swift.min(count, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
@@ -636,7 +653,10 @@ final class CaptureSession: @unchecked Sendable {
         }
         let channels = fileChannels
         try writeSegmented(frames: count) { offset, part in
-            try writer.write(samples + offset * channels, frames: part)
+            switch samples {
+            case .float(let floats): try writer.write(floats + offset * channels, frames: part)
+            case .int16(let integers): try writer.write(integers + offset * channels, frames: part)
+            }
         }
     }
 

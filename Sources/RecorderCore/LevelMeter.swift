@@ -44,12 +44,15 @@ struct LevelAccumulator {
     /// One pass over the interleaved frames, 8 samples per step, lane `l` holding channel
     /// `l % channels` (so for 1, 2 or 4 channels; others take the per-channel loop).
     /// The sums are exact, so the result is bit-identical to the per-channel loop's.
-    mutating func add(_ samples: UnsafeBufferPointer<Int16>, channels: Int) {
+    ///
+    /// Returns whether every sample was zero (digital silence): the peaks tell it for free,
+    /// so the capture thread needs no second pass over the chunk.
+    @discardableResult
+    mutating func add(_ samples: UnsafeBufferPointer<Int16>, channels: Int) -> Bool {
         let frameCount = samples.count / channels
-        guard let base = samples.baseAddress, frameCount > 0 else { return }
+        guard let base = samples.baseAddress, frameCount > 0 else { return true }
         guard channels <= 4, 4 % channels == 0 else {
-            addPerChannel(base, frames: frameCount, channels: channels)
-            return
+            return addPerChannel(base, frames: frameCount, channels: channels)
         }
         var channelSums = SIMD8<Int64>()
         var channelPeaks = SIMD8<Int32>()
@@ -106,6 +109,8 @@ struct LevelAccumulator {
         }
         clips += clipped
         frames += frameCount
+        // A magnitude of 0 in every lane: no sample differed from 0 (-32768's is 32768, not 0).
+        return channelPeaks.max() == 0
     }
 
     /// How many of `vectors` × 8 samples are at full scale (magnitude 32767 or 32768).
@@ -123,7 +128,9 @@ struct LevelAccumulator {
     }
 
     /// 16-bit samples of a channel count that does not divide 4: one channel at a time.
-    private mutating func addPerChannel(_ base: UnsafePointer<Int16>, frames frameCount: Int, channels: Int) {
+    /// Returns whether every sample was zero.
+    private mutating func addPerChannel(_ base: UnsafePointer<Int16>, frames frameCount: Int, channels: Int) -> Bool {
+        var loudest: Int32 = 0
         for channel in 0..<channels {
             var sum: Int64 = 0
             var peak: Int32 = 0
@@ -140,8 +147,10 @@ struct LevelAccumulator {
             sumOfSquares[channel] += Double(sum) * (1.0 / (32768.0 * 32768.0))
             peaks[channel] = Swift.max(peaks[channel], Float(peak) * (1 / 32768))
             clips += clipped
+            loudest = Swift.max(loudest, peak)
         }
         frames += frameCount
+        return loudest == 0
     }
 
     /// Float samples (converted input, or a float device), one pass over interleaved frames,
@@ -228,7 +237,8 @@ final class LevelMeter: Sendable {
         state = NIOLockedValueBox(State(accumulator: LevelAccumulator(channels: channels)))
     }
 
-    func measure(_ body: (inout LevelAccumulator) -> Void) {
+    @discardableResult
+    func measure<Result>(_ body: (inout LevelAccumulator) -> Result) -> Result {
         state.withLock { body(&$0.accumulator) }
     }
 

@@ -528,7 +528,8 @@ public final class Recorder: @unchecked Sendable {
             frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,
             syncInterval: plan.configuration.syncInterval,
             spaceGuard: makeSpaceGuard(plan.configuration, settings: plan.settings, fileRate: files.sampleRate,
-                                       fileChannels: files.channels))
+                                       fileChannels: files.channels),
+            sixteenBitFile: plan.settings.effectiveBitDepth == 16)
     }
 
     /// A segment the capture thread closed is finalized (on its sync queue): count it,

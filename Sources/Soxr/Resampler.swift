@@ -6,7 +6,8 @@ public struct SoxrError: Error, CustomStringConvertible, Sendable {
     public var description: String { "soxr: \(message)" }
 }
 
-/// A streaming sample-rate converter over interleaved 32-bit floats.
+/// A streaming sample-rate converter over interleaved samples: 32-bit floats, or 16-bit
+/// integers in and out.
 ///
 /// Not thread-safe: the capture thread owns it.
 public final class Resampler {
@@ -19,21 +20,41 @@ public final class Resampler {
         case veryHigh = 6   // SOXR_VHQ (28-bit)
     }
 
+    /// The samples going in and coming out.
+    public enum SampleType: Sendable {
+        /// Floats, full scale ±1.
+        case float32
+        /// 16-bit integers. soxr works on them as floats of the integer values: with the same
+        /// recipe, each result is the float path's times 32 768 exactly (a power of two), and
+        /// it is rounded to the nearest integer (ties to even on x86-64) and clipped, as
+        /// libsndfile rounds and clips floats written to a 16-bit file. Without dither, so
+        /// the same input always gives the same file.
+        case int16
+    }
+
     public let inputRate: Int
     public let outputRate: Int
     public let channels: Int
+    public let sampleType: SampleType
+    private let bytesPerFrame: Int
     private let handle: OpaquePointer
 
-    public init(inputRate: Int, outputRate: Int, channels: Int, quality: Quality) throws(SoxrError) {
+    public init(inputRate: Int, outputRate: Int, channels: Int, quality: Quality,
+                sampleType: SampleType = .float32) throws(SoxrError) {
         var error: soxr_error_t?
         var qualitySpec = soxr_quality_spec(UInt(quality.rawValue), 0)
-        guard let handle = soxr_create(Double(inputRate), Double(outputRate), UInt32(channels), &error, nil, &qualitySpec, nil),
+        let type = sampleType == .int16 ? SOXR_INT16_I : SOXR_FLOAT32_I
+        var ioSpec = soxr_io_spec(type, type)
+        ioSpec.flags |= UInt(SOXR_NO_DITHER)
+        guard let handle = soxr_create(Double(inputRate), Double(outputRate), UInt32(channels), &error, &ioSpec, &qualitySpec, nil),
               error == nil else {
             throw SoxrError(message: error.map { String(cString: $0) } ?? "soxr_create failed")
         }
         self.inputRate = inputRate
         self.outputRate = outputRate
         self.channels = channels
+        self.sampleType = sampleType
+        self.bytesPerFrame = channels * (sampleType == .int16 ? 2 : 4)
         self.handle = handle
     }
 
@@ -48,13 +69,26 @@ public final class Resampler {
     /// soxr may hold some back (its delay); `flush` returns them at the end.
     public func process(_ input: UnsafePointer<Float>, frames inputFrames: Int,
                         into output: UnsafeMutablePointer<Float>, capacity: Int) throws(SoxrError) -> Int {
+        precondition(sampleType == .float32)
+        return try process(UnsafeRawPointer(input), frames: inputFrames, into: UnsafeMutableRawPointer(output), capacity: capacity)
+    }
+
+    /// `process` for a resampler of `.int16` samples.
+    public func process(_ input: UnsafePointer<Int16>, frames inputFrames: Int,
+                        into output: UnsafeMutablePointer<Int16>, capacity: Int) throws(SoxrError) -> Int {
+        precondition(sampleType == .int16)
+        return try process(UnsafeRawPointer(input), frames: inputFrames, into: UnsafeMutableRawPointer(output), capacity: capacity)
+    }
+
+    private func process(_ input: UnsafeRawPointer, frames inputFrames: Int,
+                         into output: UnsafeMutableRawPointer, capacity: Int) throws(SoxrError) -> Int {
         var used = 0
         var produced = 0
         while used < inputFrames {
             var inputDone = 0
             var outputDone = 0
-            let error = soxr_process(handle, input + used * channels, inputFrames - used, &inputDone,
-                                     output + produced * channels, capacity - produced, &outputDone)
+            let error = soxr_process(handle, input + used * bytesPerFrame, inputFrames - used, &inputDone,
+                                     output + produced * bytesPerFrame, capacity - produced, &outputDone)
             if let error { throw SoxrError(message: String(cString: error)) }
             used += inputDone
             produced += outputDone
@@ -67,6 +101,17 @@ public final class Resampler {
     /// Signals the end of input and returns the frames soxr still held (at most `capacity`;
     /// call again until it returns 0).
     public func flush(into output: UnsafeMutablePointer<Float>, capacity: Int) throws(SoxrError) -> Int {
+        precondition(sampleType == .float32)
+        return try flush(into: UnsafeMutableRawPointer(output), capacity: capacity)
+    }
+
+    /// `flush` for a resampler of `.int16` samples.
+    public func flush(into output: UnsafeMutablePointer<Int16>, capacity: Int) throws(SoxrError) -> Int {
+        precondition(sampleType == .int16)
+        return try flush(into: UnsafeMutableRawPointer(output), capacity: capacity)
+    }
+
+    private func flush(into output: UnsafeMutableRawPointer, capacity: Int) throws(SoxrError) -> Int {
         var outputDone = 0
         let error = soxr_process(handle, nil, 0, nil, output, capacity, &outputDone)
         if let error { throw SoxrError(message: String(cString: error)) }
