@@ -122,3 +122,57 @@ struct LevelAccumulatorTests {
         }
     }
 }
+
+/// The meter's answer to "was this chunk digital silence?" against the byte scan the capture
+/// thread made as a second pass before (`CaptureSession.isDigitalSilence`, still used without
+/// a meter and for other sample formats).
+@Suite("Level meter: digital silence")
+struct LevelMeterSilenceTests {
+    static func meterSaysSilent(_ samples: [Int16], channels: Int) -> Bool {
+        var accumulator = LevelAccumulator(channels: channels)
+        return samples.withUnsafeBufferPointer { accumulator.add($0, channels: channels) }
+    }
+
+    static func scanSaysSilent(_ samples: [Int16]) -> Bool {
+        samples.withUnsafeBytes { CaptureSession.isDigitalSilence($0.baseAddress!, bytes: $0.count) }
+    }
+
+    @Test(arguments: [1, 2, 3, 4, 6, 8])
+    func allZeroIsSilence(channels: Int) {
+        for frames in [1, 3, 4, 7, 480, 1001, 8192] {
+            let samples = [Int16](repeating: 0, count: frames * channels)
+            #expect(Self.meterSaysSilent(samples, channels: channels))
+            #expect(Self.scanSaysSilent(samples))
+        }
+    }
+
+    /// One sample off zero anywhere — first, last, the last of the whole vectors, the first of
+    /// the partial one after them, the extremes — is signal, as the scan says.
+    @Test(arguments: [1, 2, 3, 4, 6, 8])
+    func oneNonzeroSampleIsSignal(channels: Int) {
+        for frames in [1, 3, 4, 7, 480, 1001, 8192] {
+            let count = frames * channels
+            let wholeVectors = count / 8 * 8
+            let positions = Set([0, count - 1, wholeVectors - 1, wholeVectors, count / 2].filter { (0..<count).contains($0) })
+            for position in positions {
+                for value: Int16 in [1, -1, .min, .max] {
+                    var samples = [Int16](repeating: 0, count: count)
+                    samples[position] = value
+                    #expect(!Self.meterSaysSilent(samples, channels: channels), "frames \(frames), sample \(position) = \(value)")
+                    #expect(!Self.scanSaysSilent(samples))
+                }
+            }
+        }
+    }
+
+    @Test func theAnswerIsPerChunkWhateverCameBefore() throws {
+        let meter = LevelMeter(channels: 2)
+        let loud = LevelAccumulatorTests.noise16(count: 2 * 480, seed: 3)
+        let quiet = [Int16](repeating: 0, count: 2 * 480)
+        #expect(!loud.withUnsafeBufferPointer { samples in meter.measure { $0.add(samples, channels: 2) } })
+        #expect(quiet.withUnsafeBufferPointer { samples in meter.measure { $0.add(samples, channels: 2) } })
+        // The quiet chunk still counts for the levels: 960 frames, the loud chunk's peak.
+        let levels = meter.takeLevels()
+        #expect(levels.channels.allSatisfy { $0.peak > -160 })
+    }
+}
