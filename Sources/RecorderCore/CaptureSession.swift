@@ -603,11 +603,11 @@ final class CaptureSession: @unchecked Sendable {
                 // Metered as the device delivered it, which tells digital silence on the way.
                 let typed = buffer.assumingMemoryBound(to: Int16.self)
                 let silent = meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-                    ?? Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
+                    ?? bufferIsDigitalSilence(frames: frames)
                 try converter.resample(typed, frames: frames) { samples, count in try write(samples, frames: count) }
                 return !silent
             }
-            let silent = Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
+            let silent = bufferIsDigitalSilence(frames: frames)
             try converter.convert(buffer, format: configuration.sampleFormat, frames: frames,
                                   meter: { samples in meter?.measure { $0.add(samples, channels: converter.outputChannels) } },
                                   output: { samples, count in try write(samples, frames: count) })
@@ -618,13 +618,13 @@ final class CaptureSession: @unchecked Sendable {
             let typed = buffer.assumingMemoryBound(to: Int16.self)
             // The meter's pass tells digital silence too; without a meter, a pass of its own.
             let silent = meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-                ?? Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
+                ?? bufferIsDigitalSilence(frames: frames)
             try writeSegmented(frames: frames) { offset, count in
                 try writer.write(typed + offset * channels, frames: count)
             }
             return !silent
         case .int32:
-            let silent = Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
+            let silent = bufferIsDigitalSilence(frames: frames)
             let typed = buffer.assumingMemoryBound(to: Int32.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
                                     scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
@@ -634,7 +634,7 @@ final class CaptureSession: @unchecked Sendable {
             return !silent
         case .float32:
             // A float -0.0 counts as signal here; the meter's magnitudes could not tell it.
-            let silent = Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
+            let silent = bufferIsDigitalSilence(frames: frames)
             let typed = buffer.assumingMemoryBound(to: Float.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
             try writeSegmented(frames: frames) { offset, count in
@@ -642,6 +642,12 @@ final class CaptureSession: @unchecked Sendable {
             }
             return !silent
         }
+    }
+
+    /// The byte scan for digital silence over the chunk in `buffer`, where no 16-bit meter
+    /// pass tells it.
+    private func bufferIsDigitalSilence(frames: Int) -> Bool {
+        Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
     }
 
     /// Writes converted frames, never past the frame limit.
