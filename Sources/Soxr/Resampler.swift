@@ -26,9 +26,10 @@ public final class Resampler {
         case float32
         /// 16-bit integers. soxr works on them as floats of the integer values: with the same
         /// recipe, each result is the float path's times 32 768 exactly (a power of two), and
-        /// it is rounded to the nearest integer (ties to even on x86-64) and clipped, as
-        /// libsndfile rounds and clips floats written to a 16-bit file. Without dither, so
-        /// the same input always gives the same file.
+        /// it is rounded to the nearest integer and clipped, as libsndfile rounds and clips
+        /// floats written to a 16-bit FLAC file (an exact tie goes to even on x86, away from
+        /// zero elsewhere; libsndfile's goes to even). Without dither, so the same input always
+        /// gives the same file.
         case int16
     }
 
