@@ -7,7 +7,8 @@ import RecorderCore
 import Synchronization
 
 /// A recorder publication, numbered and stamped, with its JSON encoded once for every client.
-struct Publication: Sendable {
+/// A class: handed to every subscriber, it costs one retain, not one per member.
+final class Publication: Sendable {
     let update: TopicUpdate
     /// When the hub published it (monotonic): what a subscription's interval is measured on.
     let published: NIODeadline
@@ -17,14 +18,28 @@ struct Publication: Sendable {
 
     static let notificationHead: StaticString = #"{"jsonrpc":"2.0","method":"changed","params":{"subscription":""#
 
+    init(update: TopicUpdate, published: NIODeadline, notificationTail: ByteBuffer) {
+        self.update = update
+        self.published = published
+        self.notificationTail = notificationTail
+    }
+
     /// The notification line for one subscription (ids are the server's decimal counter: no escaping).
     func notification(for subscription: String) -> ByteBuffer {
         var line = ByteBuffer()
-        line.reserveCapacity(Self.notificationHead.utf8CodeUnitCount + subscription.utf8.count + notificationTail.readableBytes)
-        line.writeStaticString(Self.notificationHead)
-        line.writeString(subscription)
-        line.writeImmutableBuffer(notificationTail)
+        line.reserveCapacity(notificationLength(for: subscription))
+        writeNotification(for: subscription, into: &line)
         return line
+    }
+
+    func notificationLength(for subscription: String) -> Int {
+        Self.notificationHead.utf8CodeUnitCount + subscription.utf8.count + notificationTail.readableBytes
+    }
+
+    func writeNotification(for subscription: String, into buffer: inout ByteBuffer) {
+        buffer.writeStaticString(Self.notificationHead)
+        buffer.writeString(subscription)
+        buffer.writeImmutableBuffer(notificationTail)
     }
 }
 
@@ -45,7 +60,22 @@ final class TopicHub: Sendable {
     private struct State {
         var latest: [Topic: Publication] = [:]
         var seq: [Topic: UInt64] = [:]
-        var receivers: [ObjectIdentifier: (receiver: any PublicationReceiver, topics: Set<Topic>)] = [:]
+        var receivers: [ObjectIdentifier: (receiver: any PublicationReceiver, topics: Set<Topic>)] = [:] {
+            didSet { routes = [:] }
+        }
+        /// Each topic's receivers, by event loop: built on the first publication after
+        /// `receivers` changes, not on every one.
+        var routes: [Topic: [Batch]] = [:]
+
+        mutating func route(_ topic: Topic) -> [Batch] {
+            if let batches = routes[topic] { return batches }
+            var batches: [ObjectIdentifier: Batch] = [:]
+            for (receiver, topics) in receivers.values where topics.contains(topic) {
+                batches[ObjectIdentifier(receiver.eventLoop), default: Batch(loop: receiver.eventLoop)].receivers.append(receiver)
+            }
+            routes[topic] = Array(batches.values)
+            return routes[topic]!
+        }
     }
 
     private let state = NIOLockedValueBox(State())
@@ -83,19 +113,15 @@ final class TopicHub: Sendable {
     private func publish(_ value: TopicValue) {
         let timestamp = Date().timeIntervalSince1970
         let published = NIODeadline.now()
-        let (publication, batches) = state.withLockedValue { state -> (Publication, [ObjectIdentifier: Batch]) in
+        let (publication, batches) = state.withLockedValue { state -> (Publication, [Batch]) in
             let seq = (state.seq[value.topic] ?? 0) + 1
             state.seq[value.topic] = seq
             let update = TopicUpdate(value: value, seq: seq, timestamp: timestamp)
             let publication = Publication(update: update, published: published, notificationTail: Self.notificationTail(of: update))
             state.latest[value.topic] = publication
-            var batches: [ObjectIdentifier: Batch] = [:]
-            for (receiver, topics) in state.receivers.values where topics.contains(value.topic) {
-                batches[ObjectIdentifier(receiver.eventLoop), default: Batch(loop: receiver.eventLoop)].receivers.append(receiver)
-            }
-            return (publication, batches)
+            return (publication, state.route(value.topic))
         }
-        for batch in batches.values {
+        for batch in batches {
             let receivers = batch.receivers
             batch.loop.execute { for receiver in receivers { receiver.receive(publication) } }
         }
