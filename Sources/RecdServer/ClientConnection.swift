@@ -171,7 +171,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         inline.withLockedValue { $0.permissions = permissions }
         do {
             for try await line in inbound {
-                let keepOpen = await handle(line: line.readableBytesView, permissions: permissions)
+                let keepOpen = await handle(line: line, permissions: permissions)
                 forwardedLineAnswered()
                 guard keepOpen else { return }
                 // Backpressure: no next request while the client leaves its answers unread.
@@ -187,9 +187,9 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     /// Answers one line read through the inbound stream. False when the connection must close
     /// after what is due is written.
-    private func handle(line: ByteBufferView, permissions: Set<Permission>) async -> Bool {
-        let parsed = RequestParser.parse(line)
-        if case .unreadable = parsed, line.count > JSONRPC.maximumLineLength {
+    private func handle(line: ByteBuffer, permissions: Set<Permission>) async -> Bool {
+        let parsed = line.withUnsafeReadableBytes { RequestParser.parse(bytes: $0) }
+        if case .unreadable = parsed, line.readableBytes > JSONRPC.maximumLineLength {
             refuseLongLine()
             return false
         }
@@ -217,11 +217,11 @@ final class ClientConnection: PublicationReceiver, Sendable {
     /// unanswered, the client reads its answers, and no handler the line names blocks.
     /// Otherwise (false) the line goes through the stream and is counted until answered there,
     /// so that no answer overtakes an earlier one.
-    func answerInline(line: ByteBufferView) -> Bool {
+    func answerInline(line: ByteBuffer) -> Bool {
         let permissions = inline.withLockedValue { $0.forwarded == 0 ? $0.permissions : nil }
         if let permissions, outbox.hasRoom {
-            let parsed = RequestParser.parse(line)
-            let tooLong = if case .unreadable = parsed { line.count > JSONRPC.maximumLineLength } else { false }
+            let parsed = line.withUnsafeReadableBytes { RequestParser.parse(bytes: $0) }
+            let tooLong = if case .unreadable = parsed { line.readableBytes > JSONRPC.maximumLineLength } else { false }
             if !tooLong, Self.isInline(parsed, permissions: permissions) {
                 answerInline(parsed, permissions: permissions, flushedByCaller: true)
                 return true
@@ -336,6 +336,10 @@ final class ClientConnection: PublicationReceiver, Sendable {
         }
         logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(request.id?.description ?? "-")"])
         let requestContext = RequestContext(recorder: context.recorder, version: context.version, connection: self)
+        if let encoded = handler.encoded {
+            guard !request.isNotification else { return .answered(nil) }
+            if let json = encoded(requestContext, context.results) { return .answered(ResponseLine.success(id: request.id, result: json)) }
+        }
         let params = request.params
         let run: @Sendable () -> Outcome = { Result { () throws(RPCError) in try handler.run(requestContext, params) } }
         return handler.blocking ? .blocking(request, run) : .answered(answer(request, run()))
@@ -662,7 +666,7 @@ final class InlineRequestHandler: ChannelInboundHandler, RemovableChannelHandler
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let line = unwrapInboundIn(data)
-        if let connection, connection.answerInline(line: line.readableBytesView) { return }
+        if let connection, connection.answerInline(line: line) { return }
         context.fireChannelRead(data)
     }
 

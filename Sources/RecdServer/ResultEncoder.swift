@@ -11,7 +11,12 @@ final class ResultEncoder: Sendable {
     /// The result as JSON; nil if it cannot be encoded (a non-finite number).
     func encode(_ result: any Encodable & Sendable) -> String? {
         guard let status = result as? StatusResult else { return Self.encodeJSON(result) }
-        if let kept = lastStatus.withLockedValue({ $0 }), kept.result == status { return kept.json }
+        return encode(status: status)
+    }
+
+    func encode(status: StatusResult) -> String? {
+        // Compared in place: a copy of the kept result would retain each of its members.
+        if let json = lastStatus.withLockedValue({ $0?.result == status ? $0?.json : nil }) { return json }
         guard let json = Self.encodeJSON(status) else { return nil }
         lastStatus.withLockedValue { $0 = (status, json) }
         return json
