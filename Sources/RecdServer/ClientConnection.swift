@@ -68,26 +68,31 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private final class Subscription: @unchecked Sendable {
         let id: String
         let topics: Set<Topic>
+        /// `topics` as bits (`Topic.slot`): tested for every publication.
+        let topicBits: UInt32
         let interval: TimeAmount
 
         init(id: String, topics: Set<Topic>, interval: TimeAmount) {
             self.id = id
             self.topics = topics
+            self.topicBits = topics.reduce(0) { $0 | 1 << $1.slot }
             self.interval = interval
         }
+
+        func follows(_ topic: Topic) -> Bool { topicBits & 1 << topic.slot != 0 }
 
         /// What counts as "an interval later", and when a held-back value goes out: 10 % less
         /// than the interval, so that with an interval equal to the recorder's period values are
         /// not held back a whole period for a few milliseconds of timer jitter.
         var minimumSpacing: TimeAmount { .nanoseconds(interval.nanoseconds * 9 / 10) }
         /// Nothing at or below these is sent again (the snapshot had it).
-        var lastSeq: [Topic: UInt64] = [:]
+        var lastSeq = PerTopic<UInt64>()
         /// When what was sent last was published (or sent, if it was held back or the snapshot):
         /// measured on publication times, so a connection served late in a fan-out does not
         /// hold its next value back.
-        var lastSent: [Topic: NIODeadline] = [:]
-        var pending: [Topic: Publication] = [:]
-        var flushScheduled: Set<Topic> = []
+        var lastSent = PerTopic<NIODeadline>()
+        var pending = PerTopic<Publication>()
+        var flushScheduled = PerTopic<Bool>()
     }
 
     var eventLoop: any EventLoop { channel.channel.eventLoop }
@@ -384,8 +389,8 @@ final class ClientConnection: PublicationReceiver, Sendable {
             let snapshot = context.hub.add(self, topics: allTopics).filter { topics.contains($0.update.topic) }
             let now = NIODeadline.now()
             for publication in snapshot {
-                subscription.lastSeq[publication.update.topic] = publication.update.seq
-                subscription.lastSent[publication.update.topic] = now
+                subscription.lastSeq[publication.topic] = publication.seq
+                subscription.lastSent[publication.topic] = now
             }
             state.subscriptions[id] = subscription
             if state.heldBack == nil { state.heldBack = [] }
@@ -415,15 +420,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     private func deliver(_ publication: Publication, state: inout State) {
         guard !state.closing else { return }
-        let topic = publication.update.topic
+        let topic = publication.topic
         for subscription in state.subscriptions.values {
-            guard subscription.topics.contains(topic), publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
+            guard subscription.follows(topic), publication.seq > subscription.lastSeq[topic] ?? 0 else { continue }
             let now = publication.published
             if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
                 subscription.pending[topic] = publication
-                if !subscription.flushScheduled.contains(topic) {
-                    subscription.flushScheduled.insert(topic)
+                if subscription.flushScheduled[topic] != true {
+                    subscription.flushScheduled[topic] = true
                     let due = last + subscription.minimumSpacing
                     let id = subscription.id
                     channel.channel.eventLoop.scheduleTask(deadline: due) {
@@ -435,11 +440,10 @@ final class ClientConnection: PublicationReceiver, Sendable {
             if !topic.isContinuous {
                 // Time and levels held back for the interval go first: a client sees the final
                 // currentTime before the state that ends the recording.
-                for (pendingTopic, pending) in subscription.pending.sorted(by: { $0.key < $1.key })
-                where pending.update.seq > subscription.lastSeq[pendingTopic] ?? 0 {
+                for pending in subscription.pending.values where pending.seq > subscription.lastSeq[pending.topic] ?? 0 {
                     send(pending, on: subscription, at: now, state: &state)
                 }
-                subscription.pending.removeAll()
+                subscription.pending = PerTopic()
             }
             send(publication, on: subscription, at: now, state: &state)
         }
@@ -449,17 +453,18 @@ final class ClientConnection: PublicationReceiver, Sendable {
     /// then, not from when the loop got to it, so a busy loop does not push every later value back.
     private func flush(_ topic: Topic, of id: String, due: NIODeadline, state: inout State) {
         guard !state.closing, let subscription = state.subscriptions[id] else { return }
-        subscription.flushScheduled.remove(topic)
-        if let publication = subscription.pending.removeValue(forKey: topic),
-           publication.update.seq > subscription.lastSeq[topic] ?? 0 {
-            send(publication, on: subscription, at: due, state: &state)
+        subscription.flushScheduled[topic] = nil
+        let held = subscription.pending[topic]
+        subscription.pending[topic] = nil
+        if let held, held.seq > subscription.lastSeq[topic] ?? 0 {
+            send(held, on: subscription, at: due, state: &state)
         }
     }
 
     private func send(_ publication: Publication, on subscription: Subscription, at now: NIODeadline,
                       state: inout State) {
-        subscription.lastSeq[publication.update.topic] = publication.update.seq
-        subscription.lastSent[publication.update.topic] = now
+        subscription.lastSeq[publication.topic] = publication.seq
+        subscription.lastSent[publication.topic] = now
         if state.heldBack != nil {
             state.heldBack!.append((subscription.id, publication.notification(for: subscription.id)))
         } else {
@@ -710,5 +715,35 @@ final class LoopFlusher: @unchecked Sendable {
         var due: [Outbox] = []
         swap(&due, &outboxes)
         for outbox in due { outbox.flush() }
+    }
+}
+
+/// A value for each topic, found by the topic's position rather than by hashing: a
+/// subscription looks several up for every notification.
+struct PerTopic<Value> {
+    private var slots = [Value?](repeating: nil, count: Topic.allCases.count)
+
+    subscript(topic: Topic) -> Value? {
+        get { slots[topic.slot] }
+        set { slots[topic.slot] = newValue }
+    }
+
+    /// The values set, in topic order.
+    var values: [Value] { slots.compactMap { $0 } }
+}
+
+extension Topic {
+    /// The topic's position in `allCases` (and so in its order).
+    var slot: Int {
+        switch self {
+        case .state: 0
+        case .currentTime: 1
+        case .error: 2
+        case .levels: 3
+        case .recording: 4
+        case .segment: 5
+        case .warning: 6
+        case .retention: 7
+        }
     }
 }

@@ -18,8 +18,14 @@ final class Publication: Sendable {
 
     static let notificationHead: StaticString = #"{"jsonrpc":"2.0","method":"changed","params":{"subscription":""#
 
+    /// `update`'s, stored: read for every subscription it reaches.
+    let topic: Topic
+    let seq: UInt64
+
     init(update: TopicUpdate, published: NIODeadline, notificationTail: ByteBuffer) {
         self.update = update
+        self.topic = update.topic
+        self.seq = update.seq
         self.published = published
         self.notificationTail = notificationTail
     }
@@ -53,8 +59,8 @@ protocol PublicationReceiver: AnyObject, Sendable {
 ///
 /// The hub observes the recorder once per topic, numbers each change (`seq`), encodes it once,
 /// and hands it to every receiver subscribed to the topic: one task per event loop carrying
-/// that loop's receivers, so a publication costs each loop one wake-up, and what one tick
-/// publishes (time and levels) is queued on a connection before its writer runs. Receivers do
+/// that loop's receivers and every publication made meanwhile, so a tick (time and levels)
+/// costs each loop one wake-up and each client one write. Receivers do
 /// their own throttling and queueing; nothing here waits for a client.
 final class TopicHub: Sendable {
     private struct State {
@@ -79,6 +85,8 @@ final class TopicHub: Sendable {
     }
 
     private let state = NIOLockedValueBox(State())
+    /// Published, not yet handed to the event loops (see `deliver`).
+    private let undelivered = NIOLockedValueBox<[(Publication, [Batch])]>([])
     private let queue = DispatchQueue(label: "recd.hub")
     private let tokens: NIOLockedValueBox<[ObservationToken]> = NIOLockedValueBox([])
 
@@ -102,6 +110,8 @@ final class TopicHub: Sendable {
 
     /// Waits until every publication already observed has been received by every receiver.
     func drain() async {
+        // Twice: a publication observed before the first may queue its delivery behind it.
+        queue.sync {}
         queue.sync {}
         let loops = state.withLockedValue { state in
             Dictionary(state.receivers.values.map { (ObjectIdentifier($0.receiver.eventLoop), $0.receiver.eventLoop) },
@@ -121,9 +131,34 @@ final class TopicHub: Sendable {
             state.latest[value.topic] = publication
             return (publication, state.route(value.topic))
         }
-        for batch in batches {
-            let receivers = batch.receivers
-            batch.loop.execute { for receiver in receivers { receiver.receive(publication) } }
+        // Handed on by a task queued behind this one: what the recorder sent together (time
+        // and levels, each tick) reaches each event loop in one task, so that each client
+        // gets it in one write.
+        let first = undelivered.withLockedValue { undelivered in
+            undelivered.append((publication, batches))
+            return undelivered.count == 1
+        }
+        if first { queue.async { self.deliver() } }
+    }
+
+    /// On `queue`: one task per event loop for every publication not yet handed on.
+    private func deliver() {
+        let publications = undelivered.withLockedValue { undelivered in
+            defer { undelivered.removeAll() }
+            return undelivered
+        }
+        var byLoop: [ObjectIdentifier: (loop: any EventLoop, deliveries: [(Publication, [any PublicationReceiver])])] = [:]
+        for (publication, batches) in publications {
+            for batch in batches {
+                byLoop[ObjectIdentifier(batch.loop), default: (batch.loop, [])].deliveries.append((publication, batch.receivers))
+            }
+        }
+        for (loop, deliveries) in byLoop.values {
+            loop.execute {
+                for (publication, receivers) in deliveries {
+                    for receiver in receivers { receiver.receive(publication) }
+                }
+            }
         }
     }
 
