@@ -97,12 +97,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     var eventLoop: any EventLoop { channel.channel.eventLoop }
 
-    init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials, context: ConnectionContext) {
+    /// `writer`: the channel's `InlineRequestHandler`, through which the outbox writes.
+    init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials, context: ConnectionContext,
+         writer: InlineRequestHandler? = nil) {
         self.channel = channel
         self.peer = peer
         self.context = context
         self.outbox = Outbox(channel: channel.channel, limit: context.outboundLimit + Outbox.nioBufferAllowance,
-                             flusher: context.flusher(for: channel.channel.eventLoop))
+                             flusher: context.flusher(for: channel.channel.eventLoop),
+                             writer: writer.map { NIOLoopBound($0, eventLoop: channel.channel.eventLoop) })
         var logger = context.logger
         logger[metadataKey: "client.uid"] = "\(peer.uid)"
         logger[metadataKey: "client.pid"] = "\(peer.pid)"
@@ -531,6 +534,9 @@ final class Outbox: Sendable {
     private let channel: any Channel
     private let limit: Int
     private let flusher: LoopFlusher
+    /// Writes from its place in the pipeline, next to the head: a write from the channel would
+    /// pass NIOAsyncChannel's handler too, for nothing (its writer is not used).
+    private let writer: NIOLoopBound<InlineRequestHandler>?
     private let state = NIOLockedValueBox(State())
 
     private struct State {
@@ -547,10 +553,11 @@ final class Outbox: Sendable {
         var writtenWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
-    init(channel: any Channel, limit: Int, flusher: LoopFlusher) {
+    init(channel: any Channel, limit: Int, flusher: LoopFlusher, writer: NIOLoopBound<InlineRequestHandler>? = nil) {
         self.channel = channel
         self.limit = limit
         self.flusher = flusher
+        self.writer = writer
     }
 
     var queuedBytes: Int { state.withLockedValue { $0.bytes } }
@@ -602,7 +609,11 @@ final class Outbox: Sendable {
         let count = pending.readableBytes
         let promise = channel.eventLoop.makePromise(of: Void.self)
         promise.futureResult.whenComplete { result in self.written(count, failed: (try? result.get()) == nil) }
-        channel.writeAndFlush(pending, promise: promise)
+        if let writer {
+            writer.value.writeAndFlush(pending, promise: promise)
+        } else {
+            channel.writeAndFlush(pending, promise: promise)
+        }
     }
 
     /// The socket took `count` bytes (or the channel failed and never will).
@@ -668,6 +679,20 @@ final class InlineRequestHandler: ChannelInboundHandler, RemovableChannelHandler
     /// Set once the connection exists (in the channel initializer, before any read); dropped
     /// with the pipeline, which would otherwise keep the connection alive.
     var connection: ClientConnection?
+    private var context: ChannelHandlerContext?
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    /// The connection's outbox writes here (on the event loop).
+    func writeAndFlush(_ buffer: ByteBuffer, promise: EventLoopPromise<Void>) {
+        guard let context else {
+            promise.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        context.writeAndFlush(NIOAny(buffer), promise: promise)
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let line = unwrapInboundIn(data)
@@ -689,6 +714,7 @@ final class InlineRequestHandler: ChannelInboundHandler, RemovableChannelHandler
 
     func handlerRemoved(context: ChannelHandlerContext) {
         connection = nil
+        self.context = nil
     }
 }
 

@@ -101,7 +101,7 @@ public final class ControlServer: Sendable {
                 try channel.pipeline.syncOperations.addHandler(inline)
                 let connection = ClientConnection(
                     channel: try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel),
-                    peer: peer, context: context)
+                    peer: peer, context: context, writer: inline)
                 // On the event loop, before the first read.
                 inline.connection = connection
                 return connection
