@@ -175,8 +175,10 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     private func readRequests(_ inbound: NIOAsyncChannelInboundStream<ByteBuffer>) async {
         let permissions = await resolvePermissions()
-        // From here on `InlineRequestHandler` answers what it can on the event loop.
+        // From here on `InlineRequestHandler` answers what it can on the event loop, until
+        // reading ends.
         inline.withLockedValue { $0.permissions = permissions }
+        defer { stopAnsweringInline() }
         do {
             for try await line in inbound {
                 let keepOpen = await handle(line: line, permissions: permissions)
@@ -245,8 +247,9 @@ final class ClientConnection: PublicationReceiver, Sendable {
         inline.withLockedValue { $0.permissions = nil }
     }
 
-    /// The stream's line is answered and its answer queued, on the event loop (in order
-    /// behind it, if the task ran elsewhere): inline answers may follow it.
+    /// The stream's line is answered and its answer queued: inline answers may follow it.
+    /// Counted on the event loop (through its queue if the task ran elsewhere), which is
+    /// where `answerInline(line:)` reads the count.
     private func forwardedLineAnswered() {
         if eventLoop.inEventLoop {
             inline.withLockedValue { $0.forwarded -= 1 }
