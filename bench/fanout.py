@@ -2,12 +2,15 @@
 the paced PulseAudio device. Measures delivery latency (receipt - the notification's
 `timestamp`), the daemon's CPU over the window, notifications received, and frames lost.
 
-usage: fanout.py BINDIR WORKDIR DEVICE PLAN PROCESSES OUT.json
-PLAN: comma-separated runs CLIENTS:SECONDS:INTERVAL[:perf] (":perf" samples the daemon with
-`perf record -e cpu-clock` during that run's window instead of measuring it cleanly).
+usage: fanout.py BINDIR WORKDIR DEVICE PLAN PROCESSES OUT.json [RECEIVER]
+PLAN: comma-separated runs CLIENTS:SECONDS:INTERVAL[:perf][:c] (":perf" samples the daemon with
+`perf record -e cpu-clock` during that run's window instead of measuring it cleanly; ":c" receives
+with RECEIVER, bench/fanout_receiver.c compiled, instead of Python workers: the same measurement
+at a fraction of the receivers' CPU, which shares the machine with recd).
 (ALSA_CONFIG_PATH and PULSE_SERVER in the environment define the paced DEVICE.)"""
 
 import array
+import json
 import multiprocessing
 import os
 import re
@@ -21,6 +24,7 @@ import time
 from lib import Recd, cpu_clock, cpu_seconds, memory_kib, percentile, save, summary
 
 bindir, workdir, device, plan, processes, out = sys.argv[1:7]
+receiver = sys.argv[7] if len(sys.argv) > 7 else None
 processes = int(processes)
 plan = [item.split(":") for item in plan.split(",")]
 env = dict(os.environ)
@@ -140,12 +144,48 @@ def perf_profile(pid, seconds, path):
     return tables
 
 
-def run(recd, clients, seconds, interval, profile=False):
+class CReceiver:
+    """A fanout_receiver process, driven like a Python worker's pipe."""
+
+    def __init__(self, path, count, interval, index):
+        self.latencies_path = os.path.join(workdir, f"fanout-latencies-{index}.bin")
+        self.proc = subprocess.Popen([receiver, path, str(count), str(interval), self.latencies_path],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def poll(self, timeout):
+        return True
+
+    def recv(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("fanout_receiver failed")
+        if line.strip() == "ready":
+            return "ready"
+        part = json.loads(line)
+        with open(self.latencies_path, "rb") as f:
+            part["latencies"] = f.read()
+        os.unlink(self.latencies_path)
+        return part
+
+    def send(self, message):
+        self.proc.stdin.write("stop\n" if message == "stop" else f"window {message[0]!r} {message[1]!r}\n")
+        self.proc.stdin.flush()
+
+    def join(self):
+        self.proc.wait()
+
+
+def run(recd, clients, seconds, interval, profile=False, native=False):
     ctx = multiprocessing.get_context("fork")
     pipes, procs = [], []
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
-    for count in per:
+    for index, count in enumerate(per):
         if count == 0:
+            continue
+        if native:
+            proc = CReceiver(recd.socket, count, interval, index)
+            pipes.append(proc)
+            procs.append(proc)
             continue
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=worker, args=(recd.socket, count, interval, child))
@@ -198,6 +238,7 @@ def run(recd, clients, seconds, interval, profile=False):
     wall = wall_b - wall_a
     return {
         "clients": clients,
+        "receivers": "c" if native else "python",
         "seconds": seconds,
         "interval": float(interval),
         "profiled": profile,
@@ -225,10 +266,13 @@ results = {"warmup": WARMUP, "runs": []}
 with Recd(bindir, workdir, device, CONFIG, env, name="recd-fanout") as recd:
     for item in plan:
         clients, seconds, interval = int(item[0]), int(item[1]), item[2]
-        profile = len(item) > 3 and item[3] == "perf"
-        print(f"  {clients} subscriber(s) at interval {interval}, {seconds} s{' under perf' if profile else ''} ...",
-              flush=True)
-        result = run(recd, clients, seconds, interval, profile)
+        profile = "perf" in item[3:]
+        native = "c" in item[3:]
+        if native and not receiver:
+            raise SystemExit("fanout.py: a ':c' run needs the RECEIVER argument")
+        print(f"  {clients} subscriber(s) at interval {interval}, {seconds} s{' under perf' if profile else ''}"
+              f"{', C receivers' if native else ''} ...", flush=True)
+        result = run(recd, clients, seconds, interval, profile, native)
         print(f"    p50 {result['latency_ms']['p50']:.2f} ms, p99 {result['latency_ms']['p99']:.2f} ms, "
               f"daemon CPU {result['daemon_cpu_percent']:.1f} %, receivers {result['receiver_cpu_percent']:.1f} %, "
               f"lost {result['statistics']}", flush=True)

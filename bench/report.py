@@ -169,11 +169,13 @@ if control:
     how["2b"] = (f"`hyperfine -N --warmup 20 --runs {control['cold_runs']}` over `{control['cold_commands']['recctl']}` "
                  f"and `{control['cold_commands']['mpc']}`")
 
-fan_main = fan_one = fan_one_tight = fan_main_tight = fan_perf = None
+fan_main = fan_one = fan_one_tight = fan_main_tight = fan_perf = fan_main_c = None
 if fanout:
     for run in fanout["runs"]:
         if run.get("profiled") or run.get("perf"):
             fan_perf = run
+        elif run.get("receivers") == "c":
+            fan_main_c = run
         elif run["clients"] == 1 and run["interval"] == 0.05:
             fan_one = run
         elif run["clients"] == 1:
@@ -188,7 +190,9 @@ if fanout:
         targets.append(("3", f"{fan_main['clients']} subscribers at 20 Hz: delivery latency p99; frames lost",
                         "p99 < 5 ms, 0 lost",
                         f"p99 {num(fan_main['latency_ms']['p99'], 1)} ms (p50 {num(fan_main['latency_ms']['p50'], 1)}); "
-                        f"lost {fan_main['statistics']['framesLost']}, xruns {fan_main['statistics']['xruns']}",
+                        f"lost {fan_main['statistics']['framesLost']}, xruns {fan_main['statistics']['xruns']}"
+                        + (f"; C receivers: p99 {num(fan_main_c['latency_ms']['p99'], 1)} ms, lost "
+                           f"{fan_main_c['statistics']['framesLost']}" if fan_main_c else ""),
                         f"1 subscriber: p99 {num(fan_one['latency_ms']['p99'], 1)} ms" if fan_one else "–",
                         ratio(fan_main["latency_ms"]["p99"] / fan_one["latency_ms"]["p99"], 1) if fan_one else "–", ok))
         how["3"] = (f"`bench/fanout.py` on `benchpaced`: {fan_main['clients']} connections each `subscribe` "
@@ -426,18 +430,21 @@ if fanout:
       "Latency = receipt time − the notification's `timestamp` (when recd's hub published the value), both "
       "CLOCK_REALTIME on this machine; so it includes the clients' own scheduling (their CPU is listed: on "
       "2 cores they compete with recd). Frames lost and xruns come from `status.statistics` at the end of "
-      "the window. Expected per client: 20 currentTime + 20 levels notifications per second.")
+      "the window. Expected per client: 20 currentTime + 20 levels notifications per second. Rows with C "
+      "receivers measure the same with `bench/fanout_receiver.c` (one `read` per ready socket, the same "
+      "receipt time), whose CPU competes less with recd's.")
     w("")
     rows = []
     for run in fanout["runs"]:
         lat = run["latency_ms"]
-        rows.append([run["clients"], run["interval"], run["seconds"], num(lat["p50"], 2), num(lat["p90"], 1),
+        rows.append([run["clients"], run.get("receivers", "python"), run["interval"], run["seconds"],
+                     num(lat["p50"], 2), num(lat["p90"], 1),
                      num(lat["p99"], 1), num(lat["max"], 1), num(run["per_client_rate"]["median"], 1),
                      run["clients_closed"], num(run["daemon_cpu_percent"], 1), num(run["receiver_cpu_percent"], 1),
                      num(mib(run["daemon_rss_kib_max"]), 1),
                      f"{run['statistics']['framesLost']} / {run['statistics']['xruns']}",
                      "perf running" if run.get("profiled") or run.get("perf") else ""])
-    table(["clients", "interval s", "window s", "p50 ms", "p90 ms", "p99 ms", "max ms", "notif./s per client",
+    table(["clients", "receivers", "interval s", "window s", "p50 ms", "p90 ms", "p99 ms", "max ms", "notif./s per client",
            "disconnected", "recd CPU %", "clients' CPU %", "recd RSS MiB", "frames lost / xruns", ""], rows)
     w("CPU % is of one core, over the window (recd: `/proc/PID/stat` ticks and the CPU clock agree). "
       "The 0.04 s rows subscribe with an interval a little below the 50 ms publication period.")

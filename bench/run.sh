@@ -104,6 +104,7 @@ export ALSA_CONFIG_PATH=/usr/share/alsa/alsa.conf:$work/alsa.conf
 export PULSE_SERVER=unix:$work/pulse/native
 
 gcc -O2 -Wall -o "$work/first_frame" "$here/first_frame.c" -lasound
+gcc -O2 -Wall -o "$work/fanout_receiver" "$here/fanout_receiver.c"
 gcc -O2 -Wall -shared -fPIC -o "$work/sigsuspend_shim.so" "$here/sigsuspend_shim.c"
 
 # 1000 clients need 1000 descriptors in recd and in the client processes.
@@ -157,8 +158,8 @@ step start && section "5. Start latency ($start_runs runs each)" \
 
 step fanout && section "3. Fan-out ($fanout_clients subscribers, $fanout_seconds s)" \
     python3 fanout.py "$bin" "$work" benchpaced \
-    "1:10:0.05,1:10:0.04,$fanout_clients:$fanout_seconds:0.05,$fanout_clients:$fanout_seconds:0.04,$fanout_clients:10:0.05:perf" \
-    2 "$results/fanout.json"
+    "1:10:0.05,1:10:0.04,$fanout_clients:$fanout_seconds:0.05,$fanout_clients:$fanout_seconds:0.04,$fanout_clients:$fanout_seconds:0.05:c,$fanout_clients:10:0.05:perf" \
+    2 "$results/fanout.json" "$work/fanout_receiver"
 fi
 
 if [ "$profile" = 1 ] && step profile; then

@@ -54,14 +54,18 @@ public enum RequestParser {
     private static let allowedMembers: Set<String> = ["jsonrpc", "id", "method", "params"]
 
     public static func parse(_ line: some Collection<UInt8>) -> ParsedLine {
+        line.withContiguousStorageIfAvailable { parse(bytes: UnsafeRawBufferPointer($0)) }
+            ?? Array(line).withUnsafeBytes { parse(bytes: $0) }
+    }
+
+    /// `parse` for bytes in memory: not generic, so a caller in another module runs it
+    /// specialized (the server parses every request line here).
+    public static func parse(bytes line: UnsafeRawBufferPointer) -> ParsedLine {
         if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { return .blank }
         guard line.count <= JSONRPC.maximumLineLength else {
             return .unreadable(.invalidRequest("request line exceeds \(JSONRPC.maximumLineLength) bytes; closing the connection"))
         }
-        let scanned: Result<ScannedLine, JSONSyntaxError> =
-            line.withContiguousStorageIfAvailable { scan(UnsafeRawBufferPointer($0)) }
-            ?? Array(line).withUnsafeBytes { scan($0) }
-        switch scanned {
+        switch scan(line) {
         case .failure(let error):
             return .unreadable(.parseError("not valid JSON: \(error.message)"))
         case .success(.element(let element)):
@@ -294,7 +298,11 @@ struct JSONScanner {
                     decoded.append(contentsOf: bytes[plainFrom..<position])
                     text = String(validating: decoded, as: UTF8.self)
                 } else {
-                    text = String(validating: UnsafeRawBufferPointer(rebasing: bytes[plainFrom..<position]), as: UTF8.self)
+                    let plain = UnsafeRawBufferPointer(rebasing: bytes[plainFrom..<position])
+                    // ASCII (method names, members, most ids) needs no validation, which is slow.
+                    text = plain.allSatisfy { $0 < 0x80 }
+                        ? plain.withMemoryRebound(to: UInt8.self) { String(decoding: $0, as: UTF8.self) }
+                        : String(validating: plain, as: UTF8.self)
                 }
                 guard let text else { throw error("a string that is not valid UTF-8", at: start) }
                 position += 1

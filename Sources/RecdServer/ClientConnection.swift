@@ -22,16 +22,24 @@ struct ConnectionContext: Sendable {
     let threadPool: NIOThreadPool
     /// Where user and group look-ups (NSS, which may block) run.
     let lookups: NIOThreadPool
+    /// One per event loop of the server's group (a connection elsewhere gets its own).
+    var flushers: [ObjectIdentifier: LoopFlusher] = [:]
     /// Encodes results (and keeps `status`'s), shared by every connection.
     let results = ResultEncoder()
     let logger: Logger
+
+    func flusher(for eventLoop: any EventLoop) -> LoopFlusher {
+        flushers[ObjectIdentifier(eventLoop)] ?? LoopFlusher(eventLoop: eventLoop)
+    }
 }
 
 /// One client, run as a task: reads request lines in order, answers each before it reads the
 /// next (so answers leave in request order), and delivers its subscriptions' notifications in
-/// between. Everything it writes goes through one `Outbox`, drained by a writer that waits for
-/// the socket (NIO's write-buffer watermarks); `quiesce()` ends reading, and the connection
-/// closes once every answer already due has been written.
+/// between. Lines whose handlers do not block are answered before they reach the task, on the
+/// event loop as they are read (`InlineRequestHandler`), unless an earlier line still waits.
+/// Everything it writes goes through one `Outbox`, which counts what the socket has not taken;
+/// `quiesce()` ends reading, and the connection closes once every answer already due has been
+/// written.
 final class ClientConnection: PublicationReceiver, Sendable {
     let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
     let peer: PeerCredentials
@@ -39,6 +47,9 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private let logger: Logger
     private let outbox: Outbox
     private let state = NIOLockedValueBox(State())
+    /// What `InlineRequestHandler` may answer on the event loop: nothing until the peer's
+    /// permissions are known, nor while lines it passed to the stream are unanswered.
+    private let inline = NIOLockedValueBox<(permissions: Set<Permission>?, forwarded: Int)>((nil, 0))
     private let shutdown = NIOLockedValueBox<(quiesced: Bool, released: Bool, waiter: CheckedContinuation<Void, Never>?)>(
         (false, false, nil))
     private static let subscriptionCounter = Atomic<Int>(0)
@@ -57,35 +68,44 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private final class Subscription: @unchecked Sendable {
         let id: String
         let topics: Set<Topic>
+        /// `topics` as bits (`Topic.slot`): tested for every publication.
+        let topicBits: UInt32
         let interval: TimeAmount
 
         init(id: String, topics: Set<Topic>, interval: TimeAmount) {
             self.id = id
             self.topics = topics
+            self.topicBits = topics.reduce(0) { $0 | 1 << $1.slot }
             self.interval = interval
         }
+
+        func follows(_ topic: Topic) -> Bool { topicBits & 1 << topic.slot != 0 }
 
         /// What counts as "an interval later", and when a held-back value goes out: 10 % less
         /// than the interval, so that with an interval equal to the recorder's period values are
         /// not held back a whole period for a few milliseconds of timer jitter.
         var minimumSpacing: TimeAmount { .nanoseconds(interval.nanoseconds * 9 / 10) }
         /// Nothing at or below these is sent again (the snapshot had it).
-        var lastSeq: [Topic: UInt64] = [:]
+        var lastSeq = PerTopic<UInt64>()
         /// When what was sent last was published (or sent, if it was held back or the snapshot):
         /// measured on publication times, so a connection served late in a fan-out does not
         /// hold its next value back.
-        var lastSent: [Topic: NIODeadline] = [:]
-        var pending: [Topic: Publication] = [:]
-        var flushScheduled: Set<Topic> = []
+        var lastSent = PerTopic<NIODeadline>()
+        var pending = PerTopic<Publication>()
+        var flushScheduled = PerTopic<Bool>()
     }
 
     var eventLoop: any EventLoop { channel.channel.eventLoop }
 
-    init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials, context: ConnectionContext) {
+    /// `writer`: the channel's `InlineRequestHandler`, through which the outbox writes.
+    init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials, context: ConnectionContext,
+         writer: InlineRequestHandler? = nil) {
         self.channel = channel
         self.peer = peer
         self.context = context
-        self.outbox = Outbox(channel: channel.channel, limit: context.outboundLimit + Outbox.nioBufferAllowance)
+        self.outbox = Outbox(channel: channel.channel, limit: context.outboundLimit + Outbox.nioBufferAllowance,
+                             flusher: context.flusher(for: channel.channel.eventLoop),
+                             writer: writer.map { NIOLoopBound($0, eventLoop: channel.channel.eventLoop) })
         var logger = context.logger
         logger[metadataKey: "client.uid"] = "\(peer.uid)"
         logger[metadataKey: "client.pid"] = "\(peer.pid)"
@@ -109,6 +129,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
+        stopAnsweringInline()
         state.withLockedValue { $0.closing = true; $0.subscriptions.removeAll() }
         context.hub.remove(self)
     }
@@ -154,9 +175,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     private func readRequests(_ inbound: NIOAsyncChannelInboundStream<ByteBuffer>) async {
         let permissions = await resolvePermissions()
+        // From here on `InlineRequestHandler` answers what it can on the event loop, until
+        // reading ends.
+        inline.withLockedValue { $0.permissions = permissions }
+        defer { stopAnsweringInline() }
         do {
             for try await line in inbound {
-                guard await handle(line: line.readableBytesView, permissions: permissions) else { return }
+                let keepOpen = await handle(line: line, permissions: permissions)
+                forwardedLineAnswered()
+                guard keepOpen else { return }
                 // Backpressure: no next request while the client leaves its answers unread.
                 await outbox.waitForRoom()
             }
@@ -168,17 +195,21 @@ final class ClientConnection: PublicationReceiver, Sendable {
         }
     }
 
-    /// Answers one line. False when the connection must close after what is due is written.
-    private func handle(line: ByteBufferView, permissions: Set<Permission>) async -> Bool {
-        switch RequestParser.parse(line) {
-        case .blank:
+    /// Answers one line read through the inbound stream. False when the connection must close
+    /// after what is due is written.
+    private func handle(line: ByteBuffer, permissions: Set<Permission>) async -> Bool {
+        let parsed = line.withUnsafeReadableBytes { RequestParser.parse(bytes: $0) }
+        if case .unreadable = parsed, line.readableBytes > JSONRPC.maximumLineLength {
+            refuseLongLine()
+            return false
+        }
+        if Self.isInline(parsed, permissions: permissions) {
+            answerInline(parsed, permissions: permissions)
             return true
-        case .unreadable(let error):
-            if line.count > JSONRPC.maximumLineLength {
-                refuseLongLine()
-                return false
-            }
-            send(answer: Self.encode(ErrorResponse(id: nil, error: error)))
+        }
+        switch parsed {
+        case .blank, .unreadable:
+            answerInline(parsed, permissions: permissions)
         case .single(let item):
             send(answer: await answer(item, permissions: permissions))
         case .batch(let items):
@@ -186,10 +217,81 @@ final class ClientConnection: PublicationReceiver, Sendable {
             for item in items {
                 if let answer = await answer(item, permissions: permissions) { answers.append(answer) }
             }
-            // A batch of notifications gets nothing at all, not an empty array.
-            send(answer: answers.isEmpty ? nil : "[" + answers.joined(separator: ",") + "]")
+            send(answer: Self.batchAnswer(answers))
         }
         return true
+    }
+
+    /// Called by `InlineRequestHandler` on the event loop for each line, before the line goes
+    /// to the inbound stream: answers it here and now (true) if nothing read earlier is still
+    /// unanswered, the client reads its answers, and no handler the line names blocks.
+    /// Otherwise (false) the line goes through the stream and is counted until answered there,
+    /// so that no answer overtakes an earlier one.
+    func answerInline(line: ByteBuffer) -> Bool {
+        let permissions = inline.withLockedValue { $0.forwarded == 0 ? $0.permissions : nil }
+        if let permissions, outbox.hasRoom {
+            let parsed = line.withUnsafeReadableBytes { RequestParser.parse(bytes: $0) }
+            let tooLong = if case .unreadable = parsed { line.readableBytes > JSONRPC.maximumLineLength } else { false }
+            if !tooLong, Self.isInline(parsed, permissions: permissions) {
+                answerInline(parsed, permissions: permissions, flushedByCaller: true)
+                return true
+            }
+        }
+        inline.withLockedValue { $0.forwarded += 1 }
+        return false
+    }
+
+    /// No more inline answers (the input failed or ended): what follows, if anything, goes to
+    /// the stream, which ends the connection.
+    func stopAnsweringInline() {
+        inline.withLockedValue { $0.permissions = nil }
+    }
+
+    /// The stream's line is answered and its answer queued: inline answers may follow it.
+    /// Counted on the event loop (through its queue if the task ran elsewhere), which is
+    /// where `answerInline(line:)` reads the count.
+    private func forwardedLineAnswered() {
+        if eventLoop.inEventLoop {
+            inline.withLockedValue { $0.forwarded -= 1 }
+        } else {
+            eventLoop.execute { self.inline.withLockedValue { $0.forwarded -= 1 } }
+        }
+    }
+
+    /// Whether every request in `line` is answered without blocking.
+    private static func isInline(_ line: ParsedLine, permissions: Set<Permission>) -> Bool {
+        func isInline(_ item: RequestItem) -> Bool {
+            guard case .request(let request) = item, permissions.contains(request.method.permission) else { return true }
+            return MethodTable.handlers[request.method]?.blocking != true
+        }
+        switch line {
+        case .blank, .unreadable: return true
+        case .single(let item): return isInline(item)
+        case .batch(let items): return items.allSatisfy(isInline)
+        }
+    }
+
+    /// Answers a line whose requests do not block (`isInline`), synchronously. With
+    /// `flushedByCaller`, the caller flushes (`flushInlineAnswers`) before the loop's turn ends.
+    private func answerInline(_ line: ParsedLine, permissions: Set<Permission>, flushedByCaller: Bool = false) {
+        let answer: String?
+        switch line {
+        case .blank: return
+        case .unreadable(let error): answer = Self.encode(ErrorResponse(id: nil, error: error))
+        case .single(let item): answer = answerInline(item, permissions: permissions)
+        case .batch(let items): answer = Self.batchAnswer(items.compactMap { answerInline($0, permissions: permissions) })
+        }
+        send(answer: answer, flushedByCaller: flushedByCaller)
+    }
+
+    /// On the event loop, at the end of a read: writes the answers `answerInline(line:)` gave.
+    func flushInlineAnswers() {
+        outbox.flush()
+    }
+
+    /// A batch of notifications gets nothing at all, not an empty array.
+    private static func batchAnswer(_ answers: [String]) -> String? {
+        answers.isEmpty ? nil : "[" + answers.joined(separator: ",") + "]"
     }
 
     private func refuseLongLine() {
@@ -198,36 +300,64 @@ final class ClientConnection: PublicationReceiver, Sendable {
             "request line exceeds \(JSONRPC.maximumLineLength) bytes; closing the connection"))))
     }
 
+    private typealias Outcome = Result<any Encodable & Sendable, RPCError>
+
+    /// How one request item is answered: now, or by a handler that blocks.
+    private enum Dispatch {
+        case answered(String?)
+        case blocking(ParsedRequest, @Sendable () -> Outcome)
+    }
+
     /// Runs one request through the dispatch table; returns its encoded answer, if it gets one.
     private func answer(_ item: RequestItem, permissions: Set<Permission>) async -> String? {
-        guard case .request(let request) = item else { return item.errorResponse.map(Self.encode) }
+        switch dispatch(item, permissions: permissions) {
+        case .answered(let answer):
+            return answer
+        case .blocking(let request, let run):
+            let outcome: Outcome
+            do {
+                outcome = try await context.threadPool.runIfActive(run)
+            } catch {
+                outcome = .failure(RPCError(code: RPCErrorCode.internalError, message: "recd is shutting down",
+                                            data: .init(code: "internalError")))
+            }
+            return answer(request, outcome)
+        }
+    }
+
+    /// The answer to an item `isInline` accepted.
+    private func answerInline(_ item: RequestItem, permissions: Set<Permission>) -> String? {
+        switch dispatch(item, permissions: permissions) {
+        case .answered(let answer): answer
+        case .blocking(let request, let run): answer(request, run())  // not reached: isInline checked
+        }
+    }
+
+    private func dispatch(_ item: RequestItem, permissions: Set<Permission>) -> Dispatch {
+        guard case .request(let request) = item else { return .answered(item.errorResponse.map(Self.encode)) }
         let name = request.method.rawValue
-        let outcome: Result<any Encodable & Sendable, RPCError>
-        if !permissions.contains(request.method.permission) {
+        guard permissions.contains(request.method.permission) else {
             logger.notice("request refused", metadata: ["request.method": "\(name)",
                                                         "permission": "\(request.method.permission.rawValue)"])
-            outcome = .failure(.permissionDenied(method: name, permission: request.method.permission.rawValue))
-        } else if let handler = MethodTable.handlers[request.method] {
-            logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(request.id?.description ?? "-")"])
-            let requestContext = RequestContext(recorder: context.recorder, version: context.version, connection: self)
-            let params = request.params
-            let run: @Sendable () -> Result<any Encodable & Sendable, RPCError> = {
-                Result { () throws(RPCError) in try handler.run(requestContext, params) }
-            }
-            if handler.blocking {
-                do {
-                    outcome = try await context.threadPool.runIfActive(run)
-                } catch {
-                    outcome = .failure(RPCError(code: RPCErrorCode.internalError, message: "recd is shutting down",
-                                                data: .init(code: "internalError")))
-                }
-            } else {
-                outcome = run()
-            }
-        } else {
-            outcome = .failure(RPCError(code: RPCErrorCode.internalError, message: "no handler for '\(name)'",
-                                        data: .init(code: "internalError")))
+            return .answered(answer(request, .failure(.permissionDenied(method: name, permission: request.method.permission.rawValue))))
         }
+        guard let handler = MethodTable.handlers[request.method] else {
+            return .answered(answer(request, .failure(RPCError(code: RPCErrorCode.internalError, message: "no handler for '\(name)'",
+                                                               data: .init(code: "internalError")))))
+        }
+        logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(request.id?.description ?? "-")"])
+        let requestContext = RequestContext(recorder: context.recorder, version: context.version, connection: self)
+        if let encoded = handler.encoded {
+            guard !request.isNotification else { return .answered(nil) }
+            if let json = encoded(requestContext, context.results) { return .answered(ResponseLine.success(id: request.id, result: json)) }
+        }
+        let params = request.params
+        let run: @Sendable () -> Outcome = { Result { () throws(RPCError) in try handler.run(requestContext, params) } }
+        return handler.blocking ? .blocking(request, run) : .answered(answer(request, run()))
+    }
+
+    /// The encoded answer to `request`, if it gets one.
+    private func answer(_ request: ParsedRequest, _ outcome: Outcome) -> String? {
         // A notification is never answered, not even when it failed.
         guard !request.isNotification else { return nil }
         switch outcome {
@@ -265,8 +395,8 @@ final class ClientConnection: PublicationReceiver, Sendable {
             let snapshot = context.hub.add(self, topics: allTopics).filter { topics.contains($0.update.topic) }
             let now = NIODeadline.now()
             for publication in snapshot {
-                subscription.lastSeq[publication.update.topic] = publication.update.seq
-                subscription.lastSent[publication.update.topic] = now
+                subscription.lastSeq[publication.topic] = publication.seq
+                subscription.lastSent[publication.topic] = now
             }
             state.subscriptions[id] = subscription
             if state.heldBack == nil { state.heldBack = [] }
@@ -296,15 +426,15 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     private func deliver(_ publication: Publication, state: inout State) {
         guard !state.closing else { return }
-        let topic = publication.update.topic
+        let topic = publication.topic
         for subscription in state.subscriptions.values {
-            guard subscription.topics.contains(topic), publication.update.seq > subscription.lastSeq[topic] ?? 0 else { continue }
+            guard subscription.follows(topic), publication.seq > subscription.lastSeq[topic] ?? 0 else { continue }
             let now = publication.published
             if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
                 subscription.pending[topic] = publication
-                if !subscription.flushScheduled.contains(topic) {
-                    subscription.flushScheduled.insert(topic)
+                if subscription.flushScheduled[topic] != true {
+                    subscription.flushScheduled[topic] = true
                     let due = last + subscription.minimumSpacing
                     let id = subscription.id
                     channel.channel.eventLoop.scheduleTask(deadline: due) {
@@ -316,11 +446,10 @@ final class ClientConnection: PublicationReceiver, Sendable {
             if !topic.isContinuous {
                 // Time and levels held back for the interval go first: a client sees the final
                 // currentTime before the state that ends the recording.
-                for (pendingTopic, pending) in subscription.pending.sorted(by: { $0.key < $1.key })
-                where pending.update.seq > subscription.lastSeq[pendingTopic] ?? 0 {
+                for pending in subscription.pending.values where pending.seq > subscription.lastSeq[pending.topic] ?? 0 {
                     send(pending, on: subscription, at: now, state: &state)
                 }
-                subscription.pending.removeAll()
+                subscription.pending = PerTopic()
             }
             send(publication, on: subscription, at: now, state: &state)
         }
@@ -330,22 +459,24 @@ final class ClientConnection: PublicationReceiver, Sendable {
     /// then, not from when the loop got to it, so a busy loop does not push every later value back.
     private func flush(_ topic: Topic, of id: String, due: NIODeadline, state: inout State) {
         guard !state.closing, let subscription = state.subscriptions[id] else { return }
-        subscription.flushScheduled.remove(topic)
-        if let publication = subscription.pending.removeValue(forKey: topic),
-           publication.update.seq > subscription.lastSeq[topic] ?? 0 {
-            send(publication, on: subscription, at: due, state: &state)
+        subscription.flushScheduled[topic] = nil
+        let held = subscription.pending[topic]
+        subscription.pending[topic] = nil
+        if let held, held.seq > subscription.lastSeq[topic] ?? 0 {
+            send(held, on: subscription, at: due, state: &state)
         }
     }
 
     private func send(_ publication: Publication, on subscription: Subscription, at now: NIODeadline,
                       state: inout State) {
-        subscription.lastSeq[publication.update.topic] = publication.update.seq
-        subscription.lastSent[publication.update.topic] = now
-        let line = publication.notification(for: subscription.id)
+        subscription.lastSeq[publication.topic] = publication.seq
+        subscription.lastSent[publication.topic] = now
         if state.heldBack != nil {
-            state.heldBack!.append((subscription.id, line))
+            state.heldBack!.append((subscription.id, publication.notification(for: subscription.id)))
         } else {
-            enqueue(line, state: &state)
+            enqueue(count: publication.notificationLength(for: subscription.id), state: &state) {
+                publication.writeNotification(for: subscription.id, into: &$0)
+            }
         }
     }
 
@@ -353,31 +484,31 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
     /// Queues an answer (if any), then the notifications that waited for it. An answer is
     /// always queued, however large: reading stops until the client takes it (`waitForRoom`).
-    private func send(answer: String?) {
+    /// With `flushedByCaller`, the caller flushes the outbox before the loop's turn ends.
+    private func send(answer: String?, flushedByCaller: Bool = false) {
         state.withLockedValue { state in
-            if let answer, !state.closing { outbox.send(Self.buffer(answer), limited: false) }
-            for (_, line) in state.heldBack ?? [] { enqueue(line, state: &state) }
+            if let answer, !state.closing {
+                outbox.send(count: answer.utf8.count + 1, limited: false, flushedByCaller: flushedByCaller) {
+                    $0.writeString(answer)
+                    $0.writeInteger(UInt8(ascii: "\n"))
+                }
+            }
+            for (_, line) in state.heldBack ?? [] {
+                enqueue(count: line.readableBytes, state: &state) { $0.writeImmutableBuffer(line) }
+            }
             state.heldBack = nil
         }
     }
 
-    /// Queues a notification, unless the client has left too much unread.
-    private func enqueue(_ line: ByteBuffer, state: inout State) {
+    /// Queues a notification of `count` bytes, unless the client has left too much unread.
+    private func enqueue(count: Int, state: inout State, write: (inout ByteBuffer) -> Void) {
         guard !state.closing else { return }
-        if !outbox.send(line, limited: true) {
+        if !outbox.send(count: count, limited: true, write: write) {
             // Not reading: it may not hold memory or anyone's time. No message: it would not read it.
             logger.warning("client not reading; disconnecting", metadata: ["client.queuedBytes": "\(outbox.queuedBytes)"])
             state.closing = true
             close()
         }
-    }
-
-    private static func buffer(_ line: String) -> ByteBuffer {
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(line.utf8.count + 1)
-        buffer.writeString(line)
-        buffer.writeInteger(UInt8(ascii: "\n"))
-        return buffer
     }
 
     static func encode(_ value: some Encodable) -> String {
@@ -392,10 +523,12 @@ final class ClientConnection: PublicationReceiver, Sendable {
 /// What waits to be written to one client, in order, counted in bytes until the socket has
 /// taken them.
 ///
-/// Lines go straight into the channel, on its event loop and in the order they are sent, and
-/// are flushed once per turn of the loop: what one tick publishes, and an answer with the
-/// notifications that waited for it, leave in one write. Nothing runs between a line and the
-/// socket but NIO's pipeline; NIO keeps what the socket does not take yet, and this counts it.
+/// Lines are appended to one pending buffer, in the order they are sent, and handed to the
+/// channel in one write and flush: by the loop's `LoopFlusher` after the task that sent them
+/// (what one tick publishes, an answer with the notifications that waited for it), or by the
+/// caller at the end of a read (`flush()`, inline answers). One write, one promise and one
+/// system call per client per turn of the loop; NIO keeps what the socket does not take yet,
+/// and this counts it.
 final class Outbox: Sendable {
     /// What NIO may hold for a client before `server.client_queue_bytes` starts to count
     /// (doc/protocol.md: "beyond its socket buffer and NIO's 32 KiB").
@@ -403,65 +536,86 @@ final class Outbox: Sendable {
 
     private let channel: any Channel
     private let limit: Int
+    private let flusher: LoopFlusher
+    /// Writes from its place in the pipeline, next to the head: a write from the channel would
+    /// pass NIOAsyncChannel's handler too, for nothing (its writer is not used).
+    private let writer: NIOLoopBound<InlineRequestHandler>?
     private let state = NIOLockedValueBox(State())
 
     private struct State {
-        /// Handed to the channel (or on the way to its loop), not yet written to the socket.
+        /// Sent and not yet written to the socket: in `pending`, or in the channel.
         var bytes = 0
-        var finished = false
+        /// Sent, not yet handed to the channel.
+        var pending: ByteBuffer?
+        /// Whether the loop's flusher will flush `pending`.
         var flushScheduled = false
+        var finished = false
         /// Uptime (ns) of the last write the socket took, or of the first byte queued since.
         var lastProgress: UInt64 = 0
         var roomWaiters: [CheckedContinuation<Void, Never>] = []
         var writtenWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
-    init(channel: any Channel, limit: Int) {
+    init(channel: any Channel, limit: Int, flusher: LoopFlusher, writer: NIOLoopBound<InlineRequestHandler>? = nil) {
         self.channel = channel
         self.limit = limit
+        self.flusher = flusher
+        self.writer = writer
     }
 
     var queuedBytes: Int { state.withLockedValue { $0.bytes } }
 
     /// Queues `line`. With `limited`, refuses (false) if that would leave more than the limit
-    /// unwritten: a notification for a client that does not read. Called on the channel's
-    /// event loop (the connection's task and the hub run there); from elsewhere it hops there.
+    /// unwritten: a notification for a client that does not read. With `flushedByCaller`, the
+    /// caller calls `flush()` on the event loop before its turn ends.
     @discardableResult
-    func send(_ line: ByteBuffer, limited: Bool) -> Bool {
-        enum Action { case refuse, drop, write }
+    func send(_ line: ByteBuffer, limited: Bool, flushedByCaller: Bool = false) -> Bool {
+        send(count: line.readableBytes, limited: limited, flushedByCaller: flushedByCaller) { $0.writeImmutableBuffer(line) }
+    }
+
+    /// Queues the `count` bytes `write` appends (a notification written straight into the
+    /// pending buffer, without a line of its own). As `send(_:limited:flushedByCaller:)`.
+    func send(count: Int, limited: Bool, flushedByCaller: Bool = false, write: (inout ByteBuffer) -> Void) -> Bool {
+        enum Action { case refuse, drop, queued, schedule }
         let action = state.withLockedValue { state -> Action in
-            guard !limited || state.bytes + line.readableBytes <= limit else { return .refuse }
+            guard !limited || state.bytes + count <= limit else { return .refuse }
             // After `finish` (the connection is closing): dropped, as an answer to nobody.
             guard !state.finished else { return .drop }
             if state.bytes == 0 { state.lastProgress = DispatchTime.now().uptimeNanoseconds }
-            state.bytes += line.readableBytes
-            return .write
+            state.bytes += count
+            if state.pending == nil {
+                // Room for what a tick publishes (time and levels) without growing.
+                state.pending = channel.allocator.buffer(capacity: max(count, 1024))
+            }
+            write(&state.pending!)
+            guard !flushedByCaller, !state.flushScheduled else { return .queued }
+            state.flushScheduled = true
+            return .schedule
         }
         switch action {
         case .refuse: return false
-        case .drop: return true
-        case .write where channel.eventLoop.inEventLoop: write(line)
-        case .write: channel.eventLoop.execute { self.write(line) }
+        case .drop, .queued: return true
+        case .schedule where channel.eventLoop.inEventLoop: flusher.add(self)
+        case .schedule: channel.eventLoop.execute { self.flusher.add(self) }
         }
         return true
     }
 
-    /// On the event loop: hands `line` to the channel; the flush comes after whatever else
-    /// this turn of the loop writes (`flushScheduled` is only touched here, on the loop).
-    private func write(_ line: ByteBuffer) {
-        let count = line.readableBytes
+    /// On the event loop: hands what is pending to the channel, in one write, and flushes.
+    func flush() {
+        let pending = state.withLockedValue { state -> ByteBuffer? in
+            state.flushScheduled = false
+            defer { state.pending = nil }
+            return state.pending
+        }
+        guard let pending else { return }
+        let count = pending.readableBytes
         let promise = channel.eventLoop.makePromise(of: Void.self)
         promise.futureResult.whenComplete { result in self.written(count, failed: (try? result.get()) == nil) }
-        channel.write(line, promise: promise)
-        let scheduleFlush = state.withLockedValue { state in
-            defer { state.flushScheduled = true }
-            return !state.flushScheduled
-        }
-        if scheduleFlush {
-            channel.eventLoop.execute {
-                self.state.withLockedValue { $0.flushScheduled = false }
-                self.channel.flush()
-            }
+        if let writer {
+            writer.value.writeAndFlush(pending, promise: promise)
+        } else {
+            channel.writeAndFlush(pending, promise: promise)
         }
     }
 
@@ -478,6 +632,9 @@ final class Outbox: Sendable {
         }
         for waiter in waiters { waiter.resume() }
     }
+
+    /// Whether no more than the limit waits: the client reads its answers.
+    var hasRoom: Bool { state.withLockedValue { $0.bytes <= limit } }
 
     /// Returns once no more than the limit waits (at once if not more does).
     func waitForRoom() async {
@@ -510,6 +667,112 @@ final class Outbox: Sendable {
     func isStalled(for seconds: Double) -> Bool {
         state.withLockedValue { state in
             state.bytes > 0 && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
+        }
+    }
+}
+
+/// Answers the lines a connection can answer without blocking (`status`, `version`,
+/// `subscribe`, ...) as they are decoded, on the event loop in the same turn as the read:
+/// no hop to the connection's task, no other thread woken. Every other line, and every line
+/// behind one still unanswered, goes on to the connection's inbound stream.
+final class InlineRequestHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    /// Set once the connection exists (in the channel initializer, before any read); dropped
+    /// with the pipeline, which would otherwise keep the connection alive.
+    var connection: ClientConnection?
+    private var context: ChannelHandlerContext?
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    /// The connection's outbox writes here (on the event loop).
+    func writeAndFlush(_ buffer: ByteBuffer, promise: EventLoopPromise<Void>) {
+        guard let context else {
+            promise.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        context.writeAndFlush(NIOAny(buffer), promise: promise)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let line = unwrapInboundIn(data)
+        if let connection, connection.answerInline(line: line) { return }
+        context.fireChannelRead(data)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        // One write for every answer this read gave.
+        connection?.flushInlineAnswers()
+        context.fireChannelReadComplete()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A line too long or a failed read ends the connection through its stream.
+        connection?.stopAnsweringInline()
+        context.fireErrorCaught(error)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        connection = nil
+        self.context = nil
+    }
+}
+
+/// Flushes, once per turn of one event loop, every outbox that was sent something in it: one
+/// task for all of them instead of one per client (a tick's fan-out reaches hundreds).
+/// @unchecked Sendable: `outboxes` is only touched on `eventLoop`.
+final class LoopFlusher: @unchecked Sendable {
+    let eventLoop: any EventLoop
+    private var outboxes: [Outbox] = []
+
+    init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    /// On the event loop: `outbox` is flushed after the task running now (and those queued
+    /// before the first outbox of this round was added).
+    func add(_ outbox: Outbox) {
+        eventLoop.preconditionInEventLoop()
+        outboxes.append(outbox)
+        if outboxes.count == 1 { eventLoop.execute { self.flushAll() } }
+    }
+
+    private func flushAll() {
+        var due: [Outbox] = []
+        swap(&due, &outboxes)
+        for outbox in due { outbox.flush() }
+    }
+}
+
+/// A value for each topic, found by the topic's position rather than by hashing: a
+/// subscription looks several up for every notification.
+struct PerTopic<Value> {
+    private var slots = [Value?](repeating: nil, count: Topic.allCases.count)
+
+    subscript(topic: Topic) -> Value? {
+        get { slots[topic.slot] }
+        set { slots[topic.slot] = newValue }
+    }
+
+    /// The values set, in topic order.
+    var values: [Value] { slots.compactMap { $0 } }
+}
+
+extension Topic {
+    /// The topic's position in `allCases` (and so in its order).
+    var slot: Int {
+        switch self {
+        case .state: 0
+        case .currentTime: 1
+        case .error: 2
+        case .levels: 3
+        case .recording: 4
+        case .segment: 5
+        case .warning: 6
+        case .retention: 7
         }
     }
 }

@@ -48,8 +48,6 @@ public enum ServerError: Error, CustomStringConvertible {
 /// already due, and returns once they are all closed. A failing client closes only itself.
 /// Connections beyond `maxClients` get an error and close.
 public final class ControlServer: Sendable {
-    private typealias Accepted = (channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials)
-
     private let group: EventLoopGroup
     private let context: ConnectionContext
     private let limits: ServerLimits
@@ -59,7 +57,7 @@ public final class ControlServer: Sendable {
     private let served = NIOLockedValueBox<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     private struct State {
-        var listener: NIOAsyncChannel<Accepted, Never>?
+        var listener: NIOAsyncChannel<ClientConnection, Never>?
         var clients: [ObjectIdentifier: ClientConnection] = [:]
         var path: String?
         var shuttingDown = false
@@ -77,6 +75,9 @@ public final class ControlServer: Sendable {
         lookups.start()
         context = ConnectionContext(recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
                                     policy: policy, outboundLimit: limits.outboundLimit, threadPool: threadPool, lookups: lookups,
+                                    flushers: Dictionary(uniqueKeysWithValues: group.makeIterator().map {
+                                        (ObjectIdentifier($0), LoopFlusher(eventLoop: $0))
+                                    }),
                                     logger: logger)
     }
 
@@ -90,15 +91,23 @@ public final class ControlServer: Sendable {
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 256)
             // A client that shuts down its writing side still gets its answers.
             .childChannelOption(.allowRemoteHalfClosure, value: true)
-        let initializer: @Sendable (Channel) -> EventLoopFuture<Accepted> = { channel in
+        let context = context
+        let initializer: @Sendable (Channel) -> EventLoopFuture<ClientConnection> = { channel in
             Self.peerCredentials(of: channel).flatMapThrowing { peer in
                 try channel.pipeline.syncOperations.addHandler(
                     ByteToMessageHandler(NIOSplitLinesMessageDecoder(omittingEmptySubsequences: true),
                                          maximumBufferSize: JSONRPC.maximumLineLength))
-                return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), peer)
+                let inline = InlineRequestHandler()
+                try channel.pipeline.syncOperations.addHandler(inline)
+                let connection = ClientConnection(
+                    channel: try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel),
+                    peer: peer, context: context, writer: inline)
+                // On the event loop, before the first read.
+                inline.connection = connection
+                return connection
             }
         }
-        let listener: NIOAsyncChannel<Accepted, Never>
+        let listener: NIOAsyncChannel<ClientConnection, Never>
         switch target {
         case .descriptor(let fd):
             listener = try await bootstrap.bind(fd, childChannelInitializer: initializer)
@@ -135,19 +144,19 @@ public final class ControlServer: Sendable {
         await withDiscardingTaskGroup { group in
             do {
                 try await listener.executeThenClose { inbound in
-                    for try await accepted in inbound {
-                        let client: ClientConnection
-                        switch admit(accepted) {
-                        case .admitted(let admitted): client = admitted
+                    // A connection answers nothing (not even inline) until it runs.
+                    for try await client in inbound {
+                        switch admit(client) {
+                        case .admitted: break
                         case .full:
-                            group.addTask { await self.refuse(accepted.channel) }
+                            group.addTask { await self.refuse(client.channel) }
                             continue
                         case .shuttingDown:
-                            try? await accepted.channel.channel.close()
+                            try? await client.channel.channel.close()
                             continue
                         }
                         // On the connection's event loop: see EventLoopTaskExecutor.
-                        group.addTask(executorPreference: EventLoopTaskExecutor(accepted.channel.channel.eventLoop)) {
+                        group.addTask(executorPreference: EventLoopTaskExecutor(client.eventLoop)) {
                             await client.run()
                             _ = self.state.withLockedValue { $0.clients.removeValue(forKey: ObjectIdentifier(client)) }
                         }
@@ -159,16 +168,15 @@ public final class ControlServer: Sendable {
         }
     }
 
-    private enum Admission { case admitted(ClientConnection), full, shuttingDown }
+    private enum Admission { case admitted, full, shuttingDown }
 
     /// Registers a connection unless the server is full or stopping (one check-and-insert).
-    private func admit(_ accepted: Accepted) -> Admission {
-        let client = ClientConnection(channel: accepted.channel, peer: accepted.peer, context: context)
-        return state.withLockedValue { state in
+    private func admit(_ client: ClientConnection) -> Admission {
+        state.withLockedValue { state in
             if state.shuttingDown { return .shuttingDown }
             guard state.clients.count < limits.maxClients else { return .full }
             state.clients[ObjectIdentifier(client)] = client
-            return .admitted(client)
+            return .admitted
         }
     }
 

@@ -22,6 +22,10 @@ struct MethodHandler: Sendable {
     let blocking: Bool
     /// Runs the method with params that passed `RequestParser`'s member check.
     let run: Body
+    /// `run`'s result already encoded, for a method asked for again and again (`status`):
+    /// skips boxing the result and casting it back to find the kept answer. Nil when `run`
+    /// would fail, or for methods without one.
+    var encoded: (@Sendable (RequestContext, ResultEncoder) -> String?)? = nil
 
     static func inline(_ run: @escaping Body) -> MethodHandler { MethodHandler(blocking: false, run: run) }
     static func blocking(_ run: @escaping Body) -> MethodHandler { MethodHandler(blocking: true, run: run) }
@@ -31,7 +35,8 @@ struct MethodHandler: Sendable {
 /// checked by the connection before a handler runs.
 enum MethodTable {
     static let handlers: [RecdProtocol.Method: MethodHandler] = [
-        .status: .inline { context, _ throws(RPCError) in status(of: context.recorder) },
+        .status: MethodHandler(blocking: false, run: { context, _ throws(RPCError) in status(of: context.recorder) },
+                               encoded: { context, results in results.encode(status: status(of: context.recorder)) }),
         .version: .inline { context, _ throws(RPCError) in
             VersionResult(version: context.version, protocolRevision: JSONRPC.protocolRevision)
         },

@@ -7,7 +7,8 @@ import RecorderCore
 import Synchronization
 
 /// A recorder publication, numbered and stamped, with its JSON encoded once for every client.
-struct Publication: Sendable {
+/// A class: handed to every subscriber, it costs one retain, not one per member.
+final class Publication: Sendable {
     let update: TopicUpdate
     /// When the hub published it (monotonic): what a subscription's interval is measured on.
     let published: NIODeadline
@@ -17,14 +18,34 @@ struct Publication: Sendable {
 
     static let notificationHead: StaticString = #"{"jsonrpc":"2.0","method":"changed","params":{"subscription":""#
 
+    /// `update`'s, stored: read for every subscription it reaches.
+    let topic: Topic
+    let seq: UInt64
+
+    init(update: TopicUpdate, published: NIODeadline, notificationTail: ByteBuffer) {
+        self.update = update
+        self.topic = update.topic
+        self.seq = update.seq
+        self.published = published
+        self.notificationTail = notificationTail
+    }
+
     /// The notification line for one subscription (ids are the server's decimal counter: no escaping).
     func notification(for subscription: String) -> ByteBuffer {
         var line = ByteBuffer()
-        line.reserveCapacity(Self.notificationHead.utf8CodeUnitCount + subscription.utf8.count + notificationTail.readableBytes)
-        line.writeStaticString(Self.notificationHead)
-        line.writeString(subscription)
-        line.writeImmutableBuffer(notificationTail)
+        line.reserveCapacity(notificationLength(for: subscription))
+        writeNotification(for: subscription, into: &line)
         return line
+    }
+
+    func notificationLength(for subscription: String) -> Int {
+        Self.notificationHead.utf8CodeUnitCount + subscription.utf8.count + notificationTail.readableBytes
+    }
+
+    func writeNotification(for subscription: String, into buffer: inout ByteBuffer) {
+        buffer.writeStaticString(Self.notificationHead)
+        buffer.writeString(subscription)
+        buffer.writeImmutableBuffer(notificationTail)
     }
 }
 
@@ -38,17 +59,34 @@ protocol PublicationReceiver: AnyObject, Sendable {
 ///
 /// The hub observes the recorder once per topic, numbers each change (`seq`), encodes it once,
 /// and hands it to every receiver subscribed to the topic: one task per event loop carrying
-/// that loop's receivers, so a publication costs each loop one wake-up, and what one tick
-/// publishes (time and levels) is queued on a connection before its writer runs. Receivers do
+/// that loop's receivers and every publication made meanwhile, so a tick (time and levels)
+/// costs each loop one wake-up and each client one write. Receivers do
 /// their own throttling and queueing; nothing here waits for a client.
 final class TopicHub: Sendable {
     private struct State {
         var latest: [Topic: Publication] = [:]
         var seq: [Topic: UInt64] = [:]
-        var receivers: [ObjectIdentifier: (receiver: any PublicationReceiver, topics: Set<Topic>)] = [:]
+        var receivers: [ObjectIdentifier: (receiver: any PublicationReceiver, topics: Set<Topic>)] = [:] {
+            didSet { routes = [:] }
+        }
+        /// Each topic's receivers, by event loop: built on the first publication after
+        /// `receivers` changes, not on every one.
+        var routes: [Topic: [Batch]] = [:]
+
+        mutating func route(_ topic: Topic) -> [Batch] {
+            if let batches = routes[topic] { return batches }
+            var batches: [ObjectIdentifier: Batch] = [:]
+            for (receiver, topics) in receivers.values where topics.contains(topic) {
+                batches[ObjectIdentifier(receiver.eventLoop), default: Batch(loop: receiver.eventLoop)].receivers.append(receiver)
+            }
+            routes[topic] = Array(batches.values)
+            return routes[topic]!
+        }
     }
 
     private let state = NIOLockedValueBox(State())
+    /// Published, not yet handed to the event loops (see `deliver`).
+    private let undelivered = NIOLockedValueBox<[(Publication, [Batch])]>([])
     private let queue = DispatchQueue(label: "recd.hub")
     private let tokens: NIOLockedValueBox<[ObservationToken]> = NIOLockedValueBox([])
 
@@ -72,6 +110,8 @@ final class TopicHub: Sendable {
 
     /// Waits until every publication already observed has been received by every receiver.
     func drain() async {
+        // Twice: a publication observed before the first may queue its delivery behind it.
+        queue.sync {}
         queue.sync {}
         let loops = state.withLockedValue { state in
             Dictionary(state.receivers.values.map { (ObjectIdentifier($0.receiver.eventLoop), $0.receiver.eventLoop) },
@@ -83,21 +123,42 @@ final class TopicHub: Sendable {
     private func publish(_ value: TopicValue) {
         let timestamp = Date().timeIntervalSince1970
         let published = NIODeadline.now()
-        let (publication, batches) = state.withLockedValue { state -> (Publication, [ObjectIdentifier: Batch]) in
+        let (publication, batches) = state.withLockedValue { state -> (Publication, [Batch]) in
             let seq = (state.seq[value.topic] ?? 0) + 1
             state.seq[value.topic] = seq
             let update = TopicUpdate(value: value, seq: seq, timestamp: timestamp)
             let publication = Publication(update: update, published: published, notificationTail: Self.notificationTail(of: update))
             state.latest[value.topic] = publication
-            var batches: [ObjectIdentifier: Batch] = [:]
-            for (receiver, topics) in state.receivers.values where topics.contains(value.topic) {
-                batches[ObjectIdentifier(receiver.eventLoop), default: Batch(loop: receiver.eventLoop)].receivers.append(receiver)
-            }
-            return (publication, batches)
+            return (publication, state.route(value.topic))
         }
-        for batch in batches.values {
-            let receivers = batch.receivers
-            batch.loop.execute { for receiver in receivers { receiver.receive(publication) } }
+        // Handed on by a task queued behind this one: what the recorder sent together (time
+        // and levels, each tick) reaches each event loop in one task, so that each client
+        // gets it in one write.
+        let first = undelivered.withLockedValue { undelivered in
+            undelivered.append((publication, batches))
+            return undelivered.count == 1
+        }
+        if first { queue.async { self.deliver() } }
+    }
+
+    /// On `queue`: one task per event loop for every publication not yet handed on.
+    private func deliver() {
+        let publications = undelivered.withLockedValue { undelivered in
+            defer { undelivered.removeAll() }
+            return undelivered
+        }
+        var byLoop: [ObjectIdentifier: (loop: any EventLoop, deliveries: [(Publication, [any PublicationReceiver])])] = [:]
+        for (publication, batches) in publications {
+            for batch in batches {
+                byLoop[ObjectIdentifier(batch.loop), default: (batch.loop, [])].deliveries.append((publication, batch.receivers))
+            }
+        }
+        for (loop, deliveries) in byLoop.values {
+            loop.execute {
+                for (publication, receivers) in deliveries {
+                    for receiver in receivers { receiver.receive(publication) }
+                }
+            }
         }
     }
 

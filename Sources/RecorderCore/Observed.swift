@@ -28,13 +28,14 @@ public final class Observed<Value: Sendable>: Sendable {
         case every
     }
 
-    private struct State {
-        var value: Value
+    @usableFromInline
+    struct State: Sendable {
+        @usableFromInline var value: Value
         var subscribers: [UInt64: Subscriber] = [:]
         var nextID: UInt64 = 0
     }
 
-    private let state: NIOLockedValueBox<State>
+    @usableFromInline let state: NIOLockedValueBox<State>
     private let isDuplicate: (@Sendable (Value, Value) -> Bool)?
 
     /// Creates an observed value; every `send` is published.
@@ -49,8 +50,9 @@ public final class Observed<Value: Sendable>: Sendable {
         isDuplicate = { $0 == $1 }
     }
 
-    /// The current value.
-    public var value: Value { state.withLockedValue { $0.value } }
+    /// The current value. Inlinable: specialized where it is read (`status` reads a dozen),
+    /// it is a lock and a copy rather than a generic metadata look-up each.
+    @inlinable public var value: Value { state.withLockedValue { $0.value } }
 
     /// The number of live subscriptions.
     public var subscriberCount: Int { state.withLockedValue { $0.subscribers.count } }
@@ -117,7 +119,7 @@ public final class Observed<Value: Sendable>: Sendable {
     }
 
     /// One subscription: its handler, its queue and its inbox.
-    private final class Subscriber: Sendable {
+    final class Subscriber: Sendable {
         private struct Inbox {
             var values: [Value] = []
             var draining = false

@@ -885,11 +885,19 @@ public final class Recorder: @unchecked Sendable {
 
     private func startTimers(for session: CaptureSession, rate: Int) {
         let configuration = self.configuration
+        let levels = self.levels
+        if let meter = session.meter, configuration.levelsInterval == configuration.timeInterval {
+            // One timer for both: sent together, they reach a subscriber of both in one write.
+            timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
+                self?.publishTime(of: session, rate: rate)
+                levels.send(meter.takeLevels())
+            }]
+            return
+        }
         timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
             self?.publishTime(of: session, rate: rate)
         }]
         if let meter = session.meter {
-            let levels = self.levels
             timers.append(makeTimer(interval: configuration.levelsInterval) { levels.send(meter.takeLevels()) })
         }
     }

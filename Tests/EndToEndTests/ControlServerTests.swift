@@ -112,6 +112,77 @@ struct ControlServerTests {
         #expect(names == ["preparing", "recording", "finished"])
     }
 
+    // MARK: Answer order (inline and blocking requests on one connection)
+
+    /// A recordings directory of 200 files: `recordings.list` reads them all on the thread pool,
+    /// long enough for an inline request behind it to overtake it if anything let it.
+    func fillRecordings(_ daemon: Daemon) throws {
+        try FileManager.default.createDirectory(atPath: daemon.recordings, withIntermediateDirectories: true)
+        let source = daemon.recordings + "/take-0.wav"
+        let writer = try SoundFileWriter(path: source, format: SoundFileFormat(container: .wav, encoding: .pcm16), sampleRate: 8000, channels: 1)
+        try writer.close()
+        for index in 1..<200 { #expect(link(source, daemon.recordings + "/take-\(index).wav") == 0) }
+    }
+
+    @Test func inlineRequestsBehindABlockingOneAreAnsweredAfterIt() throws {
+        let daemon = try Daemon(device: "null")
+        try fillRecordings(daemon)
+        let client = try daemon.connect()
+        // Answered once: the connection is fully set up (its permissions known) before the rest.
+        #expect(try client.exchange(#"{"jsonrpc":"2.0","id":0,"method":"version"}"#)["id"] as? Int == 0)
+        let methods = ["recordings.list", "status", "version", "devices.list", "status", "recordings.list", "version", "status"]
+        try client.send(methods.enumerated().map { #"{"jsonrpc":"2.0","id":\#($0.offset + 1),"method":"\#($0.element)"}"# + "\n" }.joined())
+        for id in 1...methods.count {
+            let answer = try client.nextObject()
+            #expect(answer["id"] as? Int == id)
+            #expect(answer["result"] != nil)
+        }
+    }
+
+    @Test func batchesMixingBlockingAndInlineRequestsKeepTheirPlace() throws {
+        let daemon = try Daemon(device: "null")
+        try fillRecordings(daemon)
+        let client = try daemon.connect()
+        #expect(try client.exchange(#"{"jsonrpc":"2.0","id":0,"method":"version"}"#)["id"] as? Int == 0)
+        func request(_ id: Int, _ method: String) -> String { #"{"jsonrpc":"2.0","id":\#(id),"method":"\#(method)"}"# }
+        try client.send([
+            request(1, "status"),
+            "[" + [request(2, "version"), request(3, "recordings.list"), request(4, "status")].joined(separator: ",") + "]",
+            request(5, "status"),
+            "[" + [request(6, "status"), request(7, "version")].joined(separator: ",") + "]",
+            "[" + [request(8, "recordings.list"), request(9, "status")].joined(separator: ",") + "]",
+            request(10, "version"),
+        ].joined(separator: "\n") + "\n")
+        #expect(try #require(try nextValue(client) as? [String: Any])["id"] as? Int == 1)
+        #expect(ids(try nextValue(client)) == ["2", "3", "4"])
+        #expect(try #require(try nextValue(client) as? [String: Any])["id"] as? Int == 5)
+        #expect(ids(try nextValue(client)) == ["6", "7"])
+        #expect(ids(try nextValue(client)) == ["8", "9"])
+        #expect(try #require(try nextValue(client) as? [String: Any])["id"] as? Int == 10)
+    }
+
+    @Test func pipelinedRequestsFromAClientThatReadsLateAreAllAnsweredInOrder() throws {
+        // A small queue: the server stops reading while the answers wait, then goes on.
+        let daemon = try Daemon(device: "null", config: "[server]\nclient_queue_bytes = 4096\n")
+        let client = try daemon.connect()
+        let count = 4000
+        let lines = (1...count).map { id in
+            #"{"jsonrpc":"2.0","id":\#(id),"method":"\#(id % 500 == 0 ? "recordings.list" : "status")"}"# + "\n"
+        }
+        // The first 1000 requests (about 50 KB) fit the socket's buffer whatever the server
+        // does; their answers (about 1000 statuses) do not fit in what it may queue.
+        let head = Array(lines[..<1000].joined().utf8), rest = Array(lines[1000...].joined().utf8)
+        try client.send(raw: head)
+        // Writing and reading apart, as a pipelining client does (only `send` runs there).
+        nonisolated(unsafe) let sender = client
+        Thread { try? sender.send(raw: rest) }.start()
+        for id in 1...count {
+            let answer = try client.nextObject(timeout: 30)
+            #expect(answer["id"] as? Int == id)
+            if answer["id"] as? Int != id { break }
+        }
+    }
+
     // MARK: No lost answers
 
     @Test func answersQueuedBehindABlockingRequestSurviveALineTooLong() throws {
