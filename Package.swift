@@ -38,7 +38,7 @@ let package = Package(
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
         // libmosquitto (libmosquitto-dev), loaded with dlopen when [mqtt] is on (see CMosquitto.h).
         .target(name: "CMosquitto"),
-        // glibc calls Swift's Glibc module hides (renameat2); used by RecorderCore only.
+        // glibc calls Swift's Glibc module hides (renameat2, mallopt); used by RecorderCore and recd.
         .systemLibrary(name: "CLinux"),
         // FFmpeg's libavformat, libavcodec and libavutil (libavcodec-dev, libavformat-dev,
         // libavutil-dev), loaded with dlopen on first use rather than linked (see CFFmpeg.h).
@@ -99,7 +99,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd",
+            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd", "CLinux",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

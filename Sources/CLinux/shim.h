@@ -4,6 +4,7 @@
 #define RECD_CLINUX_SHIM_H
 
 #include <fcntl.h>
+#include <malloc.h>
 
 // <stdio.h>, glibc 2.28 and later.
 extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
@@ -16,6 +17,11 @@ extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 /// rename(2) that fails with EEXIST instead of replacing `to`.
 static inline int recd_rename_noreplace(const char *from, const char *to) {
     return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+}
+
+/// At most `count` malloc arenas in the process (mallopt's M_ARENA_MAX; 1 on success).
+static inline int recd_limit_malloc_arenas(int count) {
+    return mallopt(M_ARENA_MAX, count);
 }
 
 #endif
