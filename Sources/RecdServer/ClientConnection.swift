@@ -209,7 +209,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         }
         switch parsed {
         case .blank, .unreadable:
-            answerInline(parsed, permissions: permissions)
+            break  // inline: answered above
         case .single(let item):
             send(answer: await answer(item, permissions: permissions))
         case .batch(let items):
