@@ -81,9 +81,17 @@ final class ClientConnection: PublicationReceiver, Sendable {
 
         func follows(_ topic: Topic) -> Bool { topicBits & 1 << topic.slot != 0 }
 
+        /// Whether values of `publication`'s topic may be held back for the interval: not when
+        /// it is no longer than the recorder's period, which already spaces them. Then every
+        /// value goes out as published, however its timer jitters, in the write of its tick.
+        func coalesces(_ publication: Publication) -> Bool {
+            guard let period = publication.period else { return true }
+            return interval > period
+        }
+
         /// What counts as "an interval later", and when a held-back value goes out: 10 % less
-        /// than the interval, so that with an interval equal to the recorder's period values are
-        /// not held back a whole period for a few milliseconds of timer jitter.
+        /// than the interval, so that with an interval a multiple of the recorder's period values
+        /// are not held back a whole period for a few milliseconds of timer jitter.
         var minimumSpacing: TimeAmount { .nanoseconds(interval.nanoseconds * 9 / 10) }
         /// Nothing at or below these is sent again (the snapshot had it).
         var lastSeq = PerTopic<UInt64>()
@@ -430,7 +438,8 @@ final class ClientConnection: PublicationReceiver, Sendable {
         for subscription in state.subscriptions.values {
             guard subscription.follows(topic), publication.seq > subscription.lastSeq[topic] ?? 0 else { continue }
             let now = publication.published
-            if topic.isContinuous, let last = subscription.lastSent[topic], now < last + subscription.minimumSpacing {
+            if topic.isContinuous, subscription.coalesces(publication), let last = subscription.lastSent[topic],
+               now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
                 subscription.pending[topic] = publication
                 if subscription.flushScheduled[topic] != true {

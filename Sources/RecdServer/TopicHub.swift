@@ -21,12 +21,16 @@ final class Publication: Sendable {
     /// `update`'s, stored: read for every subscription it reaches.
     let topic: Topic
     let seq: UInt64
+    /// For `currentTime` and `levels`: how often the recorder publishes the topic. A
+    /// subscription with an interval no longer than this gets every value (see `ClientConnection`).
+    let period: TimeAmount?
 
-    init(update: TopicUpdate, published: NIODeadline, notificationTail: ByteBuffer) {
+    init(update: TopicUpdate, published: NIODeadline, period: TimeAmount? = nil, notificationTail: ByteBuffer) {
         self.update = update
         self.topic = update.topic
         self.seq = update.seq
         self.published = published
+        self.period = period
         self.notificationTail = notificationTail
     }
 
@@ -89,8 +93,10 @@ final class TopicHub: Sendable {
     private let undelivered = NIOLockedValueBox<[(Publication, [Batch])]>([])
     private let queue = DispatchQueue(label: "recd.hub")
     private let tokens: NIOLockedValueBox<[ObservationToken]> = NIOLockedValueBox([])
+    private let recorder: Recorder
 
     init(recorder: Recorder) {
+        self.recorder = recorder
         // Discrete topics: every change, in order. Continuous ones: the latest when we lag.
         let observations: [ObservationToken] = [
             recorder.state.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.state($0)) },
@@ -123,11 +129,16 @@ final class TopicHub: Sendable {
     private func publish(_ value: TopicValue) {
         let timestamp = Date().timeIntervalSince1970
         let published = NIODeadline.now()
+        let period: TimeAmount? = switch value.topic {
+        case .currentTime: .nanoseconds(Int64(recorder.publishingPeriods.currentTime * 1e9))
+        case .levels: .nanoseconds(Int64(recorder.publishingPeriods.levels * 1e9))
+        default: nil
+        }
         let (publication, batches) = state.withLockedValue { state -> (Publication, [Batch]) in
             let seq = (state.seq[value.topic] ?? 0) + 1
             state.seq[value.topic] = seq
             let update = TopicUpdate(value: value, seq: seq, timestamp: timestamp)
-            let publication = Publication(update: update, published: published, notificationTail: Self.notificationTail(of: update))
+            let publication = Publication(update: update, published: published, period: period, notificationTail: Self.notificationTail(of: update))
             state.latest[value.topic] = publication
             return (publication, state.route(value.topic))
         }

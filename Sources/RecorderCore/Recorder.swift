@@ -106,6 +106,9 @@ public final class Recorder: @unchecked Sendable {
     public let levels = Observed<Levels>(.none)
     /// The current (or last) recording.
     public let recording = Observed<Recording?>(nil)
+    /// How often `currentTime` and `levels` are published while recording, in seconds: the
+    /// timers' periods (those of the configuration until the first recording starts them).
+    public var publishingPeriods: (currentTime: Double, levels: Double) { periods.withLock { $0 } }
     /// Overruns, frames lost, segments and device gaps in the current recording.
     public let statistics = Observed<CaptureStatistics>(CaptureStatistics())
     /// The last segment closed and finalized (its `.part` renamed), with its frames, overruns
@@ -126,6 +129,7 @@ public final class Recorder: @unchecked Sendable {
     private let control = DispatchQueue(label: "recd.recorder.control")
     private let timerQueue = DispatchQueue(label: "recd.recorder.timer")
     private let configurationState: NIOLockedValueBox<RecorderConfiguration>
+    private let periods: NIOLockedValueBox<(currentTime: Double, levels: Double)>
     let activeSession = NIOLockedValueBox<CaptureSession?>(nil)
     /// Where free space is measured and retention runs, off the control and capture paths.
     let storageQueue = DispatchQueue(label: "recd.recorder.storage")
@@ -174,6 +178,7 @@ public final class Recorder: @unchecked Sendable {
 
     public init(configuration: RecorderConfiguration, logger: Logger = Logger(label: "recd.recorder")) {
         self.configurationState = NIOLockedValueBox(configuration)
+        self.periods = NIOLockedValueBox((configuration.timeInterval, configuration.levelsInterval))
         self.logger = logger
         storageTimer = startStorageMonitor()
     }
@@ -886,6 +891,7 @@ public final class Recorder: @unchecked Sendable {
     private func startTimers(for session: CaptureSession, rate: Int) {
         let configuration = self.configuration
         let levels = self.levels
+        periods.withLock { $0 = (configuration.timeInterval, configuration.levelsInterval) }
         if let meter = session.meter, configuration.levelsInterval == configuration.timeInterval {
             // One timer for both: sent together, they reach a subscriber of both in one write.
             timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in

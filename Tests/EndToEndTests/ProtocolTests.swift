@@ -242,6 +242,36 @@ struct ProtocolTests {
         }
     }
 
+    @Test func anIntervalEqualToTheRecordersPeriodGetsEveryValue() throws {
+        let server = try PulseServer()
+        let input = writeCounterInput(inputs, seconds: 8)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
+                                config: "[metering]\ntime_interval = 0.05\nlevels_interval = 0.05\n")
+        let client = try daemon.connect()
+        let subscription: SubscribeResult = try client.call(
+            .subscribe, SubscribeParams(topics: [.state, .currentTime, .levels], interval: 0.05))
+        var lastSeq: [Topic: UInt64] = Dictionary(uniqueKeysWithValues: subscription.snapshot.map { ($0.topic, $0.seq) })
+        let control = try daemon.connect()
+        let _: Recording = try control.call(.start, StartParams(name: "every", format: .wav, sampleRate: 48000, channels: 2, duration: 1.5))
+        // Not coalesced: each continuous value follows the one before it (a value replaced
+        // while held back for the interval would leave a gap in `seq`).
+        var received: [Topic: Int] = [:]
+        while true {
+            let notification = try client.nextNotification(timeout: 30)
+            if notification.topic != .state {
+                #expect(notification.seq == (lastSeq[notification.topic] ?? 0) + 1,
+                        "\(notification.topic) seq \(notification.seq) after \(lastSeq[notification.topic] ?? 0)")
+                received[notification.topic, default: 0] += 1
+            }
+            lastSeq[notification.topic] = notification.seq
+            if case .state(let state) = notification.value, state.name == .finished { break }
+        }
+        // 1.5 s at one publication per 0.05 s: 30 each, fewer only if the hub itself lagged a
+        // whole period (the recorder's latest value wins there, without a `seq` of its own).
+        #expect((received[.currentTime] ?? 0) >= 20, "\(received)")
+        #expect((received[.levels] ?? 0) >= 20, "\(received)")
+    }
+
     @Test func unsubscribeStopsNotifications() throws {
         let server = try PulseServer()
         let daemon = try Daemon(device: TestDevices.paced(server))
