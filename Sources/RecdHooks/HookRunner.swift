@@ -56,7 +56,6 @@ public struct HookCommand: Sendable, Equatable {
         let directory = recordingsDirectory.hasSuffix("/") ? recordingsDirectory : recordingsDirectory + "/"
         let relativePath = file.path.hasPrefix(directory) ? String(file.path.dropFirst(directory.count))
                                                           : (FilePath(file.path).lastComponent?.string ?? "")
-        let rfc3339 = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
         return [
             "path": file.path,
             "relpath": relativePath,
@@ -68,8 +67,9 @@ public struct HookCommand: Sendable, Equatable {
             "duration": String(printf: "%.3f", file.duration),
             "sample_rate": String(file.sampleRate),
             "channels": String(file.channels),
-            "started_at": file.startedAt.map { $0.formatted(rfc3339) } ?? "",
-            "ended_at": file.endedAt.map { $0.formatted(rfc3339) } ?? "",
+            // As the protocol and the files' own tags write them (milliseconds, rounded).
+            "started_at": file.startedAt.map(UTCTimestamp.text) ?? "",
+            "ended_at": file.endedAt.map(UTCTimestamp.text) ?? "",
             "id": file.id,
         ]
     }

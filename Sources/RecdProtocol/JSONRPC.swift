@@ -238,9 +238,9 @@ public enum WireCoding {
         UTCTimestamp.text(date)
     }
 
-    /// RFC 3339, with or without fractional seconds, any offset.
+    /// An RFC 3339 date and time, with or without fractional seconds, any offset. A date alone
+    /// is not a time (`UTCTimestamp.date`, which also reads files' date fields, takes it).
     public static func parseDate(_ text: String) -> Date? {
-        (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text))
-            ?? (try? Date.ISO8601FormatStyle().parse(text))
+        text.utf8.count > 10 ? UTCTimestamp.date(text) : nil
     }
 }

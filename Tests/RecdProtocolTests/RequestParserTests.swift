@@ -132,4 +132,18 @@ struct RequestParserTests {
         #expect(nested?.id == .number(-3))
         #expect(nested?.params == .object(["name": .string("a b"), "duration": .number(15), "alignToClock": .bool(false)]))
     }
+
+    @Test func timesOnTheWireAreRFC3339DateTimes() throws {
+        let utc = try #require(WireCoding.parseDate("2026-11-21T09:30:00Z"))
+        #expect(utc.timeIntervalSince1970 == 1_795_253_400)
+        #expect(WireCoding.parseDate("2026-11-21T10:30:00+01:00") == utc)
+        #expect(WireCoding.parseDate("2026-11-21t09:30:00z") == utc)
+        let fraction = try #require(WireCoding.parseDate("2026-11-21T09:30:00.25Z"))
+        #expect(abs(fraction.timeIntervalSince1970 - 1_795_253_400.25) < 1e-6)
+        // What recd writes reads back to the millisecond.
+        #expect(WireCoding.parseDate(WireCoding.formatDate(fraction)) == fraction)
+        for bad in ["2026-11-21", "2026-11-21T09:30:00", "2026-11-21T09:30Z", "tomorrow", ""] {
+            #expect(WireCoding.parseDate(bad) == nil, "\(bad)")
+        }
+    }
 }
