@@ -73,6 +73,10 @@ def worker(path, count, interval, conn):
     closed = 0
     cpu0 = time.process_time()
     now = time.time
+    # One receive buffer for every read: `recv(262144)` would allocate 256 KiB each time,
+    # above glibc's mmap threshold, so every read cost an mmap, an mremap and an munmap (the
+    # workers of the first run; later ones inherit a threshold the parent had raised).
+    buffer = bytearray(262144)
     while True:
         for key, _ in selector.select(timeout=0.5):
             index = key.data
@@ -87,15 +91,15 @@ def worker(path, count, interval, conn):
                 cpu0 = time.process_time()
                 continue
             try:
-                chunk = key.fileobj.recv(262144)
+                size = key.fileobj.recv_into(buffer)
             except BlockingIOError:
                 continue
             received = now()
-            if not chunk:
+            if not size:
                 selector.unregister(key.fileobj)
                 closed += 1
                 continue
-            data = partial[index] + chunk
+            data = partial[index] + buffer[:size]
             end = data.rfind(b"\n")
             partial[index] = data[end + 1:]
             if window is None or not (window[0] <= received < window[1]):

@@ -152,7 +152,11 @@ public final class Observed<Value: Sendable>: Sendable {
         }
 
         func scheduleDrain() {
-            queue.async { self.drain() }
+            if let batch = ObservedBatch.current {
+                batch.add(queue) { self.drain() }
+            } else {
+                queue.async { self.drain() }
+            }
         }
 
         func cancel() {
@@ -178,6 +182,41 @@ public final class Observed<Value: Sendable>: Sendable {
                     handler(value)
                 }
             }
+        }
+    }
+}
+
+/// Values sent together: see `together(_:)`.
+public enum Observations {
+    /// Runs `body` and holds back the handler runs its sends schedule until it returns; then
+    /// each subscriber queue gets one block with all of them, in the order they were scheduled.
+    /// So values published together (a recorder tick's time and levels) reach a queue in one
+    /// turn, however soon the queue would have run the first on its own.
+    public static func together(_ body: () -> Void) {
+        let batch = ObservedBatch()
+        ObservedBatch.$current.withValue(batch) { body() }
+        batch.schedule()
+    }
+}
+
+/// The drains held back by `Observations.together`, by queue.
+/// @unchecked Sendable: only used on the thread running `together`'s body (a task-local value
+/// bound there), then scheduled from it.
+final class ObservedBatch: @unchecked Sendable {
+    @TaskLocal static var current: ObservedBatch?
+    private var drains: [(queue: DispatchQueue, blocks: [@Sendable () -> Void])] = []
+
+    func add(_ queue: DispatchQueue, _ drain: @escaping @Sendable () -> Void) {
+        if let index = drains.firstIndex(where: { $0.queue === queue }) {
+            drains[index].blocks.append(drain)
+        } else {
+            drains.append((queue, [drain]))
+        }
+    }
+
+    func schedule() {
+        for (queue, blocks) in drains {
+            queue.async { for block in blocks { block() } }
         }
     }
 }

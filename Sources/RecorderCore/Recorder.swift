@@ -893,10 +893,13 @@ public final class Recorder: @unchecked Sendable {
         let levels = self.levels
         periods.withLock { $0 = (configuration.timeInterval, configuration.levelsInterval) }
         if let meter = session.meter, configuration.levelsInterval == configuration.timeInterval {
-            // One timer for both: sent together, they reach a subscriber of both in one write.
+            // One timer for both, sent together: they reach a subscriber of both in one turn of
+            // its queue, and a client of the socket in one write.
             timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
-                self?.publishTime(of: session, rate: rate)
-                levels.send(meter.takeLevels())
+                Observations.together {
+                    self?.publishTime(of: session, rate: rate)
+                    levels.send(meter.takeLevels())
+                }
             }]
             return
         }

@@ -67,6 +67,35 @@ struct ObservedTests {
         withExtendedLifetime(token) {}
     }
 
+    @Test func valuesSentTogetherReachAQueueInOneTurn() {
+        let queue = DispatchQueue(label: "test.together")
+        let time = Observed(0.0)
+        let levels = Observed("silent")
+        let events = Collected<String>()
+        let tokens = [
+            time.subscribe(on: queue, sendingCurrent: false) { value in
+                events.append("time \(value)")
+                // Queued behind the turn that runs this handler.
+                queue.async { events.append("next turn") }
+            },
+            levels.subscribe(on: queue, sendingCurrent: false) { events.append("levels \($0)") },
+        ]
+        Observations.together {
+            time.send(1.5)
+            // Nothing runs before the body returns, however idle the queue is.
+            queue.sync {}
+            #expect(events.values.isEmpty)
+            levels.send("loud")
+        }
+        #expect(waitUntil { events.count == 3 })
+        #expect(events.values == ["time 1.5", "levels loud", "next turn"])
+        // Outside `together`, each send schedules its own turn as before.
+        time.send(2.5)
+        #expect(waitUntil { events.count == 5 })
+        #expect(events.values.suffix(2) == ["time 2.5", "next turn"])
+        withExtendedLifetime(tokens) {}
+    }
+
     @Test func cancellingFromInsideTheHandlerStopsDelivery() {
         let observed = Observed(0)
         let received = Collected<Int>()
