@@ -7,23 +7,38 @@ public final class MosquittoBroker {
     public let port: Int
     public private(set) var process: ChildProcess
 
-    /// Starts a broker on `port` (a free one when nil) and waits until it accepts connections.
-    /// `settings` replaces `allow_anonymous true` (e.g. password_file and acl_file lines).
-    public init(port: Int? = nil, settings: String = "allow_anonymous true") throws {
-        self.port = port ?? MosquittoBroker.freePort()
-        let config = """
-        listener \(self.port) 127.0.0.1
-        \(settings)
-        persistence false
-        log_dest stdout
-        log_type error
-        log_type warning
-        log_type notice
+    /// Starts a broker on a free port and waits until it accepts connections. `settings`
+    /// replaces `allow_anonymous true` (e.g. password_file and acl_file lines).
+    public init(settings: String = "allow_anonymous true") throws {
+        // A port found free can still be taken before mosquitto binds it (by another test's
+        // broker): then another one.
+        var attempt = 0
+        while true {
+            attempt += 1
+            let port = MosquittoBroker.freePort()
+            let config = """
+            listener \(port) 127.0.0.1
+            \(settings)
+            persistence false
+            log_dest stdout
+            log_type error
+            log_type warning
+            log_type notice
 
-        """
-        try config.write(toFile: directory.file("mosquitto.conf"), atomically: true, encoding: .utf8)
-        process = try MosquittoBroker.launch(directory)
-        try waitUntilListening()
+            """
+            try config.write(toFile: directory.file("mosquitto.conf"), atomically: true, encoding: .utf8)
+            let process = try MosquittoBroker.launch(directory)
+            if waitUntil(timeout: 15, { !process.isRunning || MosquittoBroker.canConnect(port) }), process.isRunning {
+                self.port = port
+                self.process = process
+                return
+            }
+            let log = (try? String(contentsOfFile: directory.file("mosquitto.log"), encoding: .utf8)) ?? ""
+            guard log.contains("Address already in use"), attempt < 5 else {
+                process.signal(SIGTERM)
+                throw TestFailure("mosquitto did not start: \(log)")
+            }
+        }
     }
 
     private static func launch(_ directory: TemporaryDirectory) throws -> ChildProcess {
@@ -52,22 +67,23 @@ public final class MosquittoBroker {
 
     deinit { stop() }
 
-    /// A port nobody listens on right now (the kernel's choice for port 0).
+    /// A port nobody listens on right now, below the kernel's ephemeral range
+    /// (`ip_local_port_range`, 32768–60999 by default): port 0's choice comes from that range,
+    /// where any process's next outgoing connection may take it before the broker binds it.
     public static func freePort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        while true {
+            let port = Int.random(in: 20000..<32768)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = UInt16(port).bigEndian
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            close(fd)
+            if bound == 0 { return port }
         }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     static func canConnect(_ port: Int) -> Bool {
