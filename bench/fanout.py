@@ -77,6 +77,7 @@ def worker(path, count, interval, conn):
     # above glibc's mmap threshold, so every read cost an mmap, an mremap and an munmap (the
     # workers of the first run; later ones inherit a threshold the parent had raised).
     buffer = bytearray(262144)
+    view = memoryview(buffer)
     while True:
         for key, _ in selector.select(timeout=0.5):
             index = key.data
@@ -99,7 +100,7 @@ def worker(path, count, interval, conn):
                 selector.unregister(key.fileobj)
                 closed += 1
                 continue
-            data = partial[index] + buffer[:size]
+            data = partial[index] + view[:size]
             end = data.rfind(b"\n")
             partial[index] = data[end + 1:]
             if window is None or not (window[0] <= received < window[1]):

@@ -238,9 +238,8 @@ public enum WireCoding {
         UTCTimestamp.text(date)
     }
 
-    /// An RFC 3339 date and time, with or without fractional seconds, any offset. A date alone
-    /// is not a time (`UTCTimestamp.date`, which also reads files' date fields, takes it).
+    /// An RFC 3339 date and time, with or without fractional seconds, any offset.
     public static func parseDate(_ text: String) -> Date? {
-        text.utf8.count > 10 ? UTCTimestamp.date(text) : nil
+        UTCTimestamp.date(text, allowingDateOnly: false)
     }
 }

@@ -397,7 +397,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         }
         let id = String(Self.subscriptionCounter.add(1, ordering: .relaxed).newValue)
         let snapshot = state.withLockedValue { state -> [Publication] in
-            let subscription = Subscription(id: id, topics: topics, interval: .nanoseconds(Int64(interval * 1e9)))
+            let subscription = Subscription(id: id, topics: topics, interval: .interval(seconds: interval))
             let allTopics = state.subscriptions.values.reduce(topics) { $0.union($1.topics) }
             // Registered and snapshotted at once; changes after it wait for this answer.
             let snapshot = context.hub.add(self, topics: allTopics).filter { topics.contains($0.update.topic) }

@@ -130,8 +130,8 @@ final class TopicHub: Sendable {
         let timestamp = Date().timeIntervalSince1970
         let published = NIODeadline.now()
         let period: TimeAmount? = switch value.topic {
-        case .currentTime: .nanoseconds(Int64(recorder.publishingPeriods.currentTime * 1e9))
-        case .levels: .nanoseconds(Int64(recorder.publishingPeriods.levels * 1e9))
+        case .currentTime: .interval(seconds: recorder.publishingPeriods.currentTime)
+        case .levels: .interval(seconds: recorder.publishingPeriods.levels)
         default: nil
         }
         let (publication, batches) = state.withLockedValue { state -> (Publication, [Batch]) in
@@ -215,4 +215,11 @@ final class TopicHub: Sendable {
         tail.writeStaticString("}}\n")
         return tail
     }
+}
+
+extension TimeAmount {
+    /// A number of seconds from the configuration or the wire, converted the same way
+    /// everywhere, so that equal numbers give equal amounts (a subscription's interval is
+    /// compared with the recorder's period).
+    static func interval(seconds: Double) -> TimeAmount { .nanoseconds(Int64(seconds * 1e9)) }
 }

@@ -12,6 +12,7 @@ import NIOConcurrencyHelpers
 ///   when it returns it gets the latest. With `.every` it gets every value, in order; the
 ///   inbox grows while it lags, so use it for rare, discrete changes (states, errors).
 /// - When `Value` is `Equatable`, a value equal to the current one is not re-sent.
+/// - Values sent inside `Observations.together { }` reach each subscriber queue in one block.
 /// - A subscription lasts until its `ObservationToken` is cancelled or released. The
 ///   observed value holds the handler; the token holds the observed value weakly, so an
 ///   observer that keeps a token creates no retain cycle with what it observes.
@@ -191,8 +192,10 @@ public enum Observations {
     /// Runs `body` and holds back the handler runs its sends schedule until it returns; then
     /// each subscriber queue gets one block with all of them, in the order they were scheduled.
     /// So values published together (a recorder tick's time and levels) reach a queue in one
-    /// turn, however soon the queue would have run the first on its own.
+    /// turn, however soon the queue would have run the first on its own. Nested calls join
+    /// the outermost.
     public static func together(_ body: () -> Void) {
+        if ObservedBatch.current != nil { return body() }
         let batch = ObservedBatch()
         ObservedBatch.$current.withValue(batch) { body() }
         batch.schedule()
@@ -200,22 +203,31 @@ public enum Observations {
 }
 
 /// The drains held back by `Observations.together`, by queue.
-/// @unchecked Sendable: only used on the thread running `together`'s body (a task-local value
-/// bound there), then scheduled from it.
-final class ObservedBatch: @unchecked Sendable {
+final class ObservedBatch: Sendable {
     @TaskLocal static var current: ObservedBatch?
-    private var drains: [(queue: DispatchQueue, blocks: [@Sendable () -> Void])] = []
+    /// nil once scheduled: a task started in the body inherits the binding and may send later,
+    /// and its drain must then go out on its own.
+    private let drains = NIOLockedValueBox<[(queue: DispatchQueue, blocks: [@Sendable () -> Void])]?>([])
 
     func add(_ queue: DispatchQueue, _ drain: @escaping @Sendable () -> Void) {
-        if let index = drains.firstIndex(where: { $0.queue === queue }) {
-            drains[index].blocks.append(drain)
-        } else {
-            drains.append((queue, [drain]))
+        let held = drains.withLockedValue { drains -> Bool in
+            guard drains != nil else { return false }
+            if let index = drains!.firstIndex(where: { $0.queue === queue }) {
+                drains![index].blocks.append(drain)
+            } else {
+                drains!.append((queue, [drain]))
+            }
+            return true
         }
+        if !held { queue.async(execute: drain) }
     }
 
     func schedule() {
-        for (queue, blocks) in drains {
+        let due = drains.withLockedValue { drains in
+            defer { drains = nil }
+            return drains ?? []
+        }
+        for (queue, blocks) in due {
             queue.async { for block in blocks { block() } }
         }
     }

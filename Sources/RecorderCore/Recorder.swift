@@ -107,7 +107,8 @@ public final class Recorder: @unchecked Sendable {
     /// The current (or last) recording.
     public let recording = Observed<Recording?>(nil)
     /// How often `currentTime` and `levels` are published while recording, in seconds: the
-    /// timers' periods (those of the configuration until the first recording starts them).
+    /// periods of the timers running, or that ran last (the configuration's until the first
+    /// recording starts them). A reload during a recording does not change its timers.
     public var publishingPeriods: (currentTime: Double, levels: Double) { periods.withLock { $0 } }
     /// Overruns, frames lost, segments and device gaps in the current recording.
     public let statistics = Observed<CaptureStatistics>(CaptureStatistics())
@@ -247,6 +248,9 @@ public final class Recorder: @unchecked Sendable {
                 throw .invalidState("pause", state.value)
             }
             try session.pause()
+            // A tick under way first: its time, sent together with its levels, is held back
+            // until it ends, and would reach subscribers after `paused`.
+            timerQueue.sync {}
             publishTime(of: session, rate: recording.sampleRate)
             if session.isPaused.load(ordering: .acquiring) {
                 state.send(.paused(recording))

@@ -55,13 +55,13 @@ public struct RecordingLibrary: Sendable {
 
     private static func startTime(_ reader: SoundFileReader) -> Date? {
         if let start = reader.broadcastInfo?.startTime(sampleRate: reader.info.sampleRate) { return start }
-        if let start = reader.string(.date).flatMap(UTCTimestamp.date) { return start }
+        if let start = reader.string(.date).flatMap { UTCTimestamp.date($0) } { return start }
         // An MP3's ID3 date is a year: recd's comment names the start.
         return reader.string(.comment).flatMap(FileOrigin.start(inComment:))
     }
 
     private static func startTime(mpeg4Tags tags: [String: String]) -> Date? {
-        tags["date"].flatMap(UTCTimestamp.date) ?? tags["creation_time"].flatMap(UTCTimestamp.date)
+        tags["date"].flatMap { UTCTimestamp.date($0) } ?? tags["creation_time"].flatMap { UTCTimestamp.date($0) }
     }
 
     /// Where recd logs each closed segment, one JSON object per line per session: what groups

@@ -49,9 +49,10 @@ public enum UTCTimestamp {
         return (date, time)
     }
 
-    /// Reads `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; also a space or nothing but the date
-    /// (midnight UTC). Nil for anything else.
-    public static func date(_ text: String) -> Date? {
+    /// Reads `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` (RFC 3339: also `t`, `z` or a space);
+    /// with `allowingDateOnly`, also the date alone (midnight UTC, as files' date fields have
+    /// it). Nil for anything else.
+    public static func date(_ text: String, allowingDateOnly: Bool = true) -> Date? {
         let bytes = Array(text.utf8)
         func number(_ start: Int, _ count: Int) -> Int? {
             guard start + count <= bytes.count else { return nil }
@@ -65,7 +66,7 @@ public enum UTCTimestamp {
         guard let year = number(0, 4), bytes.count >= 10, bytes[4] == 0x2D, let month = number(5, 2), bytes[7] == 0x2D,
               let day = number(8, 2), (1...12).contains(month), (1...31).contains(day) else { return nil }
         let midnight = Double(days(year: year, month: month, day: day)) * 86400
-        if bytes.count == 10 { return Date(timeIntervalSince1970: midnight) }
+        if bytes.count == 10 { return allowingDateOnly ? Date(timeIntervalSince1970: midnight) : nil }
         guard bytes.count >= 19, bytes[10] == 0x54 || bytes[10] == 0x20 || bytes[10] == 0x74,
               let hour = number(11, 2), bytes[13] == 0x3A, let minute = number(14, 2), bytes[16] == 0x3A,
               let second = number(17, 2), hour < 24, minute < 60, second < 61 else { return nil }
@@ -86,7 +87,8 @@ public enum UTCTimestamp {
         if bytes[index] == 0x5A || bytes[index] == 0x7A {
             index += 1
         } else if bytes[index] == 0x2B || bytes[index] == 0x2D, let hours = number(index + 1, 2),
-                  index + 3 < bytes.count, bytes[index + 3] == 0x3A, let minutes = number(index + 4, 2) {
+                  index + 3 < bytes.count, bytes[index + 3] == 0x3A, let minutes = number(index + 4, 2),
+                  hours < 24, minutes < 60 {
             let offset = Double(hours * 3600 + minutes * 60)
             seconds += bytes[index] == 0x2B ? -offset : offset
             index += 6

@@ -139,7 +139,7 @@ struct StartTimeTests {
         let object = try JSONSerialization.jsonObject(with: Data(probe.stdout.utf8)) as? [String: Any]
         let tags = try #require((object?["format"] as? [String: Any])?["tags"] as? [String: String], "\(probe.stdout)")
         // mvhd counts whole seconds; the date tag keeps the milliseconds.
-        let creation = try #require(tags["creation_time"].flatMap(UTCTimestamp.date), "\(tags)")
+        let creation = try #require(tags["creation_time"].flatMap { UTCTimestamp.date($0) }, "\(tags)")
         #expect(creation.timeIntervalSince1970 == start.timeIntervalSince1970.rounded(.down), "\(tags)")
         #expect(tags["date"] == UTCTimestamp.text(start), "\(tags)")
         #expect(tags["title"] == "memo")

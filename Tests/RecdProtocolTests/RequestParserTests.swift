@@ -142,7 +142,8 @@ struct RequestParserTests {
         #expect(abs(fraction.timeIntervalSince1970 - 1_795_253_400.25) < 1e-6)
         // What recd writes reads back to the millisecond.
         #expect(WireCoding.parseDate(WireCoding.formatDate(fraction)) == fraction)
-        for bad in ["2026-11-21", "2026-11-21T09:30:00", "2026-11-21T09:30Z", "tomorrow", ""] {
+        for bad in ["2026-11-21", "2026-11-21T09:30:00", "2026-11-21T09:30Z", "2026-11-21T09:30:00+0100",
+                    "2026-11-21T09:30:00+24:00", "2026-11-21T09:30:00Z ", "tomorrow", ""] {
             #expect(WireCoding.parseDate(bad) == nil, "\(bad)")
         }
     }

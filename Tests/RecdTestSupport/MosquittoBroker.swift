@@ -27,15 +27,17 @@ public final class MosquittoBroker {
 
             """
             try config.write(toFile: directory.file("mosquitto.conf"), atomically: true, encoding: .utf8)
+            unlink(directory.file("mosquitto.log"))  // appended to: this attempt's lines only
             let process = try MosquittoBroker.launch(directory)
             if waitUntil(timeout: 15, { !process.isRunning || MosquittoBroker.canConnect(port) }), process.isRunning {
                 self.port = port
                 self.process = process
                 return
             }
+            process.signal(SIGTERM)
+            _ = process.wait(timeout: 15)
             let log = (try? String(contentsOfFile: directory.file("mosquitto.log"), encoding: .utf8)) ?? ""
             guard log.contains("Address already in use"), attempt < 5 else {
-                process.signal(SIGTERM)
                 throw TestFailure("mosquitto did not start: \(log)")
             }
         }

@@ -80,13 +80,18 @@ struct ObservedTests {
             },
             levels.subscribe(on: queue, sendingCurrent: false) { events.append("levels \($0)") },
         ]
-        Observations.together {
-            time.send(1.5)
-            // Nothing runs before the body returns, however idle the queue is.
-            queue.sync {}
-            #expect(events.values.isEmpty)
-            levels.send("loud")
+        let heldBack = Collected<Bool>()
+        // From a Dispatch thread, outside any task, as the recorder's timer does; nested.
+        DispatchQueue(label: "test.publisher").sync {
+            Observations.together {
+                time.send(1.5)
+                Observations.together { levels.send("loud") }
+                // Nothing runs before the outer body returns, however idle the queue is.
+                queue.sync {}
+                heldBack.append(events.values.isEmpty)
+            }
         }
+        #expect(heldBack.values == [true])
         #expect(waitUntil { events.count == 3 })
         #expect(events.values == ["time 1.5", "levels loud", "next turn"])
         // Outside `together`, each send schedules its own turn as before.
@@ -94,6 +99,24 @@ struct ObservedTests {
         #expect(waitUntil { events.count == 5 })
         #expect(events.values.suffix(2) == ["time 2.5", "next turn"])
         withExtendedLifetime(tokens) {}
+    }
+
+    @Test func aSendAfterTheBatchWentOutIsDeliveredOnItsOwn() async {
+        let time = Observed(0.0)
+        let received = Collected<Double>()
+        let token = time.subscribe(sendingCurrent: false) { received.append($0) }
+        // A task started inside the body inherits the batch, and sends once it has gone out.
+        var inherited: Task<Void, Never>?
+        Observations.together {
+            time.send(1)
+            inherited = Task {
+                _ = await eventually { received.values == [1] }
+                time.send(2)
+            }
+        }
+        await inherited?.value
+        #expect(await eventually { received.values == [1, 2] }, "\(received.values)")
+        withExtendedLifetime(token) {}
     }
 
     @Test func cancellingFromInsideTheHandlerStopsDelivery() {
