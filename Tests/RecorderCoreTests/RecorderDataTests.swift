@@ -219,7 +219,9 @@ struct RecorderDataTests {
 
     @Test func levelsAreMeasuredInDecibelsFullScale() throws {
         // Unpaced capture ends before a 50 ms tick: read the meter through a paced device.
-        // Half a second at amplitude 0.5 (peak -6.02 dBFS, RMS -9.03), then 0.25 (-12.04, -15.05).
+        // Half a second at amplitude 0.5 (peak -6.02 dBFS, RMS -9.03), then 0.25 (-12.04, -15.05)
+        // for 2.5 s: on a loaded machine frames arrive in bursts, and the soft part must still
+        // span several 50 ms windows of its own before the recording ends.
         // A tone keeps the sink rendering in small blocks: an idle one delivers 2 s at once,
         // and a meter window would then hold both levels.
         let server = try PulseServer()
@@ -231,7 +233,7 @@ struct RecorderDataTests {
         let recorder = recorder(device: TestDevices.pacedFile(path, server: server))
         let seen = Collected<Levels>()
         let token = recorder.levels.subscribe(delivery: .every) { seen.append($0) }
-        _ = try recorder.start(name: "levels", settings: RecordingSettings(format: .wav, sampleRate: 48000, channels: 2), duration: 1.2)
+        _ = try recorder.start(name: "levels", settings: RecordingSettings(format: .wav, sampleRate: 48000, channels: 2), duration: 3)
         _ = waitForEnd(recorder)
         func seenLevel(peak: Float, average: Float) -> Bool {
             seen.values.contains { levels in
