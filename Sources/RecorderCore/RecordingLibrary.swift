@@ -55,7 +55,7 @@ public struct RecordingLibrary: Sendable {
 
     private static func startTime(_ reader: SoundFileReader) -> Date? {
         if let start = reader.broadcastInfo?.startTime(sampleRate: reader.info.sampleRate) { return start }
-        if let start = reader.string(.date).flatMap { UTCTimestamp.date($0) } { return start }
+        if let start = reader.string(.date).flatMap({ UTCTimestamp.date($0) }) { return start }
         // An MP3's ID3 date is a year: recd's comment names the start.
         return reader.string(.comment).flatMap(FileOrigin.start(inComment:))
     }
