@@ -29,7 +29,7 @@ public final class MosquittoBroker {
             try config.write(toFile: directory.file("mosquitto.conf"), atomically: true, encoding: .utf8)
             unlink(directory.file("mosquitto.log"))  // appended to: this attempt's lines only
             let process = try MosquittoBroker.launch(directory)
-            if waitUntil(timeout: 15, { !process.isRunning || MosquittoBroker.canConnect(port) }), process.isRunning {
+            if MosquittoBroker.listens(process, on: port) {
                 self.port = port
                 self.process = process
                 return
@@ -48,8 +48,13 @@ public final class MosquittoBroker {
                          environment: ProcessInfo.processInfo.environment, output: directory.file("mosquitto.log"))
     }
 
+    /// Whether `process` runs and accepts connections on `port` within 15 s.
+    private static func listens(_ process: ChildProcess, on port: Int) -> Bool {
+        waitUntil(timeout: 15, { !process.isRunning || canConnect(port) }) && process.isRunning
+    }
+
     private func waitUntilListening() throws {
-        guard waitUntil(timeout: 15, { !process.isRunning || MosquittoBroker.canConnect(port) }), process.isRunning else {
+        guard MosquittoBroker.listens(process, on: port) else {
             throw TestFailure("mosquitto did not start: \((try? String(contentsOfFile: directory.file("mosquitto.log"), encoding: .utf8)) ?? "")")
         }
     }
