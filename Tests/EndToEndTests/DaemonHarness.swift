@@ -3,6 +3,7 @@ import Glibc
 import RecdClient
 import RecdProtocol
 import RecdTestSupport
+import Testing
 
 /// The built binaries, next to the test bundle (`swift build --build-tests` builds them), or
 /// those in RECD_TEST_BINARIES (`make test-release`: the release build, linked as it ships).
@@ -62,6 +63,17 @@ final class Daemon {
     }
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// A sanitizer report or a crash in recd's log fails the test that owned it, with the report:
+    /// a TSan-built recd stops at its first report (halt_on_error), and a test that does not
+    /// look at the exit status would otherwise pass, or fail far from the cause, with the log
+    /// deleted along with the directory.
+    deinit {
+        let log = self.log
+        let markers = ["WARNING: ThreadSanitizer", "Fatal error:", "Program crashed"]
+        guard let start = markers.compactMap({ log.range(of: $0)?.lowerBound }).min() else { return }
+        Issue.record("recd (pid \(process.pid), exit \(process.exitStatus.map(String.init) ?? "running")) reported:\n\(log[start...].prefix(12_000))")
+    }
 
     /// Polls `status` until `condition` holds (that status) or `timeout` seconds pass (nil).
     func waitForStatus(timeout: Double = 20, _ condition: (StatusResult) -> Bool) -> StatusResult? {

@@ -21,9 +21,11 @@ exchange() {  # MODE REQUEST
     REQUEST=$2 socat UNIX-CONNECT:"$socket" EXEC:"$0 $1" 3>&1
 }
 
-# One request, its result: exits 1 with recd's message if it is an error.
+# One request, its result: exits 1 with recd's message if it is an error, and if there is no
+# answer at all (recd not running: socat says why; a pipeline's status is only jq's).
 call() {
-    exchange --answer "$1" | jq -ec 'if .error then (.error.message | halt_error(1)) else .result end'
+    exchange --answer "$1" | jq -nec 'first(inputs) // ("recd: no answer\n" | halt_error(1))
+        | if .error then ("recd: \(.error.message)\n" | halt_error(1)) else .result end'
 }
 
 case ${1:-} in
@@ -40,7 +42,8 @@ stop)
 watch)
     # The subscription's snapshot, then every `changed` notification of the state.
     exchange --follow '{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topics":["state"]}}' \
-        | jq --unbuffered -r '(.result.snapshot[]? // .params? // empty) | select(.topic == "state")
+        | jq -n --unbuffered -r '(first(inputs) // ("recd: no answer\n" | halt_error(1))), inputs
+                              | (.result.snapshot[]? // .params? // empty) | select(.topic == "state")
                               | "\(.value.name) \(.value.recording.name // "")"' ;;
 *)
     sed -n '2,9p' "$0" >&2; exit 64 ;;
