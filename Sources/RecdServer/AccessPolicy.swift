@@ -1,7 +1,6 @@
 import Glibc
 import NIOConcurrencyHelpers
 import RecdProtocol
-import Synchronization
 
 /// Who is on the other end of a connection, from SO_PEERCRED (the kernel's word, not the client's).
 public struct PeerCredentials: Sendable, Equatable {

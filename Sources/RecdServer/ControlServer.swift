@@ -7,7 +7,6 @@ import NIOCore
 import NIOPosix
 import RecdProtocol
 import RecorderCore
-import Synchronization
 import SystemPackage
 
 /// Where the server listens.

@@ -4,7 +4,6 @@ import NIOConcurrencyHelpers
 import NIOCore
 import RecdProtocol
 import RecorderCore
-import Synchronization
 
 /// A recorder publication, numbered and stamped, with its JSON encoded once for every client.
 /// A class: handed to every subscriber, it costs one retain, not one per member.

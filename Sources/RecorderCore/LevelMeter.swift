@@ -2,7 +2,6 @@ import FoundationEssentials
 import Glibc
 import NIOConcurrencyHelpers
 import RecorderModel
-import Synchronization
 
 /// Sums what the capture thread measures between two metering ticks.
 struct LevelAccumulator {

@@ -6,7 +6,6 @@ import Logging
 import NIOConcurrencyHelpers
 import RecorderModel
 import Sndfile
-import Synchronization
 import SystemPackage
 
 /// How the recorder captures, where it writes, and how often it publishes.

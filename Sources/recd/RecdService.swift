@@ -1,11 +1,11 @@
 import Dispatch
 import FoundationEssentials
 import Logging
+import NIOConcurrencyHelpers
 import RecdServer
 import RecorderCore
 import RecorderModel
 import ServiceLifecycle
-import Synchronization
 import SystemPackage
 import Systemd
 import UnixSignals
@@ -101,10 +101,12 @@ struct RecdService: Service {
 
     /// STATUS= for `systemctl status`: on every state change, and every second while recording.
     private func reportStatus() async {
-        let last = Mutex("")
+        // Called from the state's subscriber queue and from this task. A pthread lock (NIO's),
+        // not Synchronization.Mutex: ThreadSanitizer cannot see the latter's futex on Linux.
+        let last = NIOLockedValueBox("")
         let report: @Sendable () -> Void = {
             let status = Self.status(recorder)
-            let changed = last.withLock { previous in
+            let changed = last.withLockedValue { previous in
                 defer { previous = status }
                 return previous != status
             }
