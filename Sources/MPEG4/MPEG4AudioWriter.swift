@@ -178,9 +178,12 @@ public final class MPEG4AudioWriter {
             // fragment, so its edit list knows the encoder delay (the first packet's negative
             // timestamp). frag_duration: a fragment per second of audio at the latest
             // (frag_keyframe alone would never cut one: every audio packet is a keyframe).
-            av.av_dict_set(&options, "movflags", "empty_moov+delay_moov+default_base_moof", 0)
-            av.av_dict_set(&options, "frag_duration", String(Int(fragmentDuration * 1_000_000)), 0)
-            av.av_dict_set(&options, "movie_timescale", String(sampleRate), 0)
+            // Without these options the file would not survive a crash: their failure is the header's.
+            for (key, value) in [("movflags", "empty_moov+delay_moov+default_base_moof"),
+                                 ("frag_duration", String(Int(fragmentDuration * 1_000_000))),
+                                 ("movie_timescale", String(sampleRate))] {
+                try check(av.av_dict_set(&options, key, value, 0), "cannot write the MP4 header", path: path)
+            }
             try check(av.avformat_write_header(formatContext, &options), "cannot write the MP4 header", path: path)
             try flushToFile()
             headerLength = completeLength
@@ -378,7 +381,8 @@ final class FFmpegResources {
         if packet != nil { av.av_packet_free(&packet) }
         if pendingPacket != nil { av.av_packet_free(&pendingPacket) }
         if let context = outputContext {
-            if context.pointee.pb != nil { av.avio_closep(&context.pointee.pb) }
+            // After close (already flushed and checked) or after a failure (already reported).
+            if context.pointee.pb != nil { _ = av.avio_closep(&context.pointee.pb) }
             av.avformat_free_context(context)
             outputContext = nil
         }

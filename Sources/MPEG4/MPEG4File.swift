@@ -35,14 +35,15 @@ public enum MPEG4FileRewriter {
             resources.packet = packet
             resources.pendingPacket = pending
             // The tags (the first frame's time among them) go along; the muxer writes its own encoder.
-            av.av_dict_copy(&output.pointee.metadata, input.pointee.metadata, 0)
+            try check(av.av_dict_copy(&output.pointee.metadata, input.pointee.metadata, 0), "cannot copy the tags", path: temporary)
             try check(av.avio_open(&output.pointee.pb, temporary, AVIO_FLAG_WRITE), "cannot create", path: temporary)
             var options: OpaquePointer?
             defer { av.av_dict_free(&options) }
             // faststart: a second pass moves the moov in front of the mdat. A movie timescale of
             // the sample rate makes the edit list's duration exact to the frame.
-            av.av_dict_set(&options, "movflags", "faststart", 0)
-            av.av_dict_set(&options, "movie_timescale", String(inputStream.pointee.codecpar.pointee.sample_rate), 0)
+            for (key, value) in [("movflags", "faststart"), ("movie_timescale", String(inputStream.pointee.codecpar.pointee.sample_rate))] {
+                try check(av.av_dict_set(&options, key, value, 0), "cannot write the MP4 header", path: temporary)
+            }
             try check(av.avformat_write_header(output, &options), "cannot write the MP4 header", path: temporary)
             // Each packet is written once the next one is read: libavformat 5.1 does not report
             // a fragment's per-sample durations, and the muxer takes the last sample's (the

@@ -241,7 +241,7 @@ public final class MQTTClient: @unchecked Sendable {
                 if !disconnectSent {
                     disconnectSent = true
                     stopDeadline = Date().addingTimeInterval(2)
-                    library.mosquitto_disconnect(handle)
+                    _ = library.mosquitto_disconnect(handle)  // the deadline covers a failure
                 }
                 if let stopDeadline, Date() > stopDeadline { break }
             }

@@ -497,7 +497,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private func send(answer: String?, flushedByCaller: Bool = false) {
         state.withLockedValue { state in
             if let answer, !state.closing {
-                outbox.send(count: answer.utf8.count + 1, limited: false, flushedByCaller: flushedByCaller) {
+                _ = outbox.send(count: answer.utf8.count + 1, limited: false, flushedByCaller: flushedByCaller) {
                     $0.writeString(answer)
                     $0.writeInteger(UInt8(ascii: "\n"))
                 }

@@ -27,7 +27,7 @@ struct ClientLibraryTests {
     /// recd on a socket path chosen by the test, so that a second recd can take it over.
     func daemon(socket: String, recordings: String, device: String) throws -> Daemon {
         let config = inputs.file("empty.toml")
-        FileManager.default.createFile(atPath: config, contents: Data())
+        #expect(FileManager.default.createFile(atPath: config, contents: Data()))
         let daemon = try Daemon(device: device, arguments: ["--user", "--config", config, "--socket", socket,
                                                             "--recordings-dir", recordings, "--device", device],
                                 recordings: recordings, waitForSocket: false)

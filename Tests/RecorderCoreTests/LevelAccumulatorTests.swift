@@ -57,7 +57,7 @@ struct LevelAccumulatorTests {
     }
 
     static func add(_ samples: [Int16], channels: Int, into accumulator: inout LevelAccumulator) {
-        samples.withUnsafeBufferPointer { accumulator.add($0, channels: channels) }
+        _ = samples.withUnsafeBufferPointer { accumulator.add($0, channels: channels) }
     }
 
     static func add(_ samples: [Float], channels: Int, into accumulator: inout LevelAccumulator) {
