@@ -125,10 +125,14 @@ extension Recorder {
         }
         if scan { space = applyRetention(configuration, needFree: needFree) ?? space }
         session?.refreshSpaceLimit()
-        updateSpaceWarning(space, configuration: configuration)
         let cached = storageMonitor.withLock { $0 }
-        storage.send(makeStatus(space: space, configuration: configuration, recordingsBytes: cached.recordingsBytes,
-                                recordingsCount: cached.recordingsCount, outlook: cached.outlook))
+        // The figures first, then the warning drawn from them: a `status` read between the two
+        // never shows a warning raised or cleared that the free space it shows does not explain.
+        Observations.together {
+            storage.send(makeStatus(space: space, configuration: configuration, recordingsBytes: cached.recordingsBytes,
+                                    recordingsCount: cached.recordingsCount, outlook: cached.outlook))
+            updateSpaceWarning(space, configuration: configuration)
+        }
     }
 
     private func makeStatus(space: FileSystemSpace, configuration: RecorderConfiguration, recordingsBytes: Int64,
