@@ -31,7 +31,7 @@ struct ClientLibraryTests {
         let daemon = try Daemon(device: device, arguments: ["--user", "--config", config, "--socket", socket,
                                                             "--recordings-dir", recordings, "--device", device],
                                 recordings: recordings, waitForSocket: false)
-        guard waitUntil(timeout: 20, { (try? RecdConnection(path: socket)) != nil || !daemon.process.isRunning }),
+        guard waitUntil(timeout: 60, { (try? RecdConnection(path: socket)) != nil || !daemon.process.isRunning }),
               daemon.process.isRunning else {
             throw TestFailure("recd did not start: \(daemon.log)")
         }

@@ -56,7 +56,7 @@ final class Daemon {
                                    descriptors: descriptors)
         if waitForSocket {
             let socket = directory.file("recd.sock")
-            guard waitUntil(timeout: 20, { (try? RecdConnection(path: socket)) != nil || !process.isRunning }), process.isRunning else {
+            guard waitUntil(timeout: 60, { (try? RecdConnection(path: socket)) != nil || !process.isRunning }), process.isRunning else {
                 throw TestFailure("recd did not start: \(self.log)")
             }
         }
@@ -76,7 +76,7 @@ final class Daemon {
     }
 
     /// Polls `status` until `condition` holds (that status) or `timeout` seconds pass (nil).
-    func waitForStatus(timeout: Double = 20, _ condition: (StatusResult) -> Bool) -> StatusResult? {
+    func waitForStatus(timeout: Double = 30, _ condition: (StatusResult) -> Bool) -> StatusResult? {
         var last: StatusResult?
         _ = waitUntil(timeout: timeout) {
             guard let client = try? connect(), let status = try? client.call(.status) as StatusResult else { return false }

@@ -90,9 +90,10 @@ struct HookTests {
         let input = writeCounterInput(inputs, seconds: 8)
         let out = TemporaryDirectory()
         let broker = try MosquittoBroker()
-        // "hang…" hangs (past the 1 s timeout), "fail…" exits 3; both note their pid first.
+        // "hang…" hangs (past the 5 s timeout: room for a slow start of the others under load),
+        // "fail…" exits 3; both note their pid first.
         let script = "echo $$ > \"$1/$RECD_NAME.pid\"; case \"$RECD_NAME\" in hang*) exec sleep 1000;; fail*) exit 3;; esac"
-        let config = Self.toml(["/bin/sh", "-c", script, "sh", out.path], extra: "timeout = 1\nmax_concurrent = 1\n")
+        let config = Self.toml(["/bin/sh", "-c", script, "sh", out.path], extra: "timeout = 5\nmax_concurrent = 1\n")
             + MQTTTests.config(port: broker.port)
         let daemon = try Daemon(device: TestDevices.file(input.path), config: config)
         // Subscribed before any hook runs: the hook topic is retained, but only its last value.

@@ -207,8 +207,9 @@ struct ProtocolTests {
 
     @Test func continuousTopicsAreCoalescedToTheInterval() throws {
         let server = try PulseServer()
+        try server.tone()  // a live sink paces evenly (an idle one renders 2 s at once)
         // A changing signal, so that levels change (equal levels are not re-sent).
-        let input = writeCounterInput(inputs, seconds: 20)
+        let input = writeCounterInput(inputs, seconds: 40)
         let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
         let client = try daemon.connect()
         let _: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.currentTime, .levels], interval: 0.5))
@@ -217,33 +218,35 @@ struct ProtocolTests {
         // PulseAudio takes a moment to deliver the first frames; measure once time runs.
         #expect(waitUntil { ((try? control.call(.status) as StatusResult)?.currentTime ?? 0) > 0.05 })
         while (try? client.nextNotification(timeout: 0.01)) != nil {}
+        // Six currentTime notifications (a deadline, not a window: a loaded machine only
+        // makes them later).
         var received: [(at: Date, notification: ChangedNotification.Params)] = []
-        let deadline = Date().addingTimeInterval(2.6)
-        while Date() < deadline {
+        var times: [(at: Date, notification: ChangedNotification.Params)] { received.filter { $0.notification.topic == .currentTime } }
+        let deadline = Date().addingTimeInterval(60)
+        while times.count < 6, Date() < deadline {
             if let notification = try? client.nextNotification(timeout: deadline.timeIntervalSinceNow) {
                 received.append((Date(), notification))
             }
         }
         let _: Recording = try control.call(.stop)
+        try #require(times.count == 6, "\(times.count) currentTime notifications")
         // The recorder publishes currentTime every 0.1 s and levels every 0.05 s; at 0.5 s
         // this subscription gets at most one of each per half second (recd allows 10 % slack
-        // for timer jitter), the latest.
-        let times = received.filter { $0.notification.topic == .currentTime }
-        let levels = received.filter { $0.notification.topic == .levels }
-        #expect(times.count >= 3 && times.count <= 7, "\(times.count) currentTime notifications")
-        #expect(levels.count >= 3 && levels.count <= 7, "\(levels.count) levels notifications")
-        // Receipt times carry the machine's scheduling delays (one late delivery makes the next
-        // gap short), so the spacing is checked on the median; the sequence numbers show that
-        // values in between were skipped.
+        // for timer jitter), the latest. Receipt times carry the machine's scheduling delays
+        // (one late delivery makes the next gap short), so the spacing is checked on the
+        // median; the sequence numbers show that values in between were skipped.
         let gaps = zip(times, times.dropFirst()).map { $0.1.at.timeIntervalSince($0.0.at) }.sorted()
-        #expect(gaps.isEmpty || gaps[gaps.count / 2] >= 0.42, "received \(gaps) s apart")
-        for pair in zip(times, times.dropFirst()) {
-            #expect(pair.1.notification.seq >= pair.0.notification.seq + 3)
-        }
+        #expect(gaps[gaps.count / 2] >= 0.42, "received \(gaps) s apart")
+        let skipped = zip(times, times.dropFirst()).map { Int($0.1.notification.seq) - Int($0.0.notification.seq) }.sorted()
+        #expect(skipped[skipped.count / 2] >= 3, "seq advanced by \(skipped)")
+        // Levels the same: no more than one per interval over the same span.
+        let levels = received.filter { $0.notification.topic == .levels }
+        #expect(levels.count >= 2 && levels.count <= times.count + 1, "\(levels.count) levels notifications")
     }
 
     @Test func anIntervalEqualToTheRecordersPeriodGetsEveryValue() throws {
         let server = try PulseServer()
+        try server.tone()  // a live sink paces evenly (an idle one renders 2 s at once)
         let input = writeCounterInput(inputs, seconds: 8)
         let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
                                 config: "[metering]\ntime_interval = 0.05\nlevels_interval = 0.05\n")
@@ -338,11 +341,10 @@ struct ProtocolTests {
         try stuck.send(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"interval":0.01}}"# + "\n")
         let control = try daemon.connect()
         let _: Recording = try control.call(.start, StartParams(name: "busy", format: .wav))
-        // Meanwhile other clients are answered at once.
+        // Meanwhile other clients are answered (a blocked loop would never answer: the call
+        // throws at its bound; how fast is bench/'s business).
         for _ in 0..<20 {
-            let started = Date()
-            let _: StatusResult = try control.call(.status, timeout: 2)
-            #expect(Date().timeIntervalSince(started) < 1)
+            let _: StatusResult = try control.call(.status, timeout: 10)
             usleep(100_000)
         }
         // It also pipelines requests whose answers it never reads: its socket buffer fills,

@@ -77,8 +77,9 @@ struct StorageTests {
         let started = try recctl(daemon, "start", "take")
         #expect(started.status != 0)
         #expect(started.stderr.contains("insufficientSpace") || started.stderr.contains("free on the filesystem"), "\(started.stderr)")
-        // Space back: the same start is accepted.
+        // Space back: the same start is accepted (once statvfs says so: it can lag an unlink).
         unlink(disk.file("other-program.dat"))
+        #expect(waitUntil { disk.freeBytes > 1_000_000 }, "\(disk.freeBytes) bytes free")  // above 95 % of 1 MiB
         let accepted: Recording = try client.call(.start, StartParams(name: "take", format: .wav, duration: 0.5))
         #expect(accepted.name == "take")
     }

@@ -99,6 +99,7 @@ struct UnattendedTests {
         let watch = try BackgroundCommand(Binaries.recctl, ["watch", "--json", "--topics", "state", "segment"],
                                           environment: ["RECD_SOCKET": daemon.socket])
         defer { watch.process.signal(SIGTERM) }
+        try #require(waitUntil { watch.stdout.contains("\n") }, "watch has its snapshot: \(watch.stderr)")
         #expect(try recctl(daemon, "start", "outlive", "--format", "flac", "--segment", "3600").status == 0)
         #expect(waitForStatus(daemon) { $0.state.name == .recording && $0.currentTime >= 0.5 } != nil)
         server.kill()
@@ -184,6 +185,7 @@ struct UnattendedTests {
         let watch = try BackgroundCommand(Binaries.recctl, ["watch", "--json", "--topics", "warning"],
                                           environment: ["RECD_SOCKET": daemon.socket])
         defer { watch.process.signal(SIGTERM) }
+        try #require(waitUntil { watch.stdout.contains("\n") }, "watch has its snapshot: \(watch.stderr)")
         #expect(try recctl(daemon, "start", "quiet", "--format", "wav").status == 0)
         let warned = try #require(waitForStatus(daemon) { $0.warning != nil })
         #expect(warned.warning?.code == .digitalSilence)
@@ -191,7 +193,7 @@ struct UnattendedTests {
         #expect(text.contains("warning  digitalSilence: the input has been digital silence"), "\(text)")
         #expect(waitForStatus(daemon) { $0.warning == nil && $0.currentTime > 2.5 } != nil, "cleared when signal returns")
         #expect(try recctl(daemon, "stop").status == 0)
-        #expect(waitUntil { watch.stdout.split(separator: "\n").count >= 3 })
+        #expect(waitUntil { watch.stdout.filter { $0 == "\n" }.count >= 3 }, "three whole lines: \(watch.stdout)")
         let values = watch.stdout.split(separator: "\n").compactMap {
             try? WireCoding.decoder().decode(TopicUpdate.self, from: Data($0.utf8))
         }.map { update -> RecorderWarning? in

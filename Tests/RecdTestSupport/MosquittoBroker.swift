@@ -155,7 +155,7 @@ public final class MQTTWatcher {
     }
 
     /// The first message (from index `after` on) that matches, waiting up to `timeout` seconds.
-    public func first(after: Int = 0, timeout: Double = 20, where predicate: (MQTTMessage) -> Bool) -> MQTTMessage? {
+    public func first(after: Int = 0, timeout: Double = 30, where predicate: (MQTTMessage) -> Bool) -> MQTTMessage? {
         var found: MQTTMessage?
         _ = waitUntil(timeout: timeout) {
             found = messages.dropFirst(after).first(where: predicate)
@@ -165,7 +165,7 @@ public final class MQTTWatcher {
     }
 
     /// The first message on `topic` (from index `after` on) whose payload satisfies `predicate`.
-    public func first(_ topic: String, after: Int = 0, timeout: Double = 20,
+    public func first(_ topic: String, after: Int = 0, timeout: Double = 30,
                       where predicate: (MQTTMessage) -> Bool = { _ in true }) -> MQTTMessage? {
         first(after: after, timeout: timeout) { $0.topic == topic && predicate($0) }
     }

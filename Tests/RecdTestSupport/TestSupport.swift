@@ -212,8 +212,10 @@ public struct TestFailure: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-/// Polls `condition` until it holds or `timeout` passes (generous: tests run on loaded machines).
-public func waitUntil(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
+/// Polls `condition` until it holds or `timeout` passes. A bound, not a window: it costs
+/// nothing when the condition comes, and the suites run in parallel, also under TSan, where a
+/// daemon's start alone has taken more than 10 s.
+public func waitUntil(timeout: Double = 30, _ condition: () -> Bool) -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         if condition() { return true }
@@ -223,7 +225,7 @@ public func waitUntil(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
 }
 
 /// `waitUntil` for async tests: sleeps without holding a thread of the cooperative pool.
-public func eventually(timeout: Double = 10, _ condition: () -> Bool) async -> Bool {
+public func eventually(timeout: Double = 30, _ condition: () -> Bool) async -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         if condition() { return true }
