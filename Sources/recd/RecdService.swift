@@ -74,13 +74,16 @@ struct RecdService: Service {
         if recorder.state.value.isActive {
             // Finalizing a long file can take a while: ask systemd for more time, but only while
             // capture is still making progress. A capture thread stuck in the driver gets no
-            // extension: stop gives up on it after capture.stop_timeout anyway.
+            // extension: stop gives up on it after capture.stop_timeout anyway. The first request
+            // goes before the stop begins, not whenever the task first runs.
+            let extend: @Sendable () -> Void = { [recorder] in
+                if recorder.captureIsHealthy(maximumSilence: .seconds(2)) { Systemd.notify("EXTEND_TIMEOUT_USEC=5000000") }
+            }
+            extend()
             let extender = Task {
                 while !Task.isCancelled {
-                    if recorder.captureIsHealthy(maximumSilence: .seconds(2)) {
-                        Systemd.notify("EXTEND_TIMEOUT_USEC=5000000")
-                    }
                     try? await Task.sleep(for: .seconds(2))
+                    if !Task.isCancelled { extend() }
                 }
             }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
