@@ -353,7 +353,7 @@ struct ControlServerTests {
         let begun = Date()
         let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"stop"}"#, timeout: 30)
         let waited = Date().timeIntervalSince(begun)
-        #expect(waited >= 1 && waited < 10, "stop took \(waited) s")
+        #expect(waited >= 1 && waited < 20, "stop took \(waited) s")  // gives up: it does not hang
         // Stop gave up on the thread: the file holds what was written, the failure is published.
         let result = try #require(answer["result"], "\(answer)")
         let recording = try WireCoding.decoder().decode(Recording.self, from: JSONSerialization.data(withJSONObject: result))
@@ -371,8 +371,8 @@ struct ControlServerTests {
         #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.state.name) == .recording })
         told += notify.receive(for: 0.1).map(\.1)
         let exitBegun = Date()
-        #expect(daemon.terminate(timeout: 20) == 0)
-        #expect(Date().timeIntervalSince(exitBegun) < 10)
+        #expect(daemon.terminate(timeout: 30) == 0)
+        #expect(Date().timeIntervalSince(exitBegun) < 20)
         #expect(FileManager.default.fileExists(atPath: second.path), "\(daemon.log)")
         #expect(!FileManager.default.fileExists(atPath: second.partialPath))
         // systemd is not asked for more time again and again while nothing progresses.

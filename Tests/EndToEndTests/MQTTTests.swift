@@ -29,9 +29,9 @@ struct MQTTTests {
     }
 
     /// A watcher that has seen recd come online (so it is subscribed and recd connected).
-    func watch(_ broker: MosquittoBroker) throws -> MQTTWatcher {
+    func watch(_ broker: MosquittoBroker, timeout: Double = 30) throws -> MQTTWatcher {
         let watcher = try MQTTWatcher(port: broker.port, topics: ["\(Self.prefix)/#", "homeassistant/#"])
-        guard watcher.first("\(Self.prefix)/availability", where: { $0.payload == "online" }) != nil else {
+        guard watcher.first("\(Self.prefix)/availability", timeout: timeout, where: { $0.payload == "online" }) != nil else {
             throw TestFailure("recd never came online: \(watcher.messages)")
         }
         return watcher
@@ -259,7 +259,8 @@ struct MQTTTests {
         #expect(waitUntil(timeout: 20) { ((try? client.call(.status, as: StatusResult.self))?.currentTime ?? 0) > before.currentTime + 0.5 })
 
         try broker.restart()
-        watcher = try watch(broker)
+        // recd's next attempt can be up to its longest back-off (30 s) away.
+        watcher = try watch(broker, timeout: 60)
         // Nothing survived the broker (no persistence): all of this comes from recd again.
         #expect(watcher.first("\(Self.prefix)/state")?.payload == "recording")
         #expect(watcher.first("\(Self.prefix)/recording")?.json?["name"] as? String == "through-outage")
