@@ -132,7 +132,7 @@ struct UnattendedTests {
         #expect(files.map(\.segment) == [1, 2])
         #expect(Set(files.compactMap(\.session)).count == 1)
         // watch saw the wait and both segments close, as JSON lines.
-        #expect(waitUntil { watch.stdout.contains("\"endReason\":\"end\"") })
+        #expect(waitUntil { let out = watch.stdout; return out.contains("\"endReason\":\"end\"") && out.hasSuffix("\n") }, "\(watch.stdout)")
         let events = watch.stdout.split(separator: "\n").compactMap {
             try? WireCoding.decoder().decode(TopicUpdate.self, from: Data($0.utf8))
         }
