@@ -176,7 +176,8 @@ struct SegmentTests {
         let (segments, token) = collectSegments(recorder)
         defer { token.cancel() }
         // When each announcement arrives, by the test's own clock: an independent check that
-        // the boundaries recd computes are real wall-clock times (not in the future, not long past).
+        // the boundaries recd computes are real wall-clock times (not in the future, not long
+        // past: "long" leaves room for a loaded machine, where one came 2 s after its end).
         let arrivals = Collected<(Segment, Date)>()
         let arrivalToken = recorder.closedSegment.subscribe(delivery: .every) { if let segment = $0 { arrivals.append((segment, Date())) } }
         defer { arrivalToken.cancel() }
@@ -199,7 +200,7 @@ struct SegmentTests {
         }
         for (segment, arrived) in arrivals.values.dropLast() {
             let end = segment.startedAt.addingTimeInterval(segment.duration)
-            #expect(arrived >= end && arrived < end.addingTimeInterval(1), "segment \(segment.index) ends \(end), announced \(arrived)")
+            #expect(arrived >= end && arrived < end.addingTimeInterval(10), "segment \(segment.index) ends \(end), announced \(arrived)")
         }
     }
 
