@@ -207,7 +207,7 @@ struct ProtocolTests {
 
     @Test func continuousTopicsAreCoalescedToTheInterval() throws {
         let server = try PulseServer()
-        try server.tone()  // a live sink paces evenly (an idle one renders 2 s at once)
+        try server.tone()
         // A changing signal, so that levels change (equal levels are not re-sent).
         let input = writeCounterInput(inputs, seconds: 40)
         let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
@@ -246,7 +246,7 @@ struct ProtocolTests {
 
     @Test func anIntervalEqualToTheRecordersPeriodGetsEveryValue() throws {
         let server = try PulseServer()
-        try server.tone()  // a live sink paces evenly (an idle one renders 2 s at once)
+        try server.tone()
         let input = writeCounterInput(inputs, seconds: 8)
         let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
                                 config: "[metering]\ntime_interval = 0.05\nlevels_interval = 0.05\n")

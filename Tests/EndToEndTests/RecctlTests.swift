@@ -559,6 +559,8 @@ final class BackgroundCommand {
 
     var stdout: String { (try? String(contentsOfFile: directory.file("out"), encoding: .utf8)) ?? "" }
     var stderr: String { (try? String(contentsOfFile: directory.file("err"), encoding: .utf8)) ?? "" }
+    /// What it has printed so far, up to its last whole line.
+    var stdoutLines: [Substring] { completeLines(stdout) }
 
     /// The exit status, or nil if it did not exit in time.
     func wait(timeout: Double = 20) -> Int32? { process.wait(timeout: timeout) }

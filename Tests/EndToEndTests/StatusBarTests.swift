@@ -16,7 +16,7 @@ struct StatusBarTests {
         let tone = Signal.toInt16(Signal.sine(frequency: 1000, rate: 48000, frames: seconds * 48000, channels: 2, amplitude: 0.5))
         let input = inputs.file("tone.raw")
         Signal.write(tone, to: input)
-        try server.tone()  // a live sink paces evenly (an idle one renders 2 s at once)
+        try server.tone()
         return try Daemon(device: TestDevices.pacedFile(input, server: server))
     }
 

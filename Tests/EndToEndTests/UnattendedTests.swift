@@ -132,8 +132,8 @@ struct UnattendedTests {
         #expect(files.map(\.segment) == [1, 2])
         #expect(Set(files.compactMap(\.session)).count == 1)
         // watch saw the wait and both segments close, as JSON lines.
-        #expect(waitUntil { let out = watch.stdout; return out.contains("\"endReason\":\"end\"") && out.hasSuffix("\n") }, "\(watch.stdout)")
-        let events = watch.stdout.split(separator: "\n").compactMap {
+        #expect(waitUntil { watch.stdoutLines.contains { $0.contains("\"endReason\":\"end\"") } }, "\(watch.stdout)")
+        let events = watch.stdoutLines.compactMap {
             try? WireCoding.decoder().decode(TopicUpdate.self, from: Data($0.utf8))
         }
         let closed = events.compactMap { event -> Segment? in
@@ -193,8 +193,8 @@ struct UnattendedTests {
         #expect(text.contains("warning  digitalSilence: the input has been digital silence"), "\(text)")
         #expect(waitForStatus(daemon) { $0.warning == nil && $0.currentTime > 2.5 } != nil, "cleared when signal returns")
         #expect(try recctl(daemon, "stop").status == 0)
-        #expect(waitUntil { watch.stdout.filter { $0 == "\n" }.count >= 3 }, "three whole lines: \(watch.stdout)")
-        let values = watch.stdout.split(separator: "\n").compactMap {
+        #expect(waitUntil { watch.stdoutLines.count >= 3 }, "\(watch.stdout)")
+        let values = watch.stdoutLines.compactMap {
             try? WireCoding.decoder().decode(TopicUpdate.self, from: Data($0.utf8))
         }.map { update -> RecorderWarning? in
             if case .warning(let warning) = update.value { return warning }

@@ -144,10 +144,7 @@ public final class MQTTWatcher {
     /// Everything received so far, in order.
     public var messages: [MQTTMessage] {
         let text = (try? String(contentsOfFile: directory.file("messages"), encoding: .utf8)) ?? ""
-        // Complete lines only: mosquitto_sub writes a long message (discovery's) in several
-        // writes, so the file can end in the middle of one.
-        let complete = text[..<(text.lastIndex(of: "\n") ?? text.startIndex)]
-        return complete.split(separator: "\n").compactMap { line in
+        return completeLines(text).compactMap { line in
             let parts = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
             guard parts.count >= 2, parts[0] == "0" || parts[0] == "1" else { return nil }
             return MQTTMessage(topic: String(parts[1]), payload: parts.count > 2 ? String(parts[2]) : "", retained: parts[0] == "1")

@@ -212,6 +212,12 @@ public struct TestFailure: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
+/// The whole lines of a file another process is still writing: it can end in the middle of one
+/// (a long line goes out in several writes).
+public func completeLines(_ text: String) -> [Substring] {
+    text[..<(text.lastIndex(of: "\n") ?? text.startIndex)].split(separator: "\n")
+}
+
 /// Polls `condition` until it holds or `timeout` passes. A bound, not a window: it costs
 /// nothing when the condition comes, and the suites run in parallel, also under TSan, where a
 /// daemon's start alone has taken more than 10 s.
