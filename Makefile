@@ -20,8 +20,10 @@ RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath -Xswiftc 
 BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsoxr-dev libmosquitto-dev libavcodec-dev libavformat-dev libavutil-dev
 TEST_PACKAGES  = ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
+# make soak's plot; heaptrack for finding what a soak shows growing.
+SOAK_PACKAGES  = python3-matplotlib heaptrack
 
-.PHONY: help deps deps-bench build release hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench bench-publish install uninstall clean
+.PHONY: help deps deps-bench build release hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench bench-publish soak install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -31,6 +33,7 @@ help:
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
 	@echo "make bench    measure recd against arecord, sox and MPD; report and raw figures in bench/out/ (untracked)"
 	@echo "make bench-publish  put a run's tables into BENCHMARKS.md (BENCH_RUN, default bench/out/latest)"
+	@echo "make soak     three loads for hours (SOAK_MINUTES, default 120): RSS, threads and fds slopes, files checked; bench/out/soak-latest"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
 
 # Installs only what is missing; sudo when not root.
@@ -116,6 +119,20 @@ demo: deps
 bench: deps-bench
 	$(SWIFT) build $(RELEASE_FLAGS)
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
+
+# Memory, threads and descriptors over hours of wall-clock time: three daemons at once (recording
+# alone; 20 subscribers at 20 Hz, segments and a lost device; start/stop churn with clients that
+# come and go), each on its own paced PulseAudio device. Not part of make test. The report
+# (summary.json, samples.jsonl, soak.png) goes to bench/out/soak-RUN, bench/out/soak-latest.
+# Debian's python3 (not a python3 earlier in PATH) has Debian's matplotlib.
+SOAK_MINUTES        ?= 120
+SOAK_WARMUP_MINUTES ?= 15
+SOAK_PYTHON         ?= /usr/bin/python3
+soak: deps-bench
+	$(call install_packages,$(SOAK_PACKAGES))
+	$(SWIFT) build $(RELEASE_FLAGS)
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_WARMUP_MINUTES=$(SOAK_WARMUP_MINUTES) \
+	  $(SOAK_PYTHON) bench/soak.py "$$($(SWIFT) build -c release --show-bin-path)"
 
 # Regenerates the list of functions recd and recctl run (callgrind over a recorder's day in
 # miniature), then relinks with it. Commit the list; an outdated one only clusters less.
