@@ -123,7 +123,8 @@ bench: deps-bench
 # Memory, threads and descriptors over hours of wall-clock time: three daemons at once (recording
 # alone; 20 subscribers at 20 Hz, segments and a lost device; start/stop churn with clients that
 # come and go), each on its own paced PulseAudio device. Not part of make test. The report
-# (summary.json, samples.jsonl, soak.png) goes to bench/out/soak-RUN, bench/out/soak-latest.
+# (summary.json, samples.jsonl, soak.png) goes to bench/out/soak-RUN, bench/out/soak-latest;
+# the published run's are in bench/results/soak (bench-publish leaves them alone).
 # Debian's python3 (not a python3 earlier in PATH) has Debian's matplotlib.
 SOAK_MINUTES        ?= 120
 SOAK_WARMUP_MINUTES ?= 15
@@ -147,7 +148,7 @@ hot-functions: deps-bench
 BENCH_RUN ?= bench/out/latest
 bench-publish:
 	@test -f "$(BENCH_RUN)/results/tree.env" || { echo "no benchmark run in $(BENCH_RUN): make bench first, or BENCH_RUN=DIR"; exit 1; }
-	rm -rf bench/results
+	mkdir -p bench/results && find bench/results -mindepth 1 -maxdepth 1 ! -name soak -exec rm -rf {} +
 	cp -r "$(BENCH_RUN)/results/." bench/results
 	python3 bench/report.py --into BENCHMARKS.md bench/results
 
