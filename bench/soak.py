@@ -614,6 +614,25 @@ def report(out, warmup_minutes, final=None, quiet=False):
     return summary
 
 
+def markdown(out, warmup_minutes):
+    """The figures of a run, as BENCHMARKS.md shows them."""
+    summary = report(out, warmup_minutes, quiet=True)
+    mib = lambda kib: f"{kib / 1024:.1f}"  # noqa: E731
+    print(f"| load | hours | RSS start → warm-up end → last (MiB) | RSS slope (MiB/h) | target < {TARGET_RSS_MIB_PER_H} "
+          "| RssAnon slope | RssFile slope | RssAnon start → last | threads after warm-up (slope/h) "
+          "| fds after warm-up (slope/h) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for load, e in summary["loads"].items():
+        if "rssMiBPerHour" not in e:
+            continue
+        print(f"| {load} | {e['hours']:.2f} | {mib(e['first']['VmRSS'])} → {mib(e['atWarmup']['VmRSS'])} → "
+              f"{mib(e['last']['VmRSS'])} | {e['rssMiBPerHour']:+.3f} | {e['verdict']['rss']} "
+              f"| {e['rssAnonMiBPerHour']:+.3f} | {e['rssFileMiBPerHour']:+.3f} "
+              f"| {mib(e['first']['RssAnon'])} → {mib(e['last']['RssAnon'])} "
+              f"| {e['ThreadsRange'][0]}–{e['ThreadsRange'][1]} ({e['threadsPerHour']:+.2f}) "
+              f"| {e['fdsRange'][0]}–{e['fdsRange'][1]} ({e['fdsPerHour']:+.2f}) |")
+
+
 def plot(out, samples, warmup_minutes):
     try:
         import matplotlib
@@ -660,11 +679,15 @@ def main():
     parser.add_argument("--loss-seconds", type=float, default=float(os.environ.get("SOAK_LOSS_SECONDS", 10)))
     parser.add_argument("--out", default=os.environ.get("SOAK_OUT"))
     parser.add_argument("--report", metavar="DIR", help="only write DIR's summary and plot again")
+    parser.add_argument("--markdown", metavar="DIR", help="print DIR's figures as a Markdown table (BENCHMARKS.md)")
     parser.add_argument("--loads", default=",".join(LOADS), help="which loads (for profiling one alone)")
     parser.add_argument("--wrapper", default="", help="a command recd runs under (heaptrack, valgrind ...)")
     args = parser.parse_args()
     if args.report:
         report(args.report, args.warmup)
+        return
+    if args.markdown:
+        markdown(args.markdown, args.warmup)
         return
     if not args.bindir:
         parser.error("BINDIR is required")
