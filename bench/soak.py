@@ -644,7 +644,7 @@ def plot(out, samples, warmup_minutes):
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True, height_ratios=[2, 1])
     colors = {"alone": "tab:blue", "subscribers": "tab:orange", "churn": "tab:green"}
     for load in LOADS:
-        rows = samples.get(load, [])
+        rows = [r for r in samples.get(load, []) if not r.get("final")]  # not the one after stopping
         if not rows:
             continue
         hours = [r["t"] / 3600 for r in rows]
