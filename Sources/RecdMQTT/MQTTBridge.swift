@@ -271,9 +271,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     // MARK: Commands (on commandQueue)
 
-    /// Every member of the start payload (the socket protocol's `start` params).
-    static let startKeys: Set<String> = ["name", "format", "sampleRate", "channels", "bitDepth", "quality", "bitRate",
-                                         "duration", "at"]
+    /// Every member of the start payload: the socket protocol's `start` params.
+    static let startKeys = StartParams.names
 
     private func execute(command: String, payload: [UInt8]) {
         var reply = Reply(command: command, ok: false)
@@ -304,10 +303,15 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                         reply.error = ReplyError(code: "invalidPayload", message: "unknown member '\(unknown)'; members: \(Self.startKeys.sorted().joined(separator: ", "))")
                         return
                     }
-                    do {
-                        params = try WireCoding.decoder().decode(StartParams.self, from: Data(payload))
+                    do throws(RPCError) {
+                        // As the socket decodes `start`'s params: the same types, the same messages.
+                        params = try decodeParams(StartParams.self, .object(parsed.filter { $0.key != "id" })) ?? StartParams()
                     } catch {
-                        reply.error = ReplyError(code: "invalidPayload", message: "\(error)")
+                        reply.error = ReplyError(code: "invalidPayload", message: error.message)
+                        return
+                    }
+                    if let refusal = params.rangeRefusal() {
+                        reply.error = ReplyError(code: "invalidPayload", message: refusal)
                         return
                     }
                 }

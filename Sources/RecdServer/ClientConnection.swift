@@ -392,8 +392,8 @@ final class ClientConnection: PublicationReceiver, Sendable {
         let topics = Set(request.topics ?? Topic.allCases)
         guard !topics.isEmpty else { throw .invalidParams("'topics' must name at least one topic") }
         let interval = request.interval ?? SubscribeParams.defaultInterval
-        guard interval.isFinite, interval >= SubscribeParams.minimumInterval, interval <= 3600 else {
-            throw .invalidParams("'interval' must be between \(SubscribeParams.minimumInterval) and 3600 seconds")
+        if let refusal = Limits.refusal("interval", interval, Limits.subscriptionInterval, "seconds") {
+            throw .invalidParams(refusal)
         }
         let id = String(Self.subscriptionCounter.add(1, ordering: .relaxed).newValue)
         let snapshot = state.withLockedValue { state -> [Publication] in

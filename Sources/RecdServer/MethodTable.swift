@@ -41,14 +41,15 @@ enum MethodTable {
             VersionResult(version: context.version, protocolRevision: JSONRPC.protocolRevision)
         },
         .subscribe: .inline { context, params throws(RPCError) in
-            try context.connection.subscribe(try decode(SubscribeParams.self, params) ?? SubscribeParams())
+            try context.connection.subscribe(try decodeParams(SubscribeParams.self, params) ?? SubscribeParams())
         },
         .unsubscribe: .inline { context, params throws(RPCError) in
             try context.connection.unsubscribe(try required(UnsubscribeParams.self, params))
         },
         .start: .blocking { context, params throws(RPCError) in
             let recorder = context.recorder
-            let params = try decode(StartParams.self, params) ?? StartParams()
+            let params = try decodeParams(StartParams.self, params) ?? StartParams()
+            if let refusal = params.rangeRefusal() { throw .invalidParams(refusal) }
             let settings = params.settings(over: recorder.configuration.defaultSettings)
             let segments = params.segments(over: recorder.configuration.segments)
             return try recorderCall { () throws(RecorderError) in
@@ -182,70 +183,7 @@ enum MethodTable {
     }
 
     private static func required<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError) -> T {
-        guard let value = try decode(type, params) else { throw .invalidParams("params are required") }
+        guard let value = try decodeParams(type, params) else { throw .invalidParams("params are required") }
         return value
-    }
-}
-
-/// Decodes params that passed the member check into their typed form.
-func decode<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError) -> T? {
-    guard let params, params != .null else { return nil }
-    do {
-        let data = try WireCoding.encoder().encode(params)
-        return try WireCoding.decoder().decode(T.self, from: data)
-    } catch let error as DecodingError {
-        throw .invalidParams(describe(error))
-    } catch {
-        throw .invalidParams("\(error)")
-    }
-}
-
-/// A DecodingError in one sentence naming the member and, for enumerations, the values allowed.
-func describe(_ error: DecodingError) -> String {
-    func path(_ context: DecodingError.Context) -> String {
-        var text = ""
-        for key in context.codingPath {
-            if let index = key.intValue { text += "[\(index)]" } else { text += (text.isEmpty ? "" : ".") + key.stringValue }
-        }
-        return text.isEmpty ? "params" : "'" + text + "'"
-    }
-    func member(_ context: DecodingError.Context) -> String? {
-        context.codingPath.last(where: { $0.intValue == nil })?.stringValue
-    }
-    /// What a member must be, by name, when the decoder's own words would name Swift types.
-    func expectation(_ context: DecodingError.Context) -> String? {
-        switch member(context) {
-        case "format": "one of " + AudioFileFormat.allCases.map(\.rawValue).joined(separator: ", ")
-        case "quality": "one of " + RecordingQuality.allCases.map(\.rawValue).joined(separator: ", ")
-        case "topics": "a list of topics: " + Topic.allCases.map(\.rawValue).joined(separator: ", ")
-        case "sampleRate", "channels", "bitDepth", "bitRate": "an integer"
-        case "duration", "interval": "a number of seconds"
-        case "at": "an RFC 3339 time (2026-11-21T09:30:00Z) or seconds since 1970"
-        case "name", "from", "to", "subscription": "a string"
-        default: nil
-        }
-    }
-    switch error {
-    case .typeMismatch(let type, let context):
-        return "\(path(context)) must be \(expectation(context) ?? describeType(type))"
-    case .valueNotFound(let type, let context):
-        return "\(path(context)) must be \(expectation(context) ?? describeType(type)), not null"
-    case .keyNotFound(let key, _):
-        return "'\(key.stringValue)' is required"
-    case .dataCorrupted(let context):
-        if let expected = expectation(context) { return "\(path(context)) must be \(expected)" }
-        return "\(path(context)): \(context.debugDescription)"
-    @unknown default:
-        return "\(error)"
-    }
-}
-
-private func describeType(_ type: Any.Type) -> String {
-    switch type {
-    case is String.Type: "a string"
-    case is Int.Type, is Int64.Type, is UInt64.Type: "an integer"
-    case is Double.Type: "a number"
-    case is Bool.Type: "true or false"
-    default: "\(type)"
     }
 }

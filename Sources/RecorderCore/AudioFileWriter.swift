@@ -9,6 +9,9 @@ import Sndfile
 /// Used by the capture thread only, except `sync()`, which may run on another thread.
 protocol AudioFileWriter: AnyObject {
     var path: String { get }
+    /// The open file was renamed to `path` (a writer that finds its file by name later, as the
+    /// MPEG-4 rewrite at `close()` does, must use the new one).
+    func renamed(to path: String)
     /// Interleaved samples; 32-bit integers carry 24-bit data in the top bits.
     func write(_ samples: UnsafePointer<Int16>, frames: Int) throws
     func write(_ samples: UnsafePointer<Int32>, frames: Int) throws

@@ -112,6 +112,9 @@ final class CaptureSession: @unchecked Sendable {
     private let resumeError = NIOLockedValueBox<RecorderError?>(nil)
     private let outcome = NIOLockedValueBox<CaptureOutcome?>(nil)
     private let finished = DispatchSemaphore(value: 0)
+    /// True once the first segment's start is known (its first frame read, its file named after
+    /// it) or the thread has ended: what `start` waits for, so that it answers with the final path.
+    private let firstFrameKnown = ConditionLock(value: false)
     let isPaused = Atomic<Bool>(false)
     private let startedFlag = Atomic<Bool>(false)
     /// Who may use `writer` (and the converter): the capture thread until it ends or is abandoned.
@@ -185,9 +188,23 @@ final class CaptureSession: @unchecked Sendable {
         DispatchQueue(label: "recd.capture").async { [self] in
             let result = run()
             outcome.withLock { $0 = result }
+            markFirstFrameKnown()
             finished.signal()
             onEnd(result)
         }
+    }
+
+    /// Waits until the first frame has been read (the first file then has its final name) or
+    /// the thread has ended; false after `timeout` seconds without either.
+    func awaitFirstFrame(timeout: Double) -> Bool {
+        guard firstFrameKnown.lock(whenValue: true, timeoutSeconds: timeout) else { return false }
+        firstFrameKnown.unlock()
+        return true
+    }
+
+    private func markFirstFrameKnown() {
+        firstFrameKnown.lock()
+        firstFrameKnown.unlock(withValue: true)
     }
 
     /// Asks the thread to pause; returns once it has stopped the device. Frames written up to
@@ -370,6 +387,7 @@ final class CaptureSession: @unchecked Sendable {
                     writer.stampOrigin(origin(startedAt: start))
                     currentSegment.withLock { $0 = segment }
                     segmentStarted()
+                    markFirstFrameKnown()
                 }
                 if let failure = finalizeFailure.withLock({ $0 }) { return .failed(failure) }
                 var outOfSpace: RecorderError?
@@ -458,6 +476,7 @@ final class CaptureSession: @unchecked Sendable {
         guard link(segment.partialPath, wanted + ".part") == 0 else { return }
         unlink(segment.partialPath)
         segment.path = wanted
+        writer.renamed(to: segment.partialPath)
     }
 
     /// What a file whose first frame was captured at `time` says about its origin.
@@ -476,7 +495,8 @@ final class CaptureSession: @unchecked Sendable {
     /// Closes the current segment at the last frame written and opens the next, which starts
     /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
     private func rotate(at time: Date, reason: SegmentEnd) throws(RecorderError) -> Segment {
-        let next = try files.create(index: segment.index + 1, startedAt: time)
+        let next = try files.create(index: segment.index + 1, startedAt: time,
+                                    namedAt: clock.nameTime(forStart: time, follows: reason == .length))
         next.0.stampOrigin(origin(startedAt: time))
         let closed = finalSegment(endedAt: time, reason: reason)
         let old = HandedOver(writer)

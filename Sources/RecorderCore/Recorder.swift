@@ -228,6 +228,7 @@ public final class Recorder: @unchecked Sendable {
                       at date: Date? = nil, segments: SegmentSettings? = nil) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
             if let duration { try Self.validate(duration: duration) }
+            if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
             let prepared = try prepareOnQueue(name: name, settings: settings, segments: segments, operation: "start",
                                               waitingAllowed: date == nil, duration: duration)
             if case .waitingForDevice = state.value { return prepared }
@@ -588,6 +589,7 @@ public final class Recorder: @unchecked Sendable {
         guard case .preparing = state.value, let session, var recording = current else {
             throw .invalidState("record", state.value)
         }
+        if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
         if let duration {
             try Self.validate(duration: duration)
             let frames = Int64((duration * Double(recording.sampleRate)).rounded())
@@ -620,13 +622,20 @@ public final class Recorder: @unchecked Sendable {
         cancelStartTimer()
         recording.startedAt = Date()
         current = recording
-        startCapture(session, recording: recording)
-        logger.info("recording started", metadata: ["recording.id": "\(recording.id)"])
+        recording = startCapture(session, recording: recording)
+        logger.info("recording started", metadata: ["recording.id": "\(recording.id)", "recording.path": "\(recording.path)"])
         return recording
     }
 
-    /// Starts the capture thread and the publication timers, and publishes `recording`.
-    private func startCapture(_ session: CaptureSession, recording: Recording) {
+    /// How long `start` waits for the device's first frame before it answers with the path the
+    /// file has so far (an idle sound server takes about 2 s; a rename is then announced on
+    /// the `recording` topic).
+    static let firstFrameWait = 5.0
+
+    /// Starts the capture thread and the publication timers, and publishes `recording` once the
+    /// first file has its final name (a template with a time in it names the file after its
+    /// first frame), so that `start` answers with the path the file will keep.
+    private func startCapture(_ session: CaptureSession, recording: Recording) -> Recording {
         session.start { [weak self] outcome in
             guard let self else { return }
             control.async {
@@ -634,9 +643,17 @@ public final class Recorder: @unchecked Sendable {
                 _ = self.finalize(session, outcome: outcome)
             }
         }
+        var recording = recording
+        if session.awaitFirstFrame(timeout: Self.firstFrameWait) {
+            let segment = session.currentSegment.withLock { $0 }
+            recording.segment = segment
+            recording.path = segment.path
+        }
+        current = recording
         startTimers(for: session, rate: recording.sampleRate)
         self.recording.send(recording)
         state.send(.recording(recording))
+        return recording
     }
 
     /// Closes and renames the file after capture ended, and publishes the end state, or, when
@@ -845,7 +862,7 @@ public final class Recorder: @unchecked Sendable {
             logger.notice("capture device is back; recording continues", metadata: [
                 "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
                 "gap.seconds": "\(gap.map { String(printf: "%.3f", $0.duration) } ?? "")"])
-            startCapture(session, recording: recording)
+            _ = startCapture(session, recording: recording)
         } catch {
             _ = end(recording, failure: error)
         }
@@ -980,8 +997,8 @@ public final class Recorder: @unchecked Sendable {
     // MARK: Helpers
 
     private static func validate(duration: Double) throws(RecorderError) {
-        guard duration > 0, duration.isFinite else {
-            throw RecorderError(.invalidSettings, "duration must be a positive number of seconds, not \(duration)")
+        if let refusal = Limits.refusal("duration", duration, Limits.duration, "seconds") {
+            throw RecorderError(.invalidSettings, refusal)
         }
     }
 

@@ -16,6 +16,32 @@ public enum AudioFileFormat: String, Sendable, Codable, CaseIterable {
     /// MPEG-1/2 Layer III, variable bit rate.
     case mp3
 
+    /// A format by the name a user types: its own (`flac`, any case), or `m4a`, the file type,
+    /// for the .m4a codec recd records by default (AAC). Everything that reads a format from
+    /// outside (the socket, MQTT, recctl, the configuration) reads it through this.
+    public init?(name: String) {
+        let name = name.lowercased()
+        if let format = AudioFileFormat(rawValue: name) {
+            self = format
+        } else if name == "m4a" {
+            self = .aac
+        } else {
+            return nil
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let name = try container.decode(String.self)
+        guard let format = AudioFileFormat(name: name) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "no format named '\(name)'")
+        }
+        self = format
+    }
+
+    /// The names `init(name:)` takes, for messages: "wav, flac, …, mp3 (m4a: aac)".
+    public static var names: String { allCases.map(\.rawValue).joined(separator: ", ") + " (m4a: aac)" }
+
     public var fileExtension: String {
         switch self {
         case .wav: "wav"

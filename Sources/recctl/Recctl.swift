@@ -142,7 +142,7 @@ struct Start: ParsableCommand {
 
     @Argument(help: "The recording's name (the file name without extension). Default: recording-<date>.")
     var name: String?
-    @Option(help: ArgumentHelp("wav, flac, opus, vorbis, caf, aac (AAC-LC in .m4a), alac (Apple Lossless in .m4a) or mp3.", valueName: "format"))
+    @Option(help: ArgumentHelp("wav, flac, opus, vorbis, caf, aac (AAC-LC in .m4a; m4a means aac), alac (Apple Lossless in .m4a) or mp3.", valueName: "format"))
     var format: AudioFileFormat?
     @Option(name: .customLong("rate"), help: ArgumentHelp("Sample rate of the file, Hz.", valueName: "hz"))
     var sampleRate: Int?
@@ -154,11 +154,15 @@ struct Start: ParsableCommand {
     var quality: RecordingQuality?
     @Option(name: .customLong("bitrate"), help: ArgumentHelp("Opus or AAC bitrate, bits per second (all channels).", valueName: "bps"))
     var bitRate: Int?
-    @Option(help: ArgumentHelp("Record exactly this long: seconds (90, 1.5) or HH:MM:SS.", valueName: "duration"))
+    // `.unconditional`: "--duration -5" is a bad duration to say so about, not a missing one.
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("Record exactly this long: seconds (90, 1.5), with a unit (90s, 30m, 1h30m) or HH:MM:SS.", valueName: "duration"))
     var duration: String?
-    @Option(help: ArgumentHelp("Start at this time: HH:MM[:SS] (next occurrence, local time), +DURATION, or RFC 3339.", valueName: "time"))
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("Start at this time: HH:MM[:SS] (next occurrence, local time), +DURATION, or RFC 3339.", valueName: "time"))
     var at: String?
-    @Option(help: ArgumentHelp("Cut the recording into files this long: seconds or HH:MM:SS (0: one file).", valueName: "duration"))
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("Cut the recording into files this long: a duration as for --duration (0: one file).", valueName: "duration"))
     var segment: String?
     @Flag(help: "Cut segments at whole multiples of their length from midnight (3600: on the hour).")
     var alignToClock = false
@@ -170,23 +174,30 @@ struct Start: ParsableCommand {
 
     func validate() throws {
         if let segment, segment != "0", TimeParsing.duration(segment) == nil {
-            throw ValidationError("--segment must be seconds (3600) or HH:MM:SS, or 0 for one file, not '\(segment)'")
+            throw ValidationError("--segment must be \(DurationText.spellings), or 0 for one file, not '\(segment)'")
         }
         if let duration, TimeParsing.duration(duration) == nil {
-            throw ValidationError("--duration must be seconds (90, 1.5) or HH:MM:SS, not '\(duration)'")
+            throw ValidationError("--duration must be \(DurationText.spellings), not '\(duration)'")
         }
         if let at, TimeParsing.time(at) == nil {
             throw ValidationError("--at must be HH:MM[:SS], +DURATION or an RFC 3339 time, not '\(at)'")
         }
+        // The daemon's own range check, here too: the same sentence, without a round trip.
+        if let refusal = params.rangeRefusal() { throw ValidationError(refusal) }
+    }
+
+    /// The request, from options that passed `validate()`.
+    var params: StartParams {
+        StartParams(name: name, format: format, sampleRate: sampleRate, channels: channels, bitDepth: bitDepth,
+                    quality: quality, bitRate: bitRate, duration: duration.flatMap(TimeParsing.duration),
+                    at: at.flatMap { TimeParsing.time($0) },
+                    segmentLength: segment.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 },
+                    alignToClock: alignToClock ? true : nil, fileTemplate: template)
     }
 
     func run() throws {
         let connection = try options.connect()
-        let params = StartParams(name: name, format: format, sampleRate: sampleRate, channels: channels, bitDepth: bitDepth,
-                                 quality: quality, bitRate: bitRate, duration: duration.flatMap(TimeParsing.duration),
-                                 at: at.flatMap { TimeParsing.time($0) },
-                                 segmentLength: segment.map { $0 == "0" ? 0 : TimeParsing.duration($0)! },
-                                 alignToClock: alignToClock ? true : nil, fileTemplate: template)
+        let params = self.params
         // Subscribe first so that the end of a short recording cannot slip past.
         let subscription: SubscribeResult? = wait
             ? try options.call(connection, .subscribe, SubscribeParams(topics: [.state, .currentTime, .levels], interval: 0.1))
@@ -414,7 +425,9 @@ struct Version: ParsableCommand {
     }
 }
 
-extension AudioFileFormat: ExpressibleByArgument {}
+extension AudioFileFormat: ExpressibleByArgument {
+    public init?(argument: String) { self.init(name: argument) }
+}
 extension RecordingQuality: ExpressibleByArgument {}
 extension Topic: ExpressibleByArgument {}
 extension RecorderState.Name: ExpressibleByArgument {}

@@ -59,7 +59,7 @@ extension DaemonConfiguration {
         }
         try reader.read("mqtt.qos", in: 0...2) { (value: Int) in mqtt.qos = value }
         try reader.read("mqtt.control") { (value: Bool) in mqtt.control = value }
-        try reader.read("mqtt.telemetry_interval", in: 0...3600, "seconds") { (value: Double) in mqtt.telemetryInterval = value }
+        try reader.readDuration("mqtt.telemetry_interval", in: 0...3600) { (value: Double) in mqtt.telemetryInterval = value }
         try reader.read("mqtt.discovery") { (value: MQTTDiscoveryForm) in mqtt.discovery = value }
         try reader.read("mqtt.discovery_prefix") { (value: String) in mqtt.discoveryPrefix = value }
         try reader.read("mqtt.device_name") { (value: String) in mqtt.deviceName = value }
@@ -73,7 +73,7 @@ extension DaemonConfiguration {
             }
             hooks.onFileClosed = value
         }
-        try reader.read("hooks.timeout", in: 0.1...86400, "seconds") { (value: Double) in hooks.timeout = value }
+        try reader.readDuration("hooks.timeout", in: 0.1...86400) { (value: Double) in hooks.timeout = value }
         try reader.read("hooks.max_concurrent", in: 1...64) { (value: Int) in hooks.maxConcurrent = value }
     }
 }

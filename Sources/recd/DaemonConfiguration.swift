@@ -108,7 +108,12 @@ struct DaemonConfiguration: Equatable, Sendable {
         try reader.read("log_level") { (value: Logger.Level) in logLevel = value }
 
         var settings = recording
-        try reader.read("recording.format") { (value: AudioFileFormat) in settings.format = value }
+        try reader.read("recording.format") { (value: String) throws(ConfigurationError) in
+            guard let format = AudioFileFormat(name: value) else {
+                throw reader.invalid("recording.format", "must be one of " + AudioFileFormat.names)
+            }
+            settings.format = format
+        }
         try reader.read("recording.sample_rate") { (value: Int) in settings.sampleRate = value }
         try reader.read("recording.channels") { (value: Int) in settings.channels = value }
         try reader.read("recording.bit_depth") { (value: Int) in settings.bitDepth = value }
@@ -121,19 +126,19 @@ struct DaemonConfiguration: Equatable, Sendable {
         }
         recording = settings
 
-        try reader.read("capture.period_time", in: 0.001...1, "second") { (value: Double) in periodTime = value }
-        try reader.read("capture.buffer_time", in: 0.01...10, "seconds") { (value: Double) in bufferTime = value }
-        try reader.read("capture.sync_interval", in: 0.01...3600, "seconds") { (value: Double) in syncInterval = value }
+        try reader.readDuration("capture.period_time", in: 0.001...1) { (value: Double) in periodTime = value }
+        try reader.readDuration("capture.buffer_time", in: 0.01...10) { (value: Double) in bufferTime = value }
+        try reader.readDuration("capture.sync_interval", in: 0.01...3600) { (value: Double) in syncInterval = value }
         try reader.read("capture.sample_rate", in: 1000...768_000, "Hz") { (value: Int) in captureSampleRate = value }
         try reader.read("capture.channels", in: 1...32) { (value: Int) in captureChannels = value }
-        try reader.read("capture.stop_timeout", in: 0.1...20, "seconds") { (value: Double) in stopTimeout = value }
+        try reader.readDuration("capture.stop_timeout", in: 0.1...20) { (value: Double) in stopTimeout = value }
         try reader.read("capture.wait_for_device") { (value: Bool) in waitForDevice = value }
-        try reader.read("capture.retry_interval_max", in: 0.1...60, "seconds") { (value: Double) in retryIntervalMax = value }
-        try reader.read("capture.silence_warning", in: 0...86400, "seconds") { (value: Double) in
+        try reader.readDuration("capture.retry_interval_max", in: 0.1...60) { (value: Double) in retryIntervalMax = value }
+        try reader.readDuration("capture.silence_warning", in: 0...86400) { (value: Double) in
             silenceWarningAfter = value > 0 ? value : nil
         }
         var segmentSettings = segments
-        try reader.read("segments.length", in: 1...86400, "seconds") { (value: Double) in segmentSettings.length = value }
+        try reader.readDuration("segments.length", in: 1...86400) { (value: Double) in segmentSettings.length = value }
         try reader.read("segments.align_to_clock") { (value: Bool) in segmentSettings.alignToClock = value }
         try reader.read("segments.template") { (value: String) in segmentSettings.template = value }
         try reader.read("segments.local_time") { (value: Bool) in segmentSettings.localTime = value }
@@ -149,8 +154,8 @@ struct DaemonConfiguration: Equatable, Sendable {
             autostartName = value
         }
         try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
-        try reader.read("metering.levels_interval", in: 0.005...60, "seconds") { (value: Double) in levelsInterval = value }
-        try reader.read("metering.time_interval", in: 0.005...60, "seconds") { (value: Double) in timeInterval = value }
+        try reader.readDuration("metering.levels_interval", in: 0.005...60) { (value: Double) in levelsInterval = value }
+        try reader.readDuration("metering.time_interval", in: 0.005...60) { (value: Double) in timeInterval = value }
         try reader.read("server.max_clients", in: 1...100_000) { (value: Int) in maxClients = value }
         try reader.read("server.client_queue_bytes", in: 4096...(1 << 30), "bytes") { (value: Int) in clientQueueBytes = value }
         try reader.read("server.socket_mode") { (value: String) throws(ConfigurationError) in
@@ -173,8 +178,8 @@ extension DaemonConfiguration {
     mutating func applyStorageAndRetention(_ reader: KeyReader) throws(ConfigurationError) {
         try reader.readSpace("storage.minimum_free") { storage.minimumFree = $0 }
         try reader.readSpace("storage.warning_free") { storage.warningFree = $0 }
-        try reader.read("storage.check_interval", in: 0.05...60, "seconds") { (value: Double) in storage.checkInterval = value }
-        try reader.readDuration("retention.max_age") { retention.maximumAge = $0 }
+        try reader.readDuration("storage.check_interval", in: 0.05...60) { (value: Double) in storage.checkInterval = value }
+        try reader.readDuration("retention.max_age", in: 1...(100 * 366 * 86400)) { retention.maximumAge = $0 }
         try reader.readSpace("retention.max_total_size", percentAllowed: false) { (value: SpaceAmount) throws(ConfigurationError) in
             guard case .bytes(let bytes) = value, bytes > 0 else {
                 throw reader.invalid("retention.max_total_size", "must be more than 0 bytes")
@@ -185,7 +190,7 @@ extension DaemonConfiguration {
             guard !value.isZero else { throw reader.invalid("retention.keep_free", "must be more than 0 (leave it out to turn it off)") }
             retention.keepFree = value
         }
-        try reader.read("retention.interval", in: 1...86400, "seconds") { (value: Double) in retention.interval = value }
+        try reader.readDuration("retention.interval", in: 1...86400) { (value: Double) in retention.interval = value }
     }
 }
 
@@ -209,27 +214,21 @@ extension KeyReader {
         try apply(amount)
     }
 
-    /// A duration: seconds, or a string with a unit: "90s", "30m", "12h", "30d", "2w".
-    func readDuration(_ key: String, _ apply: (Double) -> Void) throws(ConfigurationError) {
+    /// A duration within `range` (seconds): a number of seconds, or a string in recd's one
+    /// spelling of durations (`DurationText`: "90s", "30m", "1h30m", "30d", "2w", "01:30:00").
+    func readDuration(_ key: String, in range: ClosedRange<Double>, _ apply: (Double) -> Void) throws(ConfigurationError) {
         used.insert(key)
         guard let entry = document.entry(key) else { return }
-        let seconds: Double?
-        switch entry.value {
-        case .integer(let value): seconds = Double(value)
-        case .float(let value): seconds = value
-        case .string(let text):
-            let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604_800]
-            let trimmed = text.filter { $0 != " " }
-            if let unit = trimmed.last, let multiplier = units[unit], let number = Double(trimmed.dropLast()) {
-                seconds = number * multiplier
-            } else {
-                seconds = nil
-            }
-        default: seconds = nil
+        let seconds: Double? = switch entry.value {
+        case .integer(let value): Double(value)
+        case .float(let value): value
+        case .string(let text): DurationText.seconds(text)
+        default: nil
         }
-        guard let seconds, seconds > 0, seconds.isFinite else {
-            throw invalid(key, #"must be a positive duration: seconds, or a number with a unit such as "12h", "30d", "2w""#)
+        guard let seconds else {
+            throw invalid(key, "must be a duration: " + DurationText.spellings)
         }
+        if let requirement = Limits.requirement(seconds, range, "seconds") { throw invalid(key, requirement) }
         apply(seconds)
     }
 }

@@ -36,10 +36,10 @@ struct MethodTableTests {
             "at": .string("2026-11-22T10:00:00Z"), "segmentLength": .number(3600), "alignToClock": .bool(true),
             "fileTemplate": .string("{name}/%Y%m%dT%H%M%SZ")]
         #expect(Set(all.keys) == RecdProtocol.Method.start.parameterNames)
-        let start = try decode(StartParams.self, .object(all))
+        let start = try decodeParams(StartParams.self, .object(all))
         #expect(start?.name == "x")
         #expect(start?.duration == 1)
-        #expect(throws: RPCError.self) { try decode(StartParams.self, .object(["sampleRate": .string("fast")])) }
+        #expect(throws: RPCError.self) { try decodeParams(StartParams.self, .object(["sampleRate": .string("fast")])) }
     }
 }
 
