@@ -91,7 +91,7 @@ public struct StartParams: Codable, Sendable, Equatable {
 
     /// Every number against its range (`Limits`), before anything acts on it: nil, or the
     /// sentence refusing the first one out of range. The socket, MQTT and recctl all ask this.
-    public func rangeRefusal(now: Date = Date()) -> String? {
+    public func rangeRefusal() -> String? {
         if let duration, let refusal = Limits.refusal("duration", duration, Limits.duration, "seconds") { return refusal }
         if let sampleRate, let refusal = Limits.refusal("sampleRate", sampleRate, Limits.sampleRate, "Hz") { return refusal }
         if let channels, let refusal = Limits.refusal("channels", channels, Limits.channels) { return refusal }
@@ -102,7 +102,7 @@ public struct StartParams: Codable, Sendable, Equatable {
             return "'segmentLength' must be 0 (one file) or " + Limits.describe(Limits.segmentLength, "seconds")
                 + ", not \(Limits.number(segmentLength))"
         }
-        if let at, let refusal = Limits.refusal(at: at, now: now) { return refusal }
+        if let at, let refusal = Limits.refusal(at: at) { return refusal }
         return nil
     }
 
@@ -115,7 +115,7 @@ public struct StartParams: Codable, Sendable, Equatable {
         case "bitDepth": "16, 24 or 32"
         case "bitRate": Limits.describe(Limits.bitRate, "bits per second")
         case "segmentLength": "0 (one file) or " + Limits.describe(Limits.segmentLength, "seconds")
-        case "at": "a time between 1970 and 366 days from now"
+        case "at": Limits.scheduleTimeDescription
         default: nil
         }
     }

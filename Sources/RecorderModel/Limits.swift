@@ -17,8 +17,8 @@ public enum Limits {
     public static let bitRate: ClosedRange<Int> = 6000...4_608_000
     /// `segmentLength` (seconds); 0 in a `start` means one file.
     public static let segmentLength: ClosedRange<Double> = 1...86400
-    /// `at`: no earlier than 1970 and at most this many seconds ahead (366 days).
-    public static let scheduleHorizon: Double = 31_622_400
+    /// `at` (seconds since 1970): from 1970 to the end of year 9999, what RFC 3339 can write.
+    public static let scheduleTime: ClosedRange<Double> = 0...253_402_300_799
     /// A subscription's `interval` (seconds between continuous notifications).
     public static let subscriptionInterval: ClosedRange<Double> = 0.01...3600
 
@@ -51,13 +51,11 @@ public enum Limits {
     }
 
     /// nil if `date` is a time `at` may name, else the sentence that refuses it.
-    public static func refusal(at date: Date, now: Date = Date()) -> String? {
-        let seconds = date.timeIntervalSince1970
-        guard seconds.isFinite, seconds >= 0, seconds <= now.timeIntervalSince1970 + scheduleHorizon else {
-            return "'at' must be a time between 1970 and 366 days from now"
-        }
-        return nil
+    public static func refusal(at date: Date) -> String? {
+        scheduleTime.contains(date.timeIntervalSince1970) ? nil : "'at' must be " + scheduleTimeDescription
     }
+
+    public static let scheduleTimeDescription = "a time from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
 }
 
 /// Durations as recd reads them everywhere (recctl's options, the configuration file, MQTT and
