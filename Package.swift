@@ -73,9 +73,16 @@ let package = Package(
         .target(name: "TOML"),
         // Codable wire types, shared by the daemon and the client. No NIO.
         .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
+        // The method table: what every way in (the socket, MQTT) runs for a method, after the
+        // same permission check. No NIO, no MQTT: the ways in depend on it, not it on them.
+        .target(name: "RecdCommands", dependencies: [
+            "RecorderCore", "RecdProtocol",
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
         // The Unix-socket JSON-RPC server.
         .target(name: "RecdServer", dependencies: [
-            "RecorderCore", "RecdProtocol",
+            "RecorderCore", "RecdProtocol", "RecdCommands",
             // Locks ThreadSanitizer can see (pthread mutexes), as in RecorderCore.
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -93,7 +100,7 @@ let package = Package(
         ]),
         // The MQTT bridge and Home Assistant discovery; observes the in-process Recorder.
         .target(name: "RecdMQTT", dependencies: [
-            "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks", "Mosquitto",
+            "RecorderCore", "RecorderModel", "RecdProtocol", "RecdCommands", "RecdHooks", "Mosquitto",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -138,7 +145,7 @@ let package = Package(
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
         .testTarget(name: "RecdServerTests", dependencies: [
-            "RecdServer", "RecdProtocol", "RecorderCore",
+            "RecdServer", "RecdCommands", "RecdProtocol", "RecorderCore",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOEmbedded", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),

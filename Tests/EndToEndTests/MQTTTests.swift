@@ -219,6 +219,33 @@ struct MQTTTests {
         #expect(daemon.terminate() == 0)
     }
 
+    /// Every method of the socket protocol but subscriptions is a command, through the same
+    /// table: what only observes is answered even with control off; what controls is not.
+    @Test func socketMethodsAreCommandsWithTheSamePermissionCheck() throws {
+        let broker = try MosquittoBroker()
+        let input = writeCounterInput(inputs, seconds: 2)
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: Self.config(port: broker.port))
+        let watcher = try watch(broker)
+        func reply(_ command: String, _ payload: String) throws -> [String: Any] {
+            try mqttPublish(port: broker.port, topic: "\(Self.prefix)/command/\(command)", payload: payload)
+            return try #require(watcher.first("\(Self.prefix)/reply", where: { $0.json?["id"] as? String == command })?.json)
+        }
+        let status = try reply("status", #"{"id": "status"}"#)
+        #expect(status["ok"] as? Bool == true, "\(status)")
+        #expect((status["result"] as? [String: Any])?["recordingsDirectory"] as? String == daemon.recordings)
+        let list = try reply("recordings.list", #"{"id": "recordings.list"}"#)
+        #expect((list["result"] as? [String: Any])?["recordings"] as? [Any] != nil, "\(list)")
+        let cancel = try reply("cancel", #"{"id": "cancel"}"#)
+        #expect((cancel["error"] as? [String: Any])?["code"] as? String == "notAllowed", "\(cancel)")
+        let subscribe = try reply("subscribe", #"{"id": "subscribe"}"#)
+        #expect((subscribe["error"] as? [String: Any])?["code"] as? String == "unknownCommand", "\(subscribe)")
+        let unknownMember = try reply("recordings.info", #"{"id": "recordings.info", "nme": "x"}"#)
+        let error = unknownMember["error"] as? [String: Any]
+        #expect(error?["code"] as? String == "invalidPayload")
+        #expect((error?["message"] as? String)?.hasPrefix("unknown parameter 'nme' for 'recordings.info'") == true, "\(unknownMember)")
+        #expect(daemon.terminate() == 0)
+    }
+
     @Test func commandsAreRefusedWhenRemoteControlIsOff() throws {
         let broker = try MosquittoBroker()
         let input = writeCounterInput(inputs, seconds: 2)
