@@ -26,12 +26,18 @@ public enum Method: String, Sendable, CaseIterable, Codable {
         switch self {
         case .start: StartParams.names
         case .subscribe: SubscribeParams.names
-        case .unsubscribe: ["subscription"]
-        case .recordingsInfo, .recordingsDelete: ["name"]
-        case .recordingsRename: ["from", "to"]
+        case .unsubscribe: memberNames(of: UnsubscribeParams(subscription: ""))
+        case .recordingsInfo, .recordingsDelete: memberNames(of: RecordingNameParams(name: ""))
+        case .recordingsRename: memberNames(of: RenameParams(from: "", to: ""))
         case .status, .pause, .resume, .stop, .cancel, .split, .recordingsList, .devicesList, .version: []
         }
     }
+}
+
+/// The stored properties of a params value: its members on the wire (params types use the
+/// synthesized coding keys, which are the property names).
+func memberNames(of params: some Codable) -> Set<String> {
+    Set(Mirror(reflecting: params).children.compactMap(\.label))
 }
 
 public enum Permission: String, Sendable, Codable {
@@ -68,9 +74,9 @@ public struct StartParams: Codable, Sendable, Equatable {
     /// The files' path template below the recordings directory (strftime fields, `{name}`, `{n}`).
     public var fileTemplate: String?
 
-    /// Every member: what the socket's parser and MQTT's `command/start` accept.
-    public static let names: Set<String> = ["name", "format", "sampleRate", "channels", "bitDepth", "quality", "bitRate", "duration",
-                                            "at", "segmentLength", "alignToClock", "fileTemplate"]
+    /// Every member, read off the declaration above: what the parser accepts (for the socket
+    /// and MQTT alike). recctl's options and the docs are tested against it.
+    public static let names = memberNames(of: StartParams())
 
     public init(name: String? = nil, format: AudioFileFormat? = nil, sampleRate: Int? = nil, channels: Int? = nil,
                 bitDepth: Int? = nil, quality: RecordingQuality? = nil, bitRate: Int? = nil, duration: Double? = nil,
@@ -171,7 +177,7 @@ public struct SubscribeParams: Codable, Sendable, Equatable {
     /// Seconds between currentTime/levels notifications at most (default 0.1, minimum 0.01).
     public var interval: Double?
 
-    static let names: Set<String> = ["topics", "interval"]
+    static let names = memberNames(of: SubscribeParams())
     public static let defaultInterval = 0.1
     public static let minimumInterval = Limits.subscriptionInterval.lowerBound
 
