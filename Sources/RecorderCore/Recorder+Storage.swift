@@ -27,7 +27,7 @@ final class SpaceGuard: Sendable {
         self.directory = directory
         self.minimumFree = minimumFree
         let bytesPerSample = Double(Swift.max(2, (settings.effectiveBitDepth ?? 16) / 8))
-        self.rewritesOnClose = settings.format.fileExtension == "m4a"
+        self.rewritesOnClose = settings.format.properties.container == .mpeg4
         self.bytesPerFrame = Double(fileChannels) * bytesPerSample * 1.1 * (rewritesOnClose ? 2 : 1)
         self.fileRate = fileRate
         self.makeRoomHandler = makeRoom

@@ -45,7 +45,7 @@ public struct RecordingLibrary: Sendable {
     /// never its modification time.
     public static func startTime(ofFile path: String) -> Date? {
         let fileExtension = FilePath(path).extension ?? ""
-        if fileExtension == AudioFileFormat.aac.fileExtension {
+        if AudioFileFormat.isMPEG4(fileExtension: fileExtension) {
             guard let info = try? MPEG4AudioInfo(path: path) else { return nil }
             return startTime(mpeg4Tags: info.tags)
         }
@@ -296,20 +296,13 @@ public struct RecordingLibrary: Sendable {
     /// The format, contents and recorded start of a file: .m4a through libavformat (AAC or
     /// ALAC is in the file, not its name), everything else through libsndfile.
     private static func read(path: String, fileExtension: String) -> (AudioFileFormat, SoundFileInfo, Date?)? {
-        if fileExtension == AudioFileFormat.aac.fileExtension {
-            guard let info = try? MPEG4AudioInfo(path: path) else { return nil }
-            let format: AudioFileFormat
-            switch info.codecName {
-            case "aac": format = .aac
-            case "alac": format = .alac
-            default: return nil
-            }
+        if AudioFileFormat.isMPEG4(fileExtension: fileExtension) {
+            guard let info = try? MPEG4AudioInfo(path: path), let format = AudioFileFormat(mpeg4Codec: info.codecName) else { return nil }
             return (format, SoundFileInfo(frames: info.frames, sampleRate: info.sampleRate, channels: info.channels,
-                                          formatName: format == .aac ? "MPEG-4 (AAC)" : "MPEG-4 (Apple Lossless)"),
+                                          formatName: format.properties.summary),
                     startTime(mpeg4Tags: info.tags))
         }
-        guard let reader = try? SoundFileReader(path: path),
-              let format = AudioFileFormat.allCases.first(where: { $0.fileExtension == fileExtension })
+        guard let reader = try? SoundFileReader(path: path), let format = AudioFileFormat(fileExtension: fileExtension)
         else { return nil }
         return (format, reader.info, startTime(reader))
     }

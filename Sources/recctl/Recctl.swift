@@ -142,7 +142,7 @@ struct Start: ParsableCommand {
 
     @Argument(help: "The recording's name (the file name without extension). Default: recording-<date>.")
     var name: String?
-    @Option(help: ArgumentHelp("wav, flac, opus, vorbis, caf, aac (AAC-LC in .m4a; m4a means aac), alac (Apple Lossless in .m4a) or mp3.", valueName: "format"))
+    @Option(help: ArgumentHelp(AudioFileFormat.summaries + ".", valueName: "format"))
     var format: AudioFileFormat?
     @Option(name: .customLong("rate"), help: ArgumentHelp("Sample rate of the file, Hz.", valueName: "hz"))
     var sampleRate: Int?
