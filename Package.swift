@@ -119,7 +119,11 @@ let package = Package(
         ]),
         // A blocking client of the protocol (plain sockets, no event loop): one line out, one
         // line in. Used by recctl, the end-to-end tests and the benchmark.
-        .target(name: "RecdClient", dependencies: ["RecdProtocol"]),
+        .target(name: "RecdClient", dependencies: [
+            "RecdProtocol",
+            // A pthread lock for the subscription's reader, as everywhere (ThreadSanitizer).
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ]),
         .executableTarget(name: "recctl", dependencies: [
             "RecdClient", "RecdProtocol", "RecorderModel",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -138,6 +138,10 @@ public final class RecdConnection {
     /// Half-closes the connection: the daemon sees end of input.
     public func shutdownWriting() { shutdown(fd, Int32(SHUT_WR)) }
 
+    /// Ends the connection from another thread: a read waiting in it returns (`closed`) at
+    /// once. The descriptor stays open until the connection is released.
+    public func interrupt() { shutdown(fd, Int32(SHUT_RDWR)) }
+
     private func send(line: Data) throws(ClientError) {
         var bytes = [UInt8](line)
         bytes.append(UInt8(ascii: "\n"))

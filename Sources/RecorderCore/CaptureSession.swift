@@ -22,8 +22,8 @@ enum CaptureOutcome: Sendable, Equatable {
 ///
 /// The thread does nothing else. Publishing happens on the recorder's timer, which reads the
 /// counters here (atomics) and the level meter (a mutex taken once per chunk). Control
-/// (pause, resume, stop) is a request the thread picks up between reads, acknowledged through
-/// a semaphore, so that `pause()` returns only once no more frames will be written.
+/// (pause, resume, stop) is a request the thread picks up between reads, answered through
+/// a condition, so that `pause()` returns only once no more frames will be written.
 final class CaptureSession: @unchecked Sendable {
     // @unchecked: `pcm`, `writer`, `converter`, the buffers and the segment bookkeeping
     // (`segment`, `segmentTarget`, the anchors) are used by the capture thread only, after
@@ -107,7 +107,9 @@ final class CaptureSession: @unchecked Sendable {
     /// The drift estimate's bit pattern; NaN until there is one.
     private let driftPartsPerMillion = Atomic<UInt64>(Double.nan.bitPattern)
     private let request = NIOLockedValueBox<Request>(.none)
-    private let acknowledged = DispatchSemaphore(value: 0)
+    /// False from a request's posting until the thread acted on it (or ended): what the
+    /// control thread waits on, woken by the answer, not polled.
+    private let answered = ConditionLock(value: true)
     private let wake = DispatchSemaphore(value: 0)
     private let resumeError = NIOLockedValueBox<RecorderError?>(nil)
     private let outcome = NIOLockedValueBox<CaptureOutcome?>(nil)
@@ -188,6 +190,7 @@ final class CaptureSession: @unchecked Sendable {
         DispatchQueue(label: "recd.capture").async { [self] in
             let result = run()
             outcome.withLock { $0 = result }
+            acknowledge()
             markFirstFrameKnown()
             finished.signal()
             onEnd(result)
@@ -211,7 +214,7 @@ final class CaptureSession: @unchecked Sendable {
     /// then are all the file holds until `resume()`.
     func pause() throws(RecorderError) {
         guard !isEnded else { return }
-        request.withLock { $0 = .pause }
+        post(.pause)
         guard awaitAcknowledgement() else {
             request.withLock { $0 = .none }
             throw RecorderError(.deviceLost, "capture on '\(pcm.name)' is not responding (stuck in the device driver); "
@@ -222,7 +225,7 @@ final class CaptureSession: @unchecked Sendable {
     /// Restarts the device after `pause()`; throws `failedToResume` if it will not start.
     func resume() throws(RecorderError) {
         guard !isEnded else { return }
-        request.withLock { $0 = .resume }
+        post(.resume)
         wake.signal()
         guard awaitAcknowledgement() else {
             throw RecorderError(.failedToResume, "capture on '\(pcm.name)' is not responding (stuck in the device driver)")
@@ -236,7 +239,7 @@ final class CaptureSession: @unchecked Sendable {
     func split() -> Segment? {
         guard !isEnded, !isPaused.load(ordering: .acquiring) else { return nil }
         splitResult.withLock { $0 = nil }
-        request.withLock { $0 = .split }
+        post(.split)
         guard awaitAcknowledgement() else {
             request.withLock { $0 = .none }
             return nil
@@ -281,15 +284,26 @@ final class CaptureSession: @unchecked Sendable {
         fileAccess.withLock { $0 = .abandoned }
     }
 
-    /// Waits for the thread to act on a request, unless it ends first (a frame limit reached
-    /// or the device lost at the same moment). False if it did neither within 5 s: the thread
-    /// is stuck in the driver.
+    /// Hands the thread a request that `awaitAcknowledgement` waits on.
+    private func post(_ next: Request) {
+        answered.lock()
+        answered.unlock(withValue: false)
+        request.withLock { $0 = next }
+    }
+
+    /// On the capture thread: the request in hand is done (or the thread has ended).
+    private func acknowledge() {
+        answered.lock()
+        answered.unlock(withValue: true)
+    }
+
+    /// Waits for the thread to act on the request just posted, unless it ends first (a frame
+    /// limit reached or the device lost at the same moment: ending answers too). False if it
+    /// did neither within 5 s: the thread is stuck in the driver.
     private func awaitAcknowledgement() -> Bool {
-        let deadline = DispatchTime.now() + .seconds(5)
-        while acknowledged.wait(timeout: .now() + .milliseconds(50)) == .timedOut {
-            if isEnded { return true }
-            if DispatchTime.now() >= deadline { return false }
-        }
+        if isEnded { return true }
+        guard answered.lock(whenValue: true, timeoutSeconds: 5) else { return false }
+        answered.unlock()
         return true
     }
 
@@ -342,11 +356,11 @@ final class CaptureSession: @unchecked Sendable {
                         let closed = try rotate(at: boundaryTime(), reason: .split)
                         splitResult.withLock { $0 = closed }
                     } catch {
-                        acknowledged.signal()
+                        acknowledge()
                         return .failed(error)
                     }
                 }
-                acknowledged.signal()
+                acknowledge()
             case .pause:
                 if let ended = pausedUntilResumed() { return ended }
             }
@@ -554,7 +568,7 @@ final class CaptureSession: @unchecked Sendable {
     private func pausedUntilResumed() -> CaptureOutcome? {
         pcm.drop()
         isPaused.store(true, ordering: .releasing)
-        acknowledged.signal()
+        acknowledge()
         while true {
             wake.wait()
             switch request.withLock({ request in defer { request = .none }; return request }) {
@@ -570,12 +584,12 @@ final class CaptureSession: @unchecked Sendable {
                     resumeError.withLock { $0 = nil }
                     lastSignal.store(Self.uptime(), ordering: .relaxed)  // a pause is not silence
                     reanchor = true  // frames stopped while the clock went on
-                    acknowledged.signal()
+                    acknowledge()
                     return nil
                 } catch {
                     let failure = RecorderError(.failedToResume, "cannot restart capture on '\(pcm.name)': \(error.reason)")
                     resumeError.withLock { $0 = failure }
-                    acknowledged.signal()
+                    acknowledge()
                     return .failed(failure)
                 }
             case .none, .pause, .split:

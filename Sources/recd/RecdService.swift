@@ -102,10 +102,11 @@ struct RecdService: Service {
         await server.shutdown()
     }
 
-    /// STATUS= for `systemctl status`: on every state change, and every second while recording.
+    /// STATUS= for `systemctl status`: whenever its text changes (a state change, another
+    /// second recorded), driven by the recorder's own publications, not a timer.
     private func reportStatus() async {
-        // Called from the state's subscriber queue and from this task. A pthread lock (NIO's),
-        // not Synchronization.Mutex: ThreadSanitizer cannot see the latter's futex on Linux.
+        // Called from two subscriber queues. A pthread lock (NIO's), not Synchronization.Mutex:
+        // ThreadSanitizer cannot see the latter's futex on Linux.
         let last = NIOLockedValueBox("")
         let report: @Sendable () -> Void = {
             let status = Self.status(recorder)
@@ -115,12 +116,14 @@ struct RecdService: Service {
             }
             if changed { Systemd.notify("STATUS=" + status) }
         }
-        let token = recorder.state.subscribe { _ in report() }
-        while !Task.isCancelled {
-            report()
-            try? await Task.sleep(for: .seconds(1))
+        let tokens = [recorder.state.subscribe { _ in report() }, recorder.currentTime.subscribe { _ in report() }]
+        let (cancelled, end) = AsyncStream<Never>.makeStream()
+        await withTaskCancellationHandler {
+            for await _ in cancelled {}
+        } onCancel: {
+            end.finish()
         }
-        token.cancel()
+        tokens.forEach { $0.cancel() }
     }
 
     static func status(_ recorder: Recorder) -> String {
