@@ -78,7 +78,10 @@ test-tsan: deps
 
 # libFuzzer over the request parser and the configuration reader (Sources/recd-fuzz).
 # `make fuzz FUZZ_SECONDS=1800` for a long run; new inputs go to .build-fuzz/corpus, crashes
-# to .build-fuzz/ (add a crash to Tests/fuzz/corpus once it is fixed).
+# to .build-fuzz/ (add a crash to Tests/fuzz/corpus once it is fixed). Tests/fuzz/recd.dict
+# gives it the tokens of a request and of recd.toml, and numbers at the edges (0, -1, 1e308,
+# 2e14, Int64.max, NaN...).
+FUZZ_DICT     = -dict=Tests/fuzz/recd.dict
 FUZZ_SECONDS ?= 600
 FUZZ_BIN      = .build-fuzz/release/recd-fuzz
 fuzz-build: deps
@@ -88,7 +91,7 @@ fuzz-build: deps
 FUZZ_ARGS    ?= -max_total_time=$(FUZZ_SECONDS)
 fuzz: fuzz-build
 	mkdir -p .build-fuzz/corpus
-	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) $(FUZZ_ARGS) -timeout=10 -rss_limit_mb=2048 \
+	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) $(FUZZ_ARGS) $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/corpus Tests/fuzz/corpus
 
 # A short fuzzing run (part of make test): the seed corpus replayed by the plain build, then
@@ -98,7 +101,7 @@ fuzz-smoke: fuzz-build
 	$(SWIFT) build --product recd-fuzz
 	"$$($(SWIFT) build --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
 	rm -rf .build-fuzz/smoke && mkdir -p .build-fuzz/smoke
-	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 -timeout=10 -rss_limit_mb=2048 \
+	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/smoke Tests/fuzz/corpus
 
 check-units: build

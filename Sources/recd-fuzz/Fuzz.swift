@@ -14,14 +14,33 @@ let fuzzedReaders = ProcessInfo.processInfo.environment["RECD_FUZZ"].map { Set($
 func readUntrusted(_ bytes: UnsafeRawBufferPointer) {
     if fuzzedReaders.contains("parser") {
         switch RequestParser.parse(bytes) {
-        case .single(.request(let request)): _ = request.method.permission
-        case .batch(let items): _ = items.compactMap(\.errorResponse)
+        case .single(.request(let request)): readParams(request)
+        case .batch(let items):
+            _ = items.compactMap(\.errorResponse)
+            for case .request(let request) in items { readParams(request) }
         default: break
         }
     }
     if fuzzedReaders.contains("config"), let text = String(validating: bytes, as: UTF8.self) {
         var configuration = DaemonConfiguration.defaults(for: .user, environment: ["HOME": "/nonexistent"])
         try? configuration.apply(toml: text, file: "fuzz.toml")
+    }
+}
+
+/// The typed params of the methods that take numbers, decoded and checked as recd does before
+/// it opens a device: the dictionary's extreme numbers reach past the parser.
+func readParams(_ request: ParsedRequest) {
+    _ = request.method.permission
+    guard let params = request.params, let data = try? WireCoding.encoder().encode(params) else { return }
+    switch request.method {
+    case .start:
+        guard let start = try? WireCoding.decoder().decode(StartParams.self, from: data) else { return }
+        try? start.settings(over: RecordingSettings()).validate()
+        try? start.segments(over: SegmentSettings()).validate()
+    case .subscribe:
+        _ = try? WireCoding.decoder().decode(SubscribeParams.self, from: data)
+    default:
+        break
     }
 }
 
