@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import Logging
+import RecdProtocol
 import RecorderCore
 import RecorderModel
 import TOML
@@ -56,12 +57,12 @@ struct DaemonConfiguration: Equatable, Sendable {
     static func defaults(for mode: Mode, environment: [String: String]) -> DaemonConfiguration {
         switch mode {
         case .system:
-            return DaemonConfiguration(recordingsDirectory: "/var/lib/recd/recordings", socketPath: "/run/recd/recd.sock")
+            return DaemonConfiguration(recordingsDirectory: "/var/lib/recd/recordings", socketPath: SocketLocation.system)
         case .user:
             let home = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
             let data = environment["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/share"
-            let runtime = environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp/recd-\(getuid())"
-            return DaemonConfiguration(recordingsDirectory: data + "/recd/recordings", socketPath: runtime + "/recd/recd.sock")
+            return DaemonConfiguration(recordingsDirectory: data + "/recd/recordings",
+                                       socketPath: SocketLocation.user(environment: environment))
         }
     }
 
