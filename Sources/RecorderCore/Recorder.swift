@@ -1026,7 +1026,7 @@ public final class Recorder: @unchecked Sendable {
     static func reason(_ errnoValue: Int32) -> String { String(cString: strerror(errnoValue)) }
 
     /// `mkdir -p`; returns the errno of the step that failed, nil on success.
-    static func makeDirectory(_ path: String) -> Int32? {
+    public static func makeDirectory(_ path: String) -> Int32? {
         var prefix = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             prefix += "/" + component

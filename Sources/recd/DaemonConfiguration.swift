@@ -49,6 +49,10 @@ struct DaemonConfiguration: Equatable, Sendable {
     var socketGroup = ""
     var controlUsers: [String] = []
     var controlGroups: [String] = []
+    /// The names above as the system knows them (resolved when the file is read).
+    var socketGID: gid_t?
+    var controlUIDs: Set<uid_t> = []
+    var controlGIDs: Set<gid_t> = []
 
     var mqtt = MQTTSettings()
     var hooks = HookSettings()
@@ -165,9 +169,20 @@ struct DaemonConfiguration: Equatable, Sendable {
             }
             socketMode = mode
         }
-        try reader.read("server.socket_group") { (value: String) in socketGroup = value }
-        try reader.read("server.control_users") { (value: [String]) in controlUsers = value }
-        try reader.read("server.control_groups") { (value: [String]) in controlGroups = value }
+        // Names are resolved as they are read, so that --check-config and a reload refuse an
+        // unknown user or group at its line, as any other bad value, not the next start.
+        try reader.read("server.socket_group") { (value: String) throws(ConfigurationError) in
+            socketGID = value.isEmpty ? nil : try reader.groupIDs("server.socket_group", [value]).first
+            socketGroup = value
+        }
+        try reader.read("server.control_users") { (value: [String]) throws(ConfigurationError) in
+            controlUIDs = try reader.userIDs("server.control_users", value)
+            controlUsers = value
+        }
+        try reader.read("server.control_groups") { (value: [String]) throws(ConfigurationError) in
+            controlGIDs = try reader.groupIDs("server.control_groups", value)
+            controlGroups = value
+        }
         try applyStorageAndRetention(reader)
         try applyMQTTAndHooks(reader)
         try reader.rejectUnknownKeys()
@@ -314,6 +329,29 @@ final class KeyReader {
                 throw ConfigurationError(file: file, line: line(of: name + "." + inner), key: name + "." + inner, message: "unknown key")
             }
         }
+    }
+
+    /// The uids of user names (or numeric uids written as strings); an unknown name is an error
+    /// at the key's line.
+    func userIDs(_ key: String, _ names: [String]) throws(ConfigurationError) -> Set<uid_t> {
+        var result: Set<uid_t> = []
+        for name in names {
+            if let uid = uid_t(name) { result.insert(uid); continue }
+            guard let entry = getpwnam(name) else { throw invalid(key, "no user named '\(name)'") }
+            result.insert(entry.pointee.pw_uid)
+        }
+        return result
+    }
+
+    /// The gids of group names (or numeric gids written as strings).
+    func groupIDs(_ key: String, _ names: [String]) throws(ConfigurationError) -> Set<gid_t> {
+        var result: Set<gid_t> = []
+        for name in names {
+            if let gid = gid_t(name) { result.insert(gid); continue }
+            guard let entry = getgrnam(name) else { throw invalid(key, "no group named '\(name)'") }
+            result.insert(entry.pointee.gr_gid)
+        }
+        return result
     }
 
     func invalid(_ key: String, _ message: String) -> ConfigurationError {

@@ -114,25 +114,18 @@ struct Recd: AsyncParsableCommand {
         LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, journal: journal) }
         let logger = Logger(label: "recd")
 
-        let policy: AccessPolicy
-        let socketGroup: gid_t?
-        do {
-            policy = AccessPolicy(controlUIDs: try AccessPolicy.uids(configuration.controlUsers),
-                                  controlGIDs: try AccessPolicy.gids(configuration.controlGroups))
-            socketGroup = configuration.socketGroup.isEmpty ? nil : try AccessPolicy.gids([configuration.socketGroup]).first
-        } catch {
-            _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: configuration: \(error)\n".utf8)
-            throw ExitCode(78)
-        }
+        let policy = AccessPolicy(controlUIDs: configuration.controlUIDs, controlGIDs: configuration.controlGIDs)
+        let socketGroup = configuration.socketGID
 
         // Before any file in the directory is touched: its .part files may be another daemon's.
         let directoryLock: RecordingsDirectoryLock
         do {
             directoryLock = try RecordingsDirectoryLock(directory: configuration.recordingsDirectory)
         } catch {
-            logger.critical("recordings directory in use", metadata: ["error": "\(error)"])
+            let exit = Self.exitStatus(for: error)
+            logger.critical(exit.message, metadata: ["error": "\(error)"])
             _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: \(error)\n".utf8)
-            throw ExitCode(75)  // EX_TEMPFAIL
+            throw exit.code
         }
         defer { withExtendedLifetime(directoryLock) {} }
         let recorder = Recorder(configuration: configuration.recorderConfiguration, logger: Logger(label: "recd.recorder"))
@@ -187,6 +180,14 @@ struct Recd: AsyncParsableCommand {
             logger: logger))
         do {
             try await serviceGroup.run()
+        } catch let error as ServerError {
+            // The socket: nothing ran yet. The same statuses as for the recordings directory.
+            logger.critical("cannot listen", metadata: ["error": "\(error)"])
+            try? await group.shutdownGracefully()
+            switch error {
+            case .alreadyRunning: throw ExitCode(75)  // EX_TEMPFAIL
+            case .cannotBind: throw ExitCode(73)  // EX_CANTCREAT
+            }
         } catch {
             logger.critical("recd stopped", metadata: ["error": "\(error)"])
             await blocking.shutdown()
@@ -198,3 +199,17 @@ struct Recd: AsyncParsableCommand {
     }
 }
 
+extension Recd {
+    /// Why the recordings directory cannot be taken, as a log message and an exit status
+    /// (sysexits.h): another daemon in it is temporary (75, EX_TEMPFAIL: systemd may try
+    /// again), a permission problem is not (77, EX_NOPERM), nor is a directory that cannot be
+    /// created or written at all, e.g. on a read-only filesystem (73, EX_CANTCREAT).
+    static func exitStatus(for error: RecordingsDirectoryLock.Failure) -> (message: Logger.Message, code: ExitCode) {
+        switch error {
+        case .held: ("recordings directory in use", ExitCode(75))
+        case .cannotLock(_, let errno) where errno == .permissionDenied || errno == .notPermitted:
+            ("recordings directory not writable", ExitCode(77))
+        case .cannotLock: ("recordings directory unusable", ExitCode(73))
+        }
+    }
+}
