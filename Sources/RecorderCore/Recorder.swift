@@ -88,7 +88,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
 /// They run one at a time on a private serial queue; capture runs on a thread of its own;
 /// `currentTime` and `levels` are published by timers on a third queue.
 public final class Recorder: @unchecked Sendable {
-    // @unchecked: `session`, `current`, `plan`, the timers and `retryTimer` are touched only on
+    // @unchecked: `session`, `current`, `plan`, the timers, `retryTimer` and `openedDevices` are touched only on
     // `control`, a serial queue; `activeSession` (read by the watchdog), `configurationState`
     // and `ledger` (also used by the sync and timer queues) are behind locks; `storageTimer` is
     // set in init only; `storageMonitor` is behind its lock and retention passes behind
@@ -146,6 +146,9 @@ public final class Recorder: @unchecked Sendable {
     /// The recording (session) under way: what every one of its segments is made with.
     private var plan: SessionPlan?
     private var retryTimer: DispatchSourceTimer?
+    /// The devices this recorder has opened at least once: known to exist, so waited for when
+    /// they are missing (see `start`).
+    private var openedDevices: Set<String> = []
     /// What the recording's ended capture sessions add up to; shared with the sync queue that
     /// announces segments and the timer queue that publishes.
     private let ledger = NIOLockedValueBox(SessionLedger())
@@ -223,14 +226,23 @@ public final class Recorder: @unchecked Sendable {
     /// Prepares and starts in one step: what a daemon's `start` request does. When the device
     /// is missing and `waitForDevice` is on, the recording waits for it (`waitingForDevice`)
     /// instead of failing, unless it is scheduled (`at`).
+    ///
+    /// A device ALSA cannot find at all (`hw:9,9`, a misspelt name) that this recorder has
+    /// never opened is refused (`deviceNotFound`) rather than waited for, unless
+    /// `waitForUnknownDevice`: someone who just typed the name is better told at once than
+    /// left waiting for a device that will never come. A device that has been opened before
+    /// (unplugged since) is waited for, and so is any device for an unattended start
+    /// (autostart passes `waitForUnknownDevice`: a USB device may appear after boot).
     @discardableResult
     public func start(name: String?, settings: RecordingSettings?, duration: Double? = nil,
-                      at date: Date? = nil, segments: SegmentSettings? = nil) throws(RecorderError) -> Recording {
+                      at date: Date? = nil, segments: SegmentSettings? = nil,
+                      waitForUnknownDevice: Bool = false) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
             if let duration { try Self.validate(duration: duration) }
             if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
             let prepared = try prepareOnQueue(name: name, settings: settings, segments: segments, operation: "start",
-                                              waitingAllowed: date == nil, duration: duration)
+                                              waitingAllowed: date == nil, waitForUnknownDevice: waitForUnknownDevice,
+                                              duration: duration)
             if case .waitingForDevice = state.value { return prepared }
             do throws(RecorderError) {
                 return try recordOnQueue(duration: duration, at: date)
@@ -392,7 +404,7 @@ public final class Recorder: @unchecked Sendable {
     @discardableResult
     private func prepareOnQueue(name: String?, settings: RecordingSettings?, segments: SegmentSettings?,
                                 operation: String = "prepare a recording", waitingAllowed: Bool = false,
-                                duration: Double? = nil) throws(RecorderError) -> Recording {
+                                waitForUnknownDevice: Bool = false, duration: Double? = nil) throws(RecorderError) -> Recording {
         switch state.value {
         case .idle, .finished, .failed: break
         default: throw .invalidState(operation, state.value)
@@ -425,8 +437,12 @@ public final class Recorder: @unchecked Sendable {
         let pcmConfiguration: PCMConfiguration
         do throws(ALSAError) {
             (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
+            openedDevices.insert(configuration.device)
         } catch {
-            guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error) else { throw fail(.opening(error)) }
+            let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
+            guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || waitForUnknownDevice else {
+                throw fail(.opening(error))
+            }
             return startWaiting(id: id, name: name, plan: plan, error: .opening(error))
         }
         let files = try makeFiles(id: id, name: name, plan: plan, device: pcmConfiguration)
@@ -805,6 +821,7 @@ public final class Recorder: @unchecked Sendable {
         let pcmConfiguration: PCMConfiguration
         do throws(ALSAError) {
             (pcm, pcmConfiguration) = try Self.openDevice(plan.configuration, plan.settings)
+            openedDevices.insert(plan.configuration.device)
         } catch {
             let failure = RecorderError.opening(error)
             guard Self.mayComeBack(error) else {

@@ -12,6 +12,9 @@ enum Exit {
     static let usage = ExitCode.validationFailure
     /// No daemon at the socket.
     static let cannotConnect = ExitCode(69)  // EX_UNAVAILABLE
+    /// stop, pause, resume, cancel or split with nothing recording (a script may treat it as
+    /// done rather than as a failure).
+    static let nothingRecording = ExitCode(3)
 }
 
 @main
@@ -23,14 +26,16 @@ struct Recctl: ParsableCommand {
         discussion: """
             recctl talks to recd over its Unix socket (see doc/protocol.md). It finds the socket \
             in --socket, else RECD_SOCKET, else the user instance's socket \
-            ($XDG_RUNTIME_DIR/recd/recd.sock) when there is one, else the system's \
+            ($XDG_RUNTIME_DIR/recd/recd.sock, or /tmp/recd-<uid>/recd/recd.sock without \
+            XDG_RUNTIME_DIR, as recd chooses) when there is one, else the system's \
             (/run/recd/recd.sock).
 
             Every command prints for people by default and JSON with --json. Color is used only \
             on a terminal, and never when NO_COLOR is set.
 
             Exit status: 0 success; 1 the daemon refused the request or the recording failed; \
-            64 wrong usage; 69 cannot connect to recd.
+            3 nothing is recording (stop, pause, resume, cancel, split); 64 wrong usage; \
+            69 cannot connect to recd.
             """,
         version: RecdVersion.current,
         subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Watch.self,
@@ -104,9 +109,31 @@ struct ConnectionOptions: ParsableArguments {
         }
     }
 
+    /// stop, pause, resume, cancel, split: a refusal because no recording is under way is said
+    /// plainly ("nothing is recording", and the last one's name) with its own exit status.
+    /// The recorder's state decides, not the refusal's wording.
+    func callOnRecording<Result: Decodable>(_ method: RecdProtocol.Method, as type: Result.Type = Result.self) throws -> Result {
+        let connection = try connect()
+        do {
+            return try connection.call(method, as: type)
+        } catch {
+            guard case .rpc(let rpc) = error, rpc.data?.code == RecorderError.Code.invalidState.rawValue,
+                  let status = try? connection.call(.status, as: StatusResult.self), !status.state.isActive else {
+                report(error)
+                if case .closed = error { throw Exit.cannotConnect }
+                throw Exit.refused
+            }
+            if json { Output.printJSON(ErrorResponse(id: nil, error: rpc)) }
+            let last = status.state.recording.map { " (the last recording, \($0.name), has \(status.state.name == .failed ? "failed" : "ended"))" }
+            Output.error(RecorderError.nothingRecording + (last ?? ""))
+            Output.hint("`recctl start NAME` starts a recording.")
+            throw Exit.nothingRecording
+        }
+    }
+
     /// pause, resume, cancel: call, then print the new state as JSON or as `describe` says.
     func changeState(_ method: RecdProtocol.Method, describe: (RecorderState) -> String) throws {
-        let result: StateResult = try call(try connect(), method)
+        let result: StateResult = try callOnRecording(method)
         if json { return Output.printJSON(result) }
         Output.line(describe(result.state))
     }
@@ -239,10 +266,14 @@ struct Stop: ParsableCommand {
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
-        let connection = try options.connect()
-        let recording: Recording = try options.call(connection, .stop)
+        let recording: Recording = try options.callOnRecording(.stop)
         if options.json { return Output.printJSON(recording) }
-        Output.line("stopped \(recording.path) (\(Output.duration(recording.duration)))")
+        if recording.path.isEmpty {
+            // Stopped while waiting for a device that never came: no file was made.
+            Output.line("stopped \(Output.bold(recording.name)): nothing was recorded (the device never appeared)")
+        } else {
+            Output.line("stopped \(Output.bold(recording.name)) -> \(recording.path) (\(Output.duration(recording.duration)))")
+        }
     }
 }
 
@@ -274,7 +305,7 @@ struct Split: ParsableCommand {
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
-        let result: SplitResult = try options.call(try options.connect(), .split)
+        let result: SplitResult = try options.callOnRecording(.split)
         if options.json { return Output.printJSON(result) }
         Output.line("closed \(result.closed.path) (\(Output.duration(result.closed.duration)))")
         if let next = result.recording?.segment { Output.line("now writing \(next.path)") }

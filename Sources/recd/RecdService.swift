@@ -55,7 +55,7 @@ struct RecdService: Service {
     private func startRecording(name: String?) {
         Task { [recorder, logger, blocking] in _ = try? await blocking.run {
             do throws(RecorderError) {
-                let recording = try recorder.start(name: name, settings: nil)
+                let recording = try recorder.start(name: name, settings: nil, waitForUnknownDevice: true)
                 logger.notice("recording started at startup", metadata: ["recording.name": "\(recording.name)",
                                                                          "recording.state": "\(recorder.state.value.name.rawValue)"])
             } catch {
