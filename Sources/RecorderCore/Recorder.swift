@@ -183,6 +183,7 @@ public final class Recorder: @unchecked Sendable {
         self.configurationState = NIOLockedValueBox(configuration)
         self.periods = NIOLockedValueBox((configuration.timeInterval, configuration.levelsInterval))
         self.logger = logger
+        storageMonitor.withLock { $0.beginGrace(configuration.retention) }
         storageTimer = startStorageMonitor()
     }
 
@@ -197,7 +198,10 @@ public final class Recorder: @unchecked Sendable {
         if previous.storage.checkInterval != configuration.storage.checkInterval, let storageTimer {
             scheduleStorageTimer(storageTimer, interval: configuration.storage.checkInterval)
         }
-        if previous.retention != configuration.retention { requestRetentionPass() }
+        if previous.retention != configuration.retention {
+            storageMonitor.withLock { $0.beginGrace(configuration.retention) }
+            requestRetentionPass()
+        }
     }
 
     // MARK: Operations

@@ -207,6 +207,8 @@ extension DaemonConfiguration {
             retention.keepFree = value
         }
         try reader.readDuration("retention.interval", in: 1...86400) { (value: Double) in retention.interval = value }
+        // 0: no grace.
+        try reader.readDuration("retention.grace", in: 0...604_800) { (value: Double) in retention.grace = value }
     }
 }
 

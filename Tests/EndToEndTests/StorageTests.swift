@@ -253,7 +253,8 @@ struct StorageTests {
         let server = try PulseServer()
         try server.tone()
         let relaxed = "[storage]\nminimum_free = \"256 KiB\"\nwarning_free = 0\ncheck_interval = 0.1\n"
-        let daemon = try Daemon(device: TestDevices.paced(server), config: relaxed + "[retention]\nmax_total_size = \"10 MiB\"\n",
+        // grace = 0: deletions at once, as this test is about what is deleted (FirstHourTests: the grace).
+        let daemon = try Daemon(device: TestDevices.paced(server), config: relaxed + "[retention]\nmax_total_size = \"10 MiB\"\ngrace = 0\n",
                                 recordings: recordings)
         // A .part recd did not leave (made after it recovered what a crash leaves), and files
         // older by their time than any recording: neither counts.
@@ -273,7 +274,7 @@ struct StorageTests {
 
         // Now the three may take 150 KB together (each holds 96 KB): a and b must go (SIGHUP
         // applies retention at once), while live.wav.part grows.
-        try (relaxed + "[retention]\nmax_total_size = \"150 kB\"\n").write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        try (relaxed + "[retention]\nmax_total_size = \"150 kB\"\ngrace = 0\n").write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
         daemon.process.signal(SIGHUP)
         var deleted: [RetentionDeletion] = []
         while deleted.count < 2, let notification = try? watcher.nextNotification(timeout: 20) {
@@ -358,7 +359,7 @@ struct StorageTests {
                 lines.append(String(line.dropFirst()))
             }
         }
-        #expect(lines.count == 9, "\(lines)")
+        #expect(lines.count == 10, "\(lines)")
         let directory = TemporaryDirectory()
         let path = directory.file("recd.toml")
         try lines.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
