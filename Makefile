@@ -21,7 +21,7 @@ BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsox
 TEST_PACKAGES  = ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
 
-.PHONY: help deps deps-bench build release hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench bench-publish install uninstall clean
+.PHONY: help deps deps-bench build release hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo demo-shell bench bench-publish install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -29,6 +29,7 @@ help:
 	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install"
 	@echo "make fuzz     fuzz the request parser and configuration reader (FUZZ_SECONDS, default 600)"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
+	@echo "make demo-shell  the demo, then a shell with recctl pointed at its recd and device"
 	@echo "make bench    measure recd against arecord, sox and MPD; report and raw figures in bench/out/ (untracked)"
 	@echo "make bench-publish  put a run's tables into BENCHMARKS.md (BENCH_RUN, default bench/out/latest)"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
@@ -116,6 +117,12 @@ demo: deps
 	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
 	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)"
 
+# The demo, then a shell with recctl pointed at its recd and device (they stop when it exits).
+demo-shell: deps
+	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recd
+	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
+	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" --shell
+
 bench: deps-bench
 	$(SWIFT) build $(RELEASE_FLAGS)
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
@@ -142,6 +149,7 @@ bench-publish:
 # systemd, bash-completion, zsh and fish all search both /usr/local and /usr.
 DATADIR     = $(DESTDIR)$(PREFIX)/share
 MAN1DIR     = $(DATADIR)/man/man1
+MAN5DIR     = $(DATADIR)/man/man5
 BASHCOMPDIR = $(DATADIR)/bash-completion/completions
 ZSHCOMPDIR  = $(DATADIR)/zsh/site-functions
 FISHCOMPDIR = $(DATADIR)/fish/vendor_completions.d
@@ -160,6 +168,10 @@ MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 # recctl.start.1, ...: `man recctl.start`), completions from each binary's --generate-completion-script.
 # The plugin builds the package again with plain release flags: in its own folder, so that what
 # is installed is the build above (static runtime, lld, the hot-functions order).
+# The plugin also writes a page for ArgumentParser's implicit `help` subcommand (recd.help.1,
+# recctl.help.1: stubs) and so gives recd(1), which has no subcommands, a `subcommand` in its
+# synopsis: both go, and recd(1) points at recctl(1) and recd.toml(5) instead.
+# recd.toml(5) is made from etc/recd.toml (doc/recd.toml.5.awk), the documented reference.
 # The units' ExecStart= names /usr/local/bin/recd; it is rewritten to $(PREFIX)/bin/recd.
 # An existing /etc/recd/recd.toml is never overwritten: the shipped one goes next to it
 # as recd.toml.example.
@@ -169,7 +181,12 @@ install:
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
 	RECD_STATIC_RECCTL= $(SWIFT) package --scratch-path .build/manual --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \
 	  $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man
+	rm -f $(GENERATED)/man/recd.help.1 $(GENERATED)/man/recctl.help.1
+	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd\.help 1$$/.Xr recctl 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd.1
+	sed -i -e '/^\.Xr recctl\.help 1/d' $(GENERATED)/man/recctl.1
 	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	awk -v date="$(MANDATE)" -v version="$$("$$bin/recd" --version)" -f doc/recd.toml.5.awk etc/recd.toml \
+	  >$(GENERATED)/man/recd.toml.5; \
 	for tool in recd recctl; do \
 	  "$$bin/$$tool" --generate-completion-script bash >$(GENERATED)/completions/$$tool; \
 	  "$$bin/$$tool" --generate-completion-script zsh >$(GENERATED)/completions/_$$tool; \
@@ -179,10 +196,11 @@ install:
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/$$unit >$(GENERATED)/system/$$unit; \
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/user/$$unit >$(GENERATED)/user/$$unit; \
 	done; \
-	install -d $(BINDIR) $(MAN1DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
+	install -d $(BINDIR) $(MAN1DIR) $(MAN5DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
 	  $(UNITDIR) $(USERUNITDIR) $(SYSUSERSDIR) $(CONFDIR); \
 	install -m 755 "$$bin/recd" "$$bin/recctl" $(BINDIR)/; \
 	install -m 644 $(GENERATED)/man/*.1 $(MAN1DIR)/; \
+	install -m 644 $(GENERATED)/man/recd.toml.5 $(MAN5DIR)/; \
 	install -m 644 $(GENERATED)/completions/recd $(GENERATED)/completions/recctl $(BASHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/completions/_recd $(GENERATED)/completions/_recctl $(ZSHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/completions/recd.fish $(GENERATED)/completions/recctl.fish $(FISHCOMPDIR)/; \
@@ -200,7 +218,7 @@ install:
 # Removes what install put there, except a recd.toml that was changed after installing.
 uninstall:
 	rm -f $(BINDIR)/recd $(BINDIR)/recctl
-	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1
+	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1 $(MAN5DIR)/recd.toml.5
 	rm -f $(BASHCOMPDIR)/recd $(BASHCOMPDIR)/recctl $(ZSHCOMPDIR)/_recd $(ZSHCOMPDIR)/_recctl
 	rm -f $(FISHCOMPDIR)/recd.fish $(FISHCOMPDIR)/recctl.fish
 	rm -f $(UNITDIR)/recd.service $(UNITDIR)/recd.socket $(USERUNITDIR)/recd.service $(USERUNITDIR)/recd.socket

@@ -23,10 +23,17 @@ struct Recd: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "recd",
         abstract: "The recorder daemon: records from ALSA to files, controlled over a Unix socket.",
+        // A paragraph is one line (`\` joins source lines): ArgumentParser wraps it to the terminal.
         discussion: """
-            Settings come from the configuration file (see etc/recd.toml), overridden by these
-            options. SIGHUP reloads the file; SIGTERM or SIGINT finalizes the recording in
-            progress and exits. Control it with recctl.
+            Settings come from the configuration file, described in recd.toml(5): \
+            /etc/recd/recd.toml for the system instance, $XDG_CONFIG_HOME/recd/recd.toml for a \
+            user's. The options below override it. SIGHUP reloads the file; SIGTERM or SIGINT \
+            finalizes the recording in progress and exits. Control recd with recctl(1).
+
+            Exit status: 0 after SIGTERM or SIGINT, or a valid configuration with --check-config; \
+            1 an unexpected failure; 73 the recordings directory or the socket cannot be created; \
+            75 another recd uses the recordings directory or the socket; 77 the recordings \
+            directory is not writable by recd's user; 78 the configuration is invalid.
             """,
         version: recdVersion)
 

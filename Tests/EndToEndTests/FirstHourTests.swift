@@ -232,4 +232,84 @@ struct FirstHourTests {
             if !valid { #expect(result.stderr.contains("grace.toml:3: retention.grace:"), "\(result.stderr)") }
         }
     }
+
+    // MARK: Documentation
+
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
+
+    @Test func recdHelpExplainsItselfInWholeParagraphsWithoutARepositoryPath() throws {
+        // Wide enough for any paragraph: a line break inside one is in the source, not a wrap.
+        let help = try run(Binaries.recd, ["--help"], environment: ["COLUMNS": "400"])
+        #expect(help.status == 0)
+        #expect(!help.stdout.contains("etc/recd.toml"), "a path in the repository means nothing once installed: \(help.stdout)")
+        #expect(help.stdout.contains("recd.toml(5)"))
+        let overview = help.stdout.split(separator: "\n").first { $0.contains("Settings come from") } ?? ""
+        #expect(overview.hasSuffix("Control recd with recctl(1)."), "one paragraph, one line: \(help.stdout)")
+        #expect(help.stdout.contains("77 the recordings directory is not writable by recd's user"), "\(help.stdout)")
+    }
+
+    @Test func theConfigurationManPageIsMadeFromTheShippedFileAndNamesEveryKey() throws {
+        let page = inputs.file("recd.toml.5")
+        let made = try run("/bin/sh", ["-c", "awk -v date=2026-01-01 -v version=test -f \"$0\" \"$1\" >\"$2\"",
+                                       Self.repository + "/doc/recd.toml.5.awk", Self.repository + "/etc/recd.toml", page])
+        try #require(made.status == 0, "\(made.stderr)")
+        let rendered = try run("/usr/bin/man", ["-l", page], environment: ["MANWIDTH": "200"])
+        #expect(rendered.status == 0, "\(rendered.stderr)")
+        #expect(rendered.stderr.isEmpty, "groff/man warnings: \(rendered.stderr)")
+        let text = rendered.stdout
+        #expect(text.contains("recd.toml - configuration file of recd"), "\(text.prefix(400))")
+        // Every key etc/recd.toml shows, by the dotted name recd's errors use.
+        var section = ""
+        var keys: [String] = []
+        for line in try String(contentsOfFile: Self.repository + "/etc/recd.toml", encoding: .utf8).split(separator: "\n") {
+            if line.hasPrefix("["), line.hasSuffix("]") { section = String(line.dropFirst().dropLast()) }
+            if let match = line.firstMatch(of: #/^#([a-z_]+) = /#) {
+                keys.append(section.isEmpty ? String(match.1) : section + "." + match.1)
+            }
+        }
+        #expect(keys.count > 50, "\(keys)")
+        for key in keys { #expect(text.contains("\n       \(key) = "), "\(key) missing from recd.toml(5)") }
+        #expect(text.contains("retention.grace = \"10m\""))
+    }
+
+    @Test func theMQTTDocumentShowsTheProblemPayloadAsPublished() throws {
+        let broker = try MosquittoBroker()
+        let daemon = try Daemon(device: "null", config: """
+            [mqtt]
+            enabled = true
+            host = "127.0.0.1"
+            port = \(broker.port)
+            topic_prefix = "recd/first-hour"
+            """)
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["recd/first-hour/#"])
+        let published = try #require(watcher.first("recd/first-hour/problem", timeout: 30)?.payload, "\(daemon.log)")
+        let document = try String(contentsOfFile: Self.repository + "/doc/mqtt.md", encoding: .utf8)
+        let row = try #require(document.split(separator: "\n").first { $0.hasPrefix("| `<prefix>/problem` |") })
+        let example = try #require(row.firstMatch(of: /`(\{[^`]*\})`/)?.1, "\(row)")
+        let documented = try JSONSerialization.jsonObject(with: Data(example.utf8)) as? NSDictionary
+        let actual = try JSONSerialization.jsonObject(with: Data(published.utf8)) as? NSDictionary
+        #expect(documented == actual, "mqtt.md shows \(example), recd publishes \(published)")
+    }
+
+    @Test func theDemoLeavesAShellPointedAtItsRecdAndPrintsTheFileOnce() throws {
+        let commands = inputs.file("commands")
+        try "recctl status\nexit\n".write(toFile: commands, atomically: true, encoding: .utf8)
+        let result = try run("/bin/bash", [Self.repository + "/doc/demo.sh", Binaries.directory, "--shell"],
+                             environment: ["DEMO_SECONDS": "1", "SHELL": "/bin/bash", "HOME": inputs.path],
+                             input: commands, timeout: 120)
+        #expect(result.status == 0, "\(result.stderr)")
+        let out = result.stdout
+        #expect(out.components(separatedBy: "Channels").count == 2, "libsndfile's Channels once: \(out)")
+        #expect(out.components(separatedBy: "Frames").count == 2, "and Frames once: \(out)")
+        let socket = try #require(out.firstMatch(of: /export RECD_SOCKET=(\S+)/)?.1, "\(out)")
+        #expect(out.contains("export ALSA_CONFIG_PATH="))
+        // The shell's recctl reached the demo's recd and device.
+        #expect(out.contains("device   demo"), "\(out)")
+        #expect(out.contains("recd exited with status 0"), "leaving the shell stops recd")
+        #expect(!FileManager.default.fileExists(atPath: String(socket)), "its socket is gone")
+        // The demo keeps its folder (the recording is the point); the test's goes.
+        let work = URL(fileURLWithPath: String(socket)).deletingLastPathComponent().path
+        if work.hasPrefix("/tmp/recd-demo.") { try? FileManager.default.removeItem(atPath: work) }
+    }
 }
