@@ -71,6 +71,13 @@ let package = Package(
         ]),
         // The TOML subset recd's configuration is written in, read strictly (fuzzed).
         .target(name: "TOML"),
+        // recd.toml read into DaemonConfiguration: every key typed, range- and unit-checked,
+        // unknown keys refused at file:line. A library, so that it has unit tests and the
+        // fuzzer links it.
+        .target(name: "RecdConfiguration", dependencies: [
+            "TOML", "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Codable wire types, shared by the daemon and the client. No NIO.
         .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
         // The method table: what every way in (the socket, MQTT) runs for a method, after the
@@ -108,7 +115,8 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecdCommands", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd", "CLinux",
+            "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
+            "Systemd", "CLinux",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -133,12 +141,8 @@ let package = Package(
         ], linkerSettings: staticClient),
 
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
-        // plainly, it replays a corpus. Its DaemonConfiguration.swift is a link to recd's.
-        .executableTarget(name: "recd-fuzz", dependencies: [
-            "RecdProtocol", "RecorderCore", "RecdHooks",
-            .product(name: "Logging", package: "swift-log"),
-            "TOML",
-        ]),
+        // plainly, it replays a corpus.
+        .executableTarget(name: "recd-fuzz", dependencies: ["RecdProtocol", "RecdConfiguration", "RecorderModel"]),
         // RecorderCore used as a library: record a file in-process.
         .executableTarget(name: "simple-recorder", dependencies: ["RecorderCore", "RecorderModel"], path: "Examples/simple-recorder"),
 
@@ -150,6 +154,7 @@ let package = Package(
         ]),
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
+        .testTarget(name: "RecdConfigurationTests", dependencies: ["RecdConfiguration", "RecorderModel"]),
         .testTarget(name: "RecdServerTests", dependencies: [
             "RecdServer", "RecdCommands", "RecdProtocol", "RecorderCore",
             .product(name: "NIOCore", package: "swift-nio"),

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Logging
 import Mosquitto
 import RecdCommands
+import RecdConfiguration
 import RecdHooks
 import RecdMQTT
 import RecorderCore

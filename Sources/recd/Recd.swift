@@ -9,6 +9,7 @@ import RecdHooks
 import RecdMQTT
 import RecdProtocol
 import RecdCommands
+import RecdConfiguration
 import RecdServer
 import RecorderCore
 import ServiceLifecycle

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Logging
 import NIOConcurrencyHelpers
 import RecdCommands
+import RecdConfiguration
 import RecdServer
 import RecorderCore
 import RecorderModel
