@@ -424,9 +424,14 @@ struct MPEGAudioFrameHeader {
         version == other.version && sampleRate == other.sampleRate && channels == other.channels
     }
 
-    /// CRC-16/ARC (polynomial 0x8005 reflected, initial 0): the LAME tag's CRCs.
+    /// CRC-16/ARC (polynomial 0x8005 reflected, initial 0): the LAME tag's CRCs. By table:
+    /// the music CRC runs over the whole file, hours of it at start-up.
     static func crc16(_ crc: UInt16, _ byte: UInt8) -> UInt16 {
-        var crc = crc ^ UInt16(byte)
+        crc16Table[Int(UInt8(truncatingIfNeeded: crc) ^ byte)] ^ (crc >> 8)
+    }
+
+    private static let crc16Table: [UInt16] = (0..<256).map { value in
+        var crc = UInt16(value)
         for _ in 0..<8 { crc = crc & 1 != 0 ? (crc >> 1) ^ 0xA001 : crc >> 1 }
         return crc
     }
