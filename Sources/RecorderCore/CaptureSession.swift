@@ -483,8 +483,14 @@ final class CaptureSession: @unchecked Sendable {
     /// idle sound server takes seconds; a device that came back, a fraction): give it the name
     /// of its first frame's time, if the template has one. A failed rename keeps the old name.
     private func nameAfterStart() {
-        let named = files.directory + "/" + files.render(index: segment.index, date: segment.startedAt) + "." + files.fileExtension
-        guard named != segment.path, let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
+        let base = files.directory + "/" + files.render(index: segment.index, date: segment.startedAt)
+        let suffix = "." + files.fileExtension
+        // Already this name, or a numbered one of it (`name-2.wav`: the name was taken when the
+        // file was created, as after a device came back): renaming would only number it again.
+        let numbered = segment.path.hasPrefix(base + "-") && segment.path.hasSuffix(suffix)
+            && segment.path.dropFirst(base.count + 1).dropLast(suffix.count).allSatisfy(\.isNumber)
+        guard segment.path != base + suffix, !numbered,
+              let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
         else { return }
         // link + unlink: never over another file; both names are on the same file system.
         guard link(segment.partialPath, wanted + ".part") == 0 else { return }
