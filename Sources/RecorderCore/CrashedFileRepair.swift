@@ -80,9 +80,11 @@ public enum CrashedFileRepair {
         let size = Int(info.st_size)
         var undo = CrashedFilePatch(writes: [], truncateTo: nil, frames: 0)
         for write in patch.writes {
-            var old = [UInt8](repeating: 0, count: write.bytes.count)
+            // A write past the end (a pad byte) is undone by cutting the file back to its size.
+            var old = [UInt8](repeating: 0, count: max(0, min(write.bytes.count, size - write.offset)))
             guard pread(fd, &old, old.count, off_t(write.offset)) == old.count else { throw .system("pread \(path)", Errno(rawValue: errno)) }
             undo.writes.append((write.offset, old))
+            if write.offset + write.bytes.count > size { undo.truncateTo = size }
         }
         if let length = patch.truncateTo, length < size {
             // The cut tail is kept in the undo as a write past the new end.
@@ -153,7 +155,13 @@ public enum CrashedFileRepair {
         }
         // Writes that change nothing are dropped: a file already right needs no patch.
         writes = writes.filter { write in write.bytes.enumerated().contains { bytes[write.offset + $0.offset] != $0.element } }
-        let truncate = end < bytes.count ? end : nil
+        var fileEnd = end
+        if dataSize & 1 == 1 {
+            // An odd-sized chunk is followed by a pad byte (RIFF), as `sf_close` writes it.
+            if end >= bytes.count || bytes[end] != 0 { writes.append((end, [0])) }
+            fileEnd += 1
+        }
+        let truncate = fileEnd < bytes.count ? fileEnd : nil
         guard !writes.isEmpty || truncate != nil else { return nil }
         return CrashedFilePatch(writes: writes, truncateTo: truncate, frames: frames)
     }

@@ -18,27 +18,60 @@ struct CrashedFileRepairTests {
     static let written = 110_400  // 2.3 s, past two once-a-second checkpoints
 
     /// How many frames at the end the writer may still hold in its encoder when killed:
-    /// none for PCM, less than a block (4096) for libFLAC, a few frames for LAME.
+    /// none for PCM, less than a block (4096) for libFLAC, a quarter of a second for LAME (the
+    /// frames its bit reservoir still holds, and its delay: 7825 frames seen in mono).
     static func heldByEncoder(_ format: AudioFileFormat) -> Int {
         switch format {
         case .flac: 4096
-        case .mp3: 4 * 1152
+        case .mp3: 12000
         default: 0
+        }
+    }
+
+    /// The frames a torn last frame takes with it: one for PCM, a block for FLAC, an MPEG frame.
+    static func tornFrame(_ format: AudioFileFormat) -> Int {
+        switch format {
+        case .flac: 4096
+        case .mp3: 1152
+        default: 1
         }
     }
 
     @Test("recovered with the frames FFmpeg decodes, nothing written lost",
           arguments: [AudioFileFormat.wav, .caf, .flac, .mp3])
     func recoveredLength(format: AudioFileFormat) throws {
+        try expectRecovered(format: format, channels: 2)
+    }
+
+    /// 24-bit mono: WAV frames of 3 bytes (an odd data size, so a pad byte), CAF packets of 3,
+    /// FLAC frames with another header; LAME's mono side information is shorter.
+    @Test("24-bit mono recovered with the frames FFmpeg decodes", arguments: [AudioFileFormat.wav, .caf, .flac, .mp3])
+    func recoveredLengthMono24(format: AudioFileFormat) throws {
+        try expectRecovered(format: format, channels: 1, bitDepth: format.isLossy ? nil : 24)
+    }
+
+    /// A power loss can keep part of the last write: the torn frame is cut, the rest kept (for
+    /// 24-bit mono WAV an odd data size, given its pad byte).
+    @Test("a torn last frame is cut, the frames before it kept", arguments: [AudioFileFormat.wav, .caf, .flac, .mp3])
+    func tornLastFrame(format: AudioFileFormat) throws {
+        try expectRecovered(format: format, channels: 1, bitDepth: format.isLossy ? nil : 24, tornBytes: 1)
+    }
+
+    func expectRecovered(format: AudioFileFormat, channels: Int, bitDepth: Int? = nil, tornBytes: Int = 0) throws {
         let directory = TemporaryDirectory()
-        let input = Signal.counter16(frames: Self.written, channels: 2)
-        let part = try crashLeftFile(format: format, input: input, in: directory)
+        let input = Signal.counter16(frames: Self.written, channels: channels)
+        let part = try crashLeftFile(format: format, input: input, channels: channels, bitDepth: bitDepth, in: directory)
+        if tornBytes > 0 {
+            let size = try #require(try FileManager.default.attributesOfItem(atPath: part)[.size] as? Int)
+            #expect(truncate(part, off_t(size - tornBytes)) == 0)
+        }
         let recovered = RecordingLibrary(directory: directory.path).recoverPartialFiles(logger: Logger(label: "test"))
         #expect(recovered == [String(part.dropLast(5))])
         let entry = try #require(RecordingLibrary(directory: directory.path).list().first)
         let decoded = try FFmpegTools.decodeInt16(entry.path)
-        #expect(Int64(decoded.count / 2) == entry.info.frames, "\(format): recd lists \(entry.info.frames), FFmpeg decodes \(decoded.count / 2)")
-        #expect(entry.info.frames <= Int64(Self.written) && entry.info.frames >= Int64(Self.written - Self.heldByEncoder(format)),
+        #expect(Int64(decoded.count / channels) == entry.info.frames, "\(format): recd lists \(entry.info.frames), FFmpeg decodes \(decoded.count / channels)")
+        let kept = Int64(Self.written - Self.heldByEncoder(format) - (tornBytes > 0 ? Self.tornFrame(format) : 0))
+        #expect(entry.info.frames <= Int64(Self.written) && entry.info.frames >= kept,
                 "\(format): kept \(entry.info.frames) of \(Self.written) frames")
         let probed = try FFmpegTools.probe(entry.path)
         #expect(probed.durationTimestamps != nil, "\(format): the file declares no length")
@@ -52,7 +85,7 @@ struct CrashedFileRepairTests {
     func damagedLeftAlone(format: AudioFileFormat) throws {
         let directory = TemporaryDirectory()
         let input = Signal.counter16(frames: Self.written, channels: 2)
-        let part = try crashLeftFile(format: format, input: input, in: directory)
+        let part = try crashLeftFile(format: format, input: input, channels: 2, in: directory)
         var bytes = try Data(contentsOf: URL(fileURLWithPath: part))
         switch format {
         case .flac:
@@ -85,14 +118,16 @@ struct CrashedFileRepairTests {
     /// Writes `input` through recd's writer for `format` with a checkpoint each second, as the
     /// capture session does, and copies the file while it is open: what a kill -9 leaves.
     /// Returns the copy's path, `crash.<ext>.part`.
-    func crashLeftFile(format: AudioFileFormat, input: [Int16], in directory: TemporaryDirectory) throws -> String {
+    func crashLeftFile(format: AudioFileFormat, input: [Int16], channels: Int, bitDepth: Int? = nil,
+                       in directory: TemporaryDirectory) throws -> String {
         let live = directory.file(".live.\(format.fileExtension)")
-        let writer = try RecordingSettings(format: format).makeFileWriter(path: live, sampleRate: Self.rate, channels: 2)
+        let writer = try RecordingSettings(format: format, bitDepth: bitDepth)
+            .makeFileWriter(path: live, sampleRate: Self.rate, channels: channels)
         writer.stampOrigin(FileOrigin(startedAt: Date(), recordingName: "crash", recordingId: UUID().uuidString, device: "test"))
         let chunk = 480
         try input.withUnsafeBufferPointer { samples in
             for start in stride(from: 0, to: Self.written, by: chunk) {
-                try writer.write(samples.baseAddress! + start * 2, frames: chunk)
+                try writer.write(samples.baseAddress! + start * channels, frames: chunk)
                 if (start + chunk) % Self.rate == 0 { writer.checkpoint() }
             }
         }
