@@ -78,6 +78,8 @@ let package = Package(
         .target(name: "RecdCommands", dependencies: [
             "RecorderCore", "RecdProtocol",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            // NIOThreadPool only: BlockingCalls' threads.
+            .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // The Unix-socket JSON-RPC server.
@@ -106,7 +108,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd", "CLinux",
+            "RecdServer", "RecdCommands", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd", "CLinux",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

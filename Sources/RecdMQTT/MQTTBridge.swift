@@ -32,6 +32,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private let discovery: HomeAssistantDiscovery
     /// recd's version, for the `version` command.
     private let version: String
+    /// Where `stop` waits for libmosquitto's thread to end.
+    private let blocking: BlockingCalls
     private let logger: Logger
     private let queue = DispatchQueue(label: "recd.mqtt.bridge")
     private let commandQueue = DispatchQueue(label: "recd.mqtt.commands")
@@ -65,7 +67,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     }
 
     public init(recorder: Recorder, configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil, version: String,
-                logger: Logger) throws(MosquittoError) {
+                blocking: BlockingCalls, logger: Logger) throws(MosquittoError) {
+        self.blocking = blocking
         self.recorder = recorder
         self.configuration = configuration
         self.hooks = hooks
@@ -112,17 +115,14 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     /// Publishes `offline` and disconnects cleanly (the broker keeps the will for a crash).
     public func stop() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            queue.async { [self] in
+        _ = try? await blocking.run { [self] in
+            queue.sync {
                 tokens.forEach { $0.cancel() }
                 tokens = []
                 stopTelemetry()
                 setRetained(topics.availability, Array("offline".utf8))
-                DispatchQueue.global().async { [self] in
-                    client.stop()
-                    continuation.resume()
-                }
             }
+            client.stop()
         }
     }
 

@@ -10,13 +10,15 @@ public func decodeParams<T: Decodable>(_ type: T.Type, _ params: JSONValue?) thr
         let data = try WireCoding.encoder().encode(params)
         return try WireCoding.decoder().decode(T.self, from: data)
     } catch let error as DecodingError {
-        // A number no integer member can hold (2^63 and beyond) fails before the decoder knows
-        // which member it was reading: name it here.
+        // A number an integer member cannot hold (a fraction, 2^63 and beyond) fails before the
+        // decoder knows which member it was reading: name the member here.
         if case .dataCorrupted(let context) = error, context.codingPath.isEmpty, case .object(let members) = params,
            let (name, value) = members.sorted(by: { $0.key < $1.key }).first(where: { member in
-               if case .number(let number) = member.value { return Swift.abs(number) >= 9.2e18 } else { return false }
+               guard case .number(let number) = member.value else { return false }
+               return number != number.rounded() || Swift.abs(number) >= 9.2e18
            }), case .number(let number) = value {
-            throw .invalidParams("'\(name)' must be " + (StartParams.range(of: name) ?? "a smaller number") + ", not \(Limits.number(number))")
+            throw .invalidParams("'\(name)' must be an integer" + (StartParams.range(of: name).map { " " + $0 } ?? "")
+                                 + ", not \(Limits.number(number))")
         }
         throw .invalidParams(describe(error))
     } catch {

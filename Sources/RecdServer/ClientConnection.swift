@@ -20,7 +20,7 @@ struct ConnectionContext: Sendable {
     /// before it is disconnected as too slow.
     let outboundLimit: Int
     /// Where blocking handlers run.
-    let threadPool: NIOThreadPool
+    let blocking: BlockingCalls
     /// Where user and group look-ups (NSS, which may block) run.
     let lookups: NIOThreadPool
     /// One per event loop of the server's group (a connection elsewhere gets its own).
@@ -325,7 +325,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
         case .blocking(let request, let run):
             let outcome: Outcome
             do {
-                outcome = try await context.threadPool.runIfActive(run)
+                outcome = try await context.blocking.run(run)
             } catch {
                 outcome = .failure(RPCError(code: RPCErrorCode.internalError, message: "recd is shutting down",
                                             data: .init(code: "internalError")))

@@ -5,6 +5,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import RecdCommands
 import RecdProtocol
 import RecorderCore
 import SystemPackage
@@ -62,18 +63,18 @@ public final class ControlServer: Sendable {
         var shuttingDown = false
     }
 
+    /// - Parameter blocking: where methods that block run (shared with the rest of recd; its
+    ///   owner shuts it down after the server).
     public init(recorder: Recorder, version: String, policy: AccessPolicy, limits: ServerLimits,
-                group: EventLoopGroup, logger: Logger) {
+                group: EventLoopGroup, blocking: BlockingCalls, logger: Logger) {
         self.group = group
         self.limits = limits
         self.logger = logger
-        let threadPool = NIOThreadPool(numberOfThreads: 4)
-        threadPool.start()
         // User and group look-ups apart, so that slow requests cannot hold up new connections.
         let lookups = NIOThreadPool(numberOfThreads: 1)
         lookups.start()
         context = ConnectionContext(recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
-                                    policy: policy, outboundLimit: limits.outboundLimit, threadPool: threadPool, lookups: lookups,
+                                    policy: policy, outboundLimit: limits.outboundLimit, blocking: blocking, lookups: lookups,
                                     flushers: Dictionary(uniqueKeysWithValues: group.makeIterator().map {
                                         (ObjectIdentifier($0), LoopFlusher(eventLoop: $0))
                                     }),
@@ -227,7 +228,6 @@ public final class ControlServer: Sendable {
             if done { continuation.resume() }
         }
         watcher.cancel()
-        try? await context.threadPool.shutdownGracefully()
         try? await context.lookups.shutdownGracefully()
     }
 

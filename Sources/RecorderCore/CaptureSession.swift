@@ -393,11 +393,12 @@ final class CaptureSession: @unchecked Sendable {
                     // The first segment begins with the first frame.
                     firstRead = false
                     let start = Date(timeIntervalSince1970: anchor)
+                    let namedAt = segment.startedAt
                     segment.startedAt = start
                     // A gap ends when audio flows again, not when the device opened.
                     if segment.gapBefore != nil { segment.gapBefore?.end = start }
                     segmentTarget = clock.frames(startingAt: start, follows: false)
-                    nameAfterStart()
+                    nameAfterStart(namedAt: namedAt)
                     writer.stampOrigin(origin(startedAt: start))
                     currentSegment.withLock { $0 = segment }
                     segmentStarted()
@@ -482,14 +483,12 @@ final class CaptureSession: @unchecked Sendable {
     /// The first file was named when it was created, before the device delivered anything (an
     /// idle sound server takes seconds; a device that came back, a fraction): give it the name
     /// of its first frame's time, if the template has one. A failed rename keeps the old name.
-    private func nameAfterStart() {
-        let base = files.directory + "/" + files.render(index: segment.index, date: segment.startedAt)
-        let suffix = "." + files.fileExtension
-        // Already this name, or a numbered one of it (`name-2.wav`: the name was taken when the
-        // file was created, as after a device came back): renaming would only number it again.
-        let numbered = segment.path.hasPrefix(base + "-") && segment.path.hasSuffix(suffix)
-            && segment.path.dropFirst(base.count + 1).dropLast(suffix.count).allSatisfy(\.isNumber)
-        guard segment.path != base + suffix, !numbered,
+    ///
+    /// `namedAt` is the time the file was named after. When the template renders the same for
+    /// both times (no time in it, or the same second) the name stands: asking for a free name
+    /// again would find the file's own `.part` and number it (`-3` after a gap's `-2`).
+    private func nameAfterStart(namedAt: Date) {
+        guard files.render(index: segment.index, date: namedAt) != files.render(index: segment.index, date: segment.startedAt),
               let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
         else { return }
         // link + unlink: never over another file; both names are on the same file system.

@@ -8,6 +8,7 @@ import NIOPosix
 import RecdHooks
 import RecdMQTT
 import RecdProtocol
+import RecdCommands
 import RecdServer
 import RecorderCore
 import ServiceLifecycle
@@ -148,12 +149,13 @@ struct Recd: AsyncParsableCommand {
         }
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: min(2, System.coreCount))
+        let blocking = BlockingCalls()
         let server = ControlServer(recorder: recorder, version: recdVersion, policy: policy,
                                    limits: ServerLimits(maxClients: configuration.maxClients,
                                                         outboundLimit: configuration.clientQueueBytes),
-                                   group: group, logger: Logger(label: "recd.server"))
+                                   group: group, blocking: blocking, logger: Logger(label: "recd.server"))
         let command = self
-        let service = RecdService(recorder: recorder, server: server, listenTarget: listenTarget, reload: {
+        let service = RecdService(recorder: recorder, server: server, blocking: blocking, listenTarget: listenTarget, reload: {
             do {
                 var reloaded = try command.loadConfiguration()
                 if reloaded.socketPath != configuration.socketPath || reloaded.maxClients != configuration.maxClients
@@ -177,7 +179,7 @@ struct Recd: AsyncParsableCommand {
            logger: logger)
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.
-        let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder)
+        let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder, blocking: blocking)
         defer { hookToken?.cancel() }
         let serviceGroup = ServiceGroup(configuration: .init(
             services: integrations + [.init(service: service)],
@@ -187,9 +189,11 @@ struct Recd: AsyncParsableCommand {
             try await serviceGroup.run()
         } catch {
             logger.critical("recd stopped", metadata: ["error": "\(error)"])
+            await blocking.shutdown()
             try? await group.shutdownGracefully()
             throw ExitCode.failure
         }
+        await blocking.shutdown()
         try? await group.shutdownGracefully()
     }
 }

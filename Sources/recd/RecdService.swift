@@ -2,6 +2,7 @@ import Dispatch
 import FoundationEssentials
 import Logging
 import NIOConcurrencyHelpers
+import RecdCommands
 import RecdServer
 import RecorderCore
 import RecorderModel
@@ -15,6 +16,8 @@ import UnixSignals
 struct RecdService: Service {
     let recorder: Recorder
     let server: ControlServer
+    /// Where the recorder's blocking operations and the configuration's re-reading run.
+    let blocking: BlockingCalls
     let listenTarget: ListenTarget
     /// Re-reads the configuration (SIGHUP); nil when it cannot be used.
     let reload: @Sendable () -> DaemonConfiguration?
@@ -50,7 +53,7 @@ struct RecdService: Service {
     /// The always-recording service: start with the configured settings, no client needed. A
     /// missing device is waited for (the recorder's `waitForDevice`), not a failure.
     private func startRecording(name: String?) {
-        DispatchQueue.global().async { [recorder, logger] in
+        Task { [recorder, logger, blocking] in _ = try? await blocking.run {
             do throws(RecorderError) {
                 let recording = try recorder.start(name: name, settings: nil)
                 logger.notice("recording started at startup", metadata: ["recording.name": "\(recording.name)",
@@ -59,7 +62,7 @@ struct RecdService: Service {
                 logger.error("recording could not start at startup", metadata: ["error.code": "\(error.code.rawValue)",
                                                                                 "error.message": "\(error.message)"])
             }
-        }
+        } }
     }
 
     /// Stop taking requests, stop the recording (finalizing its file), let subscribers see
@@ -86,15 +89,12 @@ struct RecdService: Service {
                     if !Task.isCancelled { extend() }
                 }
             }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().async {
-                    do {
-                        let recording = try recorder.stop()
-                        logger.notice("recording finalized at shutdown", metadata: ["recording.path": "\(recording.path)"])
-                    } catch {
-                        logger.error("recording could not be finalized", metadata: ["error": "\(error)"])
-                    }
-                    continuation.resume()
+            _ = try? await blocking.run { [logger] in
+                do {
+                    let recording = try recorder.stop()
+                    logger.notice("recording finalized at shutdown", metadata: ["recording.path": "\(recording.path)"])
+                } catch {
+                    logger.error("recording could not be finalized", metadata: ["error": "\(error)"])
                 }
             }
             extender.cancel()
@@ -170,10 +170,8 @@ struct RecdService: Service {
         for await _ in await UnixSignalsSequence(trapping: .sighup) {
             Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(DispatchTime.now().uptimeNanoseconds / 1000)")
             // Reading the file is blocking I/O: off the cooperative pool.
-            let reloaded = await withCheckedContinuation { continuation in
-                DispatchQueue.global().async { continuation.resume(returning: reload()) }
-            }
-            if let configuration = reloaded {
+            let reloaded = try? await blocking.run(reload)
+            if let configuration = reloaded ?? nil {
                 recorder.reconfigure(configuration.recorderConfiguration)
                 StandardErrorLogHandler.level.store(
                     UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)

@@ -53,7 +53,7 @@ struct MethodHandlerTests {
         let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
         let connectionContext = ConnectionContext(
             recorder: recorder, version: "test", hub: TopicHub(recorder: recorder), policy: AccessPolicy(),
-            outboundLimit: 1 << 20, threadPool: NIOThreadPool.singleton, lookups: NIOThreadPool.singleton, logger: Logger(label: "test"))
+            outboundLimit: 1 << 20, blocking: BlockingCalls(threads: 1), lookups: NIOThreadPool.singleton, logger: Logger(label: "test"))
         let connection = ClientConnection(channel: asyncChannel, peer: PeerCredentials(pid: 1, uid: 0, gid: 0),
                                           context: connectionContext)
         context = RequestContext(recorder: recorder, version: "test", subscriptions: connection)
