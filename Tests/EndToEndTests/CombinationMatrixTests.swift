@@ -248,7 +248,8 @@ struct CombinationMatrixTests {
         #expect(daemon.waitForStatus { $0.currentTime >= 0.3 } != nil, "\(cell): never recorded")
         // Room for everything but the oldest: it goes now, while "live" is recorded; the 2 s of
         // "live" fit where the 3 s of old-1 were, so nothing more goes when it ends.
-        try "[retention]\nmax_total_size = \(old1 + old2 - 1)\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        // No grace: the deletion while recording is the cell (the grace has its own test).
+        try "[retention]\nmax_total_size = \(old1 + old2 - 1)\ngrace = 0\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
         daemon.process.signal(SIGHUP)
         var deleted: [RetentionDeletion] = []
         while deleted.isEmpty, let notification = try? watcher.nextNotification(timeout: 20) {
