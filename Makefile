@@ -21,7 +21,7 @@ BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsox
 TEST_PACKAGES  = ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
 
-.PHONY: help deps deps-bench build release hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo demo-shell bench bench-publish install uninstall clean
+.PHONY: help deps deps-bench build release hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -61,7 +61,7 @@ release: deps
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	$(MAKE) --no-print-directory test-tsan fuzz-smoke check-units check-install test-release
+	$(MAKE) --no-print-directory check-imports test-tsan fuzz-smoke check-units check-install test-release
 
 # The end-to-end suites again, against the release binaries as they ship (static runtime, lld,
 # the hot-functions order, recctl a static PIE): what `make install` installs is what is tested.
@@ -104,6 +104,10 @@ fuzz-smoke: fuzz-build
 	rm -rf .build-fuzz/smoke && mkdir -p .build-fuzz/smoke
 	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/smoke Tests/fuzz/corpus
+
+# Every module declares exactly what it imports (Package.swift against the sources).
+check-imports:
+	python3 Tests/layers/check-imports.py
 
 check-units: build
 	Tests/units/check-units.sh "$$($(SWIFT) build --show-bin-path)/recd"

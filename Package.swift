@@ -97,7 +97,6 @@ let package = Package(
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // Commands run for every finalized file (upload hooks).
@@ -116,7 +115,7 @@ let package = Package(
         ]),
         .executableTarget(name: "recd", dependencies: [
             "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
-            "Systemd", "CLinux",
+            "Systemd", "CLinux", "Mosquitto",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -124,7 +123,6 @@ let package = Package(
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-            "TOML",
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // A blocking client of the protocol (plain sockets, no event loop): one line out, one
@@ -149,8 +147,9 @@ let package = Package(
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),
         .testTarget(name: "RecorderCoreTests", dependencies: [
-            "RecorderCore", "ALSA", "Sndfile", "MPEG4", "RecdTestSupport",
+            "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "RecdTestSupport",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
