@@ -284,8 +284,13 @@ public final class Recorder: @unchecked Sendable {
             do throws(RecorderError) {
                 try session.resume()
             } catch {
-                // The capture thread has ended; finalize now so the state says why.
-                _ = finalize(session, outcome: session.stop(timeout: configuration.stopTimeout), mayWait: false)
+                // The capture thread has ended (or is stuck in the driver and is abandoned): finalize
+                // now. The state says why the resume failed, whatever stopping the thread met.
+                let ended = session.stop(timeout: configuration.stopTimeout)
+                if case .failed(let other) = ended, other != error {
+                    logger.warning("capture after the failed resume", metadata: ["error.message": "\(other.message)"])
+                }
+                _ = finalize(session, outcome: .failed(error), mayWait: false)
                 throw error
             }
             state.send(.recording(recording))

@@ -32,6 +32,9 @@ struct RecdService: Service {
     let logger: Logger
 
     func run() async throws {
+        // SIGHUP trapped before clients (and `systemctl reload`) can reach recd: its default
+        // action would end the daemon.
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
         try await server.listen(listenTarget)
         // Ready only once clients can connect (MPD does the same).
         Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
@@ -43,7 +46,7 @@ struct RecdService: Service {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await reportStatus() }
                 group.addTask { await feedWatchdog() }
-                group.addTask { await reloadOnHangup() }
+                group.addTask { await reloadOnHangup(hangups) }
                 try? await gracefulShutdown()
                 group.cancelAll()
             }
@@ -167,8 +170,8 @@ struct RecdService: Service {
         }
     }
 
-    private func reloadOnHangup() async {
-        for await _ in await UnixSignalsSequence(trapping: .sighup) {
+    private func reloadOnHangup(_ hangups: UnixSignalsSequence) async {
+        for await _ in hangups {
             Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(DispatchTime.now().uptimeNanoseconds / 1000)")
             // Reading the file is blocking I/O: off the cooperative pool.
             let reloaded = try? await blocking.run(reload)
