@@ -43,6 +43,8 @@ let package = Package(
         // FFmpeg's libavformat, libavcodec and libavutil (libavcodec-dev, libavformat-dev,
         // libavutil-dev), loaded with dlopen on first use rather than linked (see CFFmpeg.h).
         .target(name: "CFFmpeg"),
+        // The git commit `make` builds from, for --version (see CBuildInfo.h); "" without make.
+        .target(name: "CBuildInfo"),
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -99,7 +101,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd", "CLinux",
+            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd", "CLinux", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -114,7 +116,7 @@ let package = Package(
         // line in. Used by recctl, the end-to-end tests and the benchmark.
         .target(name: "RecdClient", dependencies: ["RecdProtocol"]),
         .executableTarget(name: "recctl", dependencies: [
-            "RecdClient", "RecdProtocol", "RecorderModel",
+            "RecdClient", "RecdProtocol", "RecorderModel", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "SystemPackage", package: "swift-system"),
         ], linkerSettings: staticClient),

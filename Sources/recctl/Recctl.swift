@@ -1,4 +1,5 @@
 import ArgumentParser
+import CBuildInfo
 import FoundationEssentials
 import Glibc
 import RecdClient
@@ -32,7 +33,7 @@ struct Recctl: ParsableCommand {
             Exit status: 0 success; 1 the daemon refused the request or the recording failed; \
             64 wrong usage; 69 cannot connect to recd.
             """,
-        version: RecdVersion.current,
+        version: RecdVersion.withCommit(String(cString: recd_build_commit())),
         subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Watch.self,
                       List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CBuildInfo
 import CLinux
 import FoundationEssentials
 import Glibc
@@ -27,7 +28,7 @@ struct Recd: AsyncParsableCommand {
             options. SIGHUP reloads the file; SIGTERM or SIGINT finalizes the recording in
             progress and exits. Control it with recctl.
             """,
-        version: recdVersion)
+        version: RecdVersion.withCommit(String(cString: recd_build_commit())))
 
     @Option(help: ArgumentHelp("The configuration file.", discussion: "Default: /etc/recd/recd.toml (--system) or $XDG_CONFIG_HOME/recd/recd.toml (--user). A missing default file means all defaults.", valueName: "path"))
     var config: String?
