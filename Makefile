@@ -189,6 +189,8 @@ MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 # Man pages and completions come from the command definitions themselves: man pages through
 # swift-argument-parser's GenerateManual plugin (one page per subcommand: recctl.1,
 # recctl.start.1, ...: `man recctl.start`), completions from each binary's --generate-completion-script.
+# Two touches after generating: a paragraph break in a page is `.Pp`, not an empty line (which
+# groff warns about), and a bash completion has no #! line (it is sourced, never run).
 # The plugin builds the package again with plain release flags: in its own folder, so that what
 # is installed is the build above (static runtime, lld, the hot-functions order).
 # The units' ExecStart= names /usr/local/bin/recd; it is rewritten to $(PREFIX)/bin/recd.
@@ -200,9 +202,10 @@ install: build-info
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
 	RECD_STATIC_RECCTL= $(SWIFT) package --scratch-path .build/manual --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \
 	  $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man
+	sed -i 's/^$$/.Pp/' $(GENERATED)/man/*.1
 	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
 	for tool in recd recctl; do \
-	  "$$bin/$$tool" --generate-completion-script bash >$(GENERATED)/completions/$$tool; \
+	  "$$bin/$$tool" --generate-completion-script bash | sed '1{/^#!/d}' >$(GENERATED)/completions/$$tool; \
 	  "$$bin/$$tool" --generate-completion-script zsh >$(GENERATED)/completions/_$$tool; \
 	  "$$bin/$$tool" --generate-completion-script fish >$(GENERATED)/completions/$$tool.fish; \
 	done; \

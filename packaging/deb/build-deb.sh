@@ -40,7 +40,10 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$repo/packaging/deb
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-root=$work/root
+# dpkg-shlibdeps expects the files in debian/PACKAGE below the directory it runs in.
+root=$work/debian/recd
+mkdir -p "$root"
+printf 'Source: recd\n\nPackage: recd\nArchitecture: any\n' >"$work/debian/control"
 maintainer="recd maintainers <maintainers@users.noreply.a-seed-480acf5f.example>"
 
 # 1. What make install installs, with PREFIX=/usr.
@@ -67,16 +70,19 @@ date=$(git -C "$repo" log -1 --format=%cD 2>/dev/null || date -R)
     printf ' -- %s  %s\n' "$maintainer" "$date"
 } | gzip -9n >"$doc/changelog.gz"
 find "$root" -type d -exec chmod 755 {} +
+# Also where dpkg-shlibdeps recognises a package's root.
+install -d -m 755 "$root/DEBIAN"
 
 # 3. Depends.
-bins=("$root/usr/bin/recd" "$root/usr/bin/recctl")
-mkdir -p "$work/shlibdeps/debian"
-printf 'Source: recd\n\nPackage: recd\nArchitecture: any\n' >"$work/shlibdeps/debian/control"
-linked=$(cd "$work/shlibdeps" && dpkg-shlibdeps -O --warnings=0 "${bins[@]}" 2>&1) ||
-    fail "dpkg-shlibdeps: $linked"
+# recctl is a static executable (Package.swift, staticClient): it links nothing.
+readelf -lW "$root/usr/bin/recctl" | grep -q "Requesting program interpreter" &&
+    fail "usr/bin/recctl is not a static executable: pass it to dpkg-shlibdeps too"
+linked=$(cd "$work" && dpkg-shlibdeps -O "$root/usr/bin/recd" 2>"$work/shlibdeps.err") ||
+    { cat "$work/shlibdeps.err" >&2; fail "dpkg-shlibdeps failed"; }
+[[ ! -s $work/shlibdeps.err ]] && [[ $linked == shlibs:Depends=* ]] ||
+    { cat "$work/shlibdeps.err" >&2; fail "dpkg-shlibdeps warned or said: $linked"; }
 linked=${linked#shlibs:Depends=}
-[[ -n $linked && $linked != *$'\n'* ]] || fail "dpkg-shlibdeps said: $linked"
-needed=$(for b in "${bins[@]}"; do readelf -dW "$b"; done | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u)
+needed=$(readelf -dW "$root/usr/bin/recd" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u)
 opened=$(strings -n 6 "$root/usr/bin/recd" | grep -E '^lib[A-Za-z0-9_+-]+\.so\.[0-9]+$' | sort -u |
     grep -vxF -f <(printf '%s\n' "$needed") || true)
 [[ -n $opened ]] || fail "found no library recd opens with dlopen (expected FFmpeg's and mosquitto's)"
@@ -102,7 +108,6 @@ depends=$(printf '%s\n' "$depends" | sort -u | paste -sd, | sed 's/,/, /g')
 depends="$depends, systemd | systemd-standalone-sysusers | systemd-sysusers"
 
 # 4. Control files and the package.
-install -d -m 755 "$root/DEBIAN"
 install -m 755 "$here/postinst" "$here/prerm" "$here/postrm" "$root/DEBIAN/"
 echo /etc/recd/recd.toml >"$root/DEBIAN/conffiles"
 (cd "$root" && find . -path ./DEBIAN -prune -o -path ./etc -prune -o -type f -printf '%P\0' | sort -z |
