@@ -25,7 +25,7 @@ fail() {
     printf 'test-deb: FAIL: %s\n' "$*" >&2
     exit 1
 }
-step() { printf 'test-deb: %s\n' "$*"; }
+step() { printf 'test-deb: [%3d s] %s\n' "$SECONDS" "$*"; }
 
 [[ $# -eq 1 && -f $1 ]] || fail "usage: test-deb.sh recd_VERSION_ARCH.deb (not found: ${1:-})"
 deb=$(readlink -f "$1")
@@ -155,7 +155,8 @@ wait_for() {
     done
 }
 wait_for 30 "control socket" in_root recctl status
-[[ $(in_root ps -o user= -p "$recd_pid") == recd ]] || fail "recd runs as $(in_root ps -o user= -p "$recd_pid"), not recd"
+uid=$(awk '/^Uid:/ { print $2 }' "/proc/$recd_pid/status")
+[[ $uid == "$(in_root id -u recd)" ]] || fail "recd runs as uid $uid, not as recd ($(in_root id -u recd))"
 in_root recctl status | sed 's/^/  | /'
 
 recordings=/var/lib/recd/recordings
@@ -173,11 +174,12 @@ for ext in wav flac m4a; do
     grep -qx "codec_name=${codec[$ext]}" <<<"$probe" || fail "take-$ext.$ext: $probe"
     duration=$(sed -n 's/^duration=//p' <<<"$probe")
     awk -v d="$duration" 'BEGIN { exit !(d > 1.9 && d < 2.1) }' || fail "take-$ext.$ext lasts $duration s, not 2"
-    # Decoded from end to end without an error, and it is the tone, not silence.
-    loudness=$(ffmpeg -v error -nostats -i "$file" -af volumedetect -f null - 2>&1) || fail "ffmpeg cannot decode take-$ext.$ext: $loudness"
-    ffmpeg -nostats -i "$file" -af volumedetect -f null - 2>&1 | grep -q 'max_volume: -[0-9]\{1,2\}\.[0-9] dB\|max_volume: 0\.0 dB' ||
-        fail "take-$ext.$ext decodes to silence"
-    step "recorded $recordings/take-$ext.$ext: $(tr '\n' ' ' <<<"$probe")(decoded by ffmpeg)"
+    # Decoded from end to end without an error, and it is the tone (about -3 dBFS), not silence.
+    decoded=$(ffmpeg -nostats -xerror -i "$file" -af volumedetect -f null - 2>&1) ||
+        fail "ffmpeg cannot decode take-$ext.$ext: $decoded"
+    peak=$(sed -n 's/.*max_volume: \(-\{0,1\}[0-9.]*\) dB/\1/p' <<<"$decoded")
+    awk -v p="${peak:-}" 'BEGIN { exit !(p != "" && p > -20) }' || fail "take-$ext.$ext peaks at '${peak:-?}' dB: silence, not the tone"
+    step "recorded $recordings/take-$ext.$ext: $(tr '\n' ' ' <<<"$probe")peak $peak dB (decoded by ffmpeg)"
 done
 kill -TERM "$recd_pid"
 wait "$recd_pid" || fail "recd exited with status $? on SIGTERM"
@@ -221,5 +223,7 @@ in_root dpkg-query -W -f='${Status}' recd 2>/dev/null | grep -q 'not-installed' 
     [[ -z $(in_root dpkg-query -W -f='${Status}' recd 2>/dev/null) ]] || fail "recd still known to dpkg after purge"
 recordings_intact purge
 in_root getent passwd recd >/dev/null || fail "purge deleted the user recd, who owns the recordings"
+owners=$(in_root find "$recordings" -type f ! -user recd)
+[[ -z $owners ]] || fail "recordings no longer owned by recd: $owners"
 step "removed and purged: $(ls "$root$recordings" | wc -l) recordings still in $recordings, owned by recd"
 step "OK in $((SECONDS - started)) s"
