@@ -137,9 +137,11 @@ deb: deps-deb build-info
 	bash packaging/deb/build-deb.sh --version "$(VERSION)" --commit "$(BUILD_COMMIT)" --arch "$(DEB_ARCH)" --output "$(DEB)"
 
 # Installs that package into a clean Debian 12 root filesystem (mmdebstrap, cached under
-# ~/.cache/recd-test-deb) and records with it there (Tests/deb/test-deb.sh). Needs root.
+# ~/.cache/recd-test-deb) and records with it there (Tests/deb/test-deb.sh). Needs root
+# (chroot, mount): sudo when not root, as for packages.
 test-deb: deb
-	bash Tests/deb/test-deb.sh "$(DEB)"
+	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo --preserve-env=RECD_TEST_DEB_CACHE,RECD_TEST_DEB_KEEP"; \
+	$$sudo bash Tests/deb/test-deb.sh "$(DEB)"
 
 demo: deps
 	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recd

@@ -16,7 +16,8 @@
 #   7. remove keeps the configuration and the recordings; purge deletes the configuration and
 #      still keeps the recordings (and the user recd that owns them).
 #
-# Usage: Tests/deb/test-deb.sh recd_VERSION_ARCH.deb   (as root: chroot, mount)
+# Usage: Tests/deb/test-deb.sh recd_VERSION_ARCH.deb   (as root: chroot, mount; make test-deb
+# uses sudo when not root)
 # Environment: RECD_TEST_DEB_CACHE (default ~/.cache/recd-test-deb), RECD_TEST_DEB_KEEP=1 keeps
 # the root filesystem for a look afterwards.
 set -euo pipefail
@@ -46,6 +47,7 @@ mkdir -p "$archives/partial"
 started=$SECONDS
 if [[ ! -s $base ]] || [[ -n $(find "$base" -mtime +7) ]]; then
     step "building a Debian 12 root filesystem with mmdebstrap (cached in $base)"
+    rm -f "$base.new"
     mmdebstrap --quiet --variant=apt --include=ca-certificates --format=tar bookworm "$base.new" ||
         fail "mmdebstrap could not build a bookworm root filesystem"
     mv "$base.new" "$base"
@@ -154,7 +156,7 @@ wait_for() {
         sleep 0.1
     done
 }
-wait_for 30 "control socket" in_root recctl status
+wait_for 30 "control socket" timeout 10 chroot "$root" recctl status
 uid=$(awk '/^Uid:/ { print $2 }' "/proc/$recd_pid/status")
 [[ $uid == "$(in_root id -u recd)" ]] || fail "recd runs as uid $uid, not as recd ($(in_root id -u recd))"
 in_root recctl status | sed 's/^/  | /'
@@ -163,8 +165,10 @@ recordings=/var/lib/recd/recordings
 declare -A codec=([wav]=pcm_s16le [flac]=flac [m4a]=aac)
 declare -A format=([wav]=wav [flac]=flac [m4a]=aac)
 for ext in wav flac m4a; do
-    in_root recctl start "take-$ext" --format "${format[$ext]}" --duration 2 --wait >"$root/srv/recd-test/start.log" 2>&1 ||
-        { cat "$root/srv/recd-test/start.log" "$root/srv/recd-test/recd.log" >&2; fail "recctl start --format ${format[$ext]} failed"; }
+    # 2 s of input take well under a second to record (the file device is not paced).
+    timeout 60 chroot "$root" recctl start "take-$ext" --format "${format[$ext]}" --duration 2 --wait \
+        >"$root/srv/recd-test/start.log" 2>&1 ||
+        { cat "$root/srv/recd-test/start.log" "$root/srv/recd-test/recd.log" >&2; fail "recctl start --format ${format[$ext]} --wait failed or took over 60 s"; }
     file=$root$recordings/take-$ext.$ext
     [[ -f $file ]] || fail "no $recordings/take-$ext.$ext: $(ls -la "$root$recordings")"
     owner=$(in_root stat -c %U "$recordings/take-$ext.$ext")
@@ -183,6 +187,11 @@ for ext in wav flac m4a; do
     step "recorded $recordings/take-$ext.$ext: $(tr '\n' ' ' <<<"$probe")peak $peak dB (decoded by ffmpeg)"
 done
 kill -TERM "$recd_pid"
+deadline=$((SECONDS + 30))
+while kill -0 "$recd_pid" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "recd still running 30 s after SIGTERM"
+    sleep 0.1
+done
 wait "$recd_pid" || fail "recd exited with status $? on SIGTERM"
 recd_pid=
 (cd "$root$recordings" && md5sum ./*) >"$root/srv/recd-test/recordings.md5"
