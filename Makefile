@@ -24,7 +24,7 @@ BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linu
 # strip, lintian, and mmdebstrap for the clean Debian 12 root the package is installed into.
 DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux
 
-.PHONY: help deps deps-bench deps-deb build-info build release deb test-deb hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench bench-publish install uninstall clean
+.PHONY: help deps deps-bench deps-deb build-info build release deb test-deb hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo demo-shell bench bench-publish install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -32,6 +32,7 @@ help:
 	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install"
 	@echo "make fuzz     fuzz the request parser and configuration reader (FUZZ_SECONDS, default 600)"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
+	@echo "make demo-shell  the demo, then a shell with recctl pointed at its recd and device"
 	@echo "make bench    measure recd against arecord, sox and MPD; report and raw figures in bench/out/ (untracked)"
 	@echo "make bench-publish  put a run's tables into BENCHMARKS.md (BENCH_RUN, default bench/out/latest)"
 	@echo "make deb      build the Debian package recd_VERSION_ARCH.deb (release binaries, lintian-checked)"
@@ -97,7 +98,10 @@ test-tsan: deps
 
 # libFuzzer over the request parser and the configuration reader (Sources/recd-fuzz).
 # `make fuzz FUZZ_SECONDS=1800` for a long run; new inputs go to .build-fuzz/corpus, crashes
-# to .build-fuzz/ (add a crash to Tests/fuzz/corpus once it is fixed).
+# to .build-fuzz/ (add a crash to Tests/fuzz/corpus once it is fixed). Tests/fuzz/recd.dict
+# gives it the tokens of a request and of recd.toml, and numbers at the edges (0, -1, 1e308,
+# 2e14, Int64.max, NaN...).
+FUZZ_DICT     = -dict=Tests/fuzz/recd.dict
 FUZZ_SECONDS ?= 600
 FUZZ_BIN      = .build-fuzz/release/recd-fuzz
 fuzz-build: deps
@@ -107,7 +111,7 @@ fuzz-build: deps
 FUZZ_ARGS    ?= -max_total_time=$(FUZZ_SECONDS)
 fuzz: fuzz-build
 	mkdir -p .build-fuzz/corpus
-	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) $(FUZZ_ARGS) -timeout=10 -rss_limit_mb=2048 \
+	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) $(FUZZ_ARGS) $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/corpus Tests/fuzz/corpus
 
 # A short fuzzing run (part of make test): the seed corpus replayed by the plain build, then
@@ -117,7 +121,7 @@ fuzz-smoke: fuzz-build
 	$(SWIFT) build --product recd-fuzz
 	"$$($(SWIFT) build --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
 	rm -rf .build-fuzz/smoke && mkdir -p .build-fuzz/smoke
-	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 -timeout=10 -rss_limit_mb=2048 \
+	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/smoke Tests/fuzz/corpus
 
 check-units: build
@@ -148,6 +152,12 @@ demo: deps
 	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
 	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)"
 
+# The demo, then a shell with recctl pointed at its recd and device (they stop when it exits).
+demo-shell: deps
+	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recd
+	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
+	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" --shell
+
 bench: deps-bench
 	$(SWIFT) build $(RELEASE_FLAGS)
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
@@ -174,6 +184,7 @@ bench-publish:
 # systemd, bash-completion, zsh and fish all search both /usr/local and /usr.
 DATADIR     = $(DESTDIR)$(PREFIX)/share
 MAN1DIR     = $(DATADIR)/man/man1
+MAN5DIR     = $(DATADIR)/man/man5
 BASHCOMPDIR = $(DATADIR)/bash-completion/completions
 ZSHCOMPDIR  = $(DATADIR)/zsh/site-functions
 FISHCOMPDIR = $(DATADIR)/fish/vendor_completions.d
@@ -195,6 +206,10 @@ MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 # groff warns about), and a bash completion has no #! line (it is sourced, never run).
 # The plugin builds the package again with plain release flags: in its own folder, so that what
 # is installed is the build above (static runtime, lld, the hot-functions order).
+# The plugin also writes a page for ArgumentParser's implicit `help` subcommand (recd.help.1,
+# recctl.help.1: stubs) and so gives recd(1), which has no subcommands, a `subcommand` in its
+# synopsis: both go, and recd(1) points at recctl(1) and recd.toml(5) instead.
+# recd.toml(5) is made from etc/recd.toml (doc/recd.toml.5.awk), the documented reference.
 # The units' ExecStart= names /usr/local/bin/recd; it is rewritten to $(PREFIX)/bin/recd.
 # An existing /etc/recd/recd.toml is never overwritten: the shipped one goes next to it
 # as recd.toml.example.
@@ -204,8 +219,13 @@ install: build-info
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
 	RECD_STATIC_RECCTL= $(SWIFT) package --scratch-path .build/manual --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \
 	  $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man
+	rm -f $(GENERATED)/man/recd.help.1 $(GENERATED)/man/recctl.help.1
+	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd\.help 1$$/.Xr recctl 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd.1
+	sed -i -e '/^\.Xr recctl\.help 1/d' $(GENERATED)/man/recctl.1
 	sed -i 's/^$$/.Pp/' $(GENERATED)/man/*.1
 	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	awk -v date="$(MANDATE)" -v version="$$("$$bin/recd" --version)" -f doc/recd.toml.5.awk etc/recd.toml \
+	  >$(GENERATED)/man/recd.toml.5; \
 	for tool in recd recctl; do \
 	  "$$bin/$$tool" --generate-completion-script bash | sed '1{/^#!/d}' >$(GENERATED)/completions/$$tool; \
 	  "$$bin/$$tool" --generate-completion-script zsh >$(GENERATED)/completions/_$$tool; \
@@ -215,10 +235,11 @@ install: build-info
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/$$unit >$(GENERATED)/system/$$unit; \
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/user/$$unit >$(GENERATED)/user/$$unit; \
 	done; \
-	install -d $(BINDIR) $(MAN1DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
+	install -d $(BINDIR) $(MAN1DIR) $(MAN5DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
 	  $(UNITDIR) $(USERUNITDIR) $(SYSUSERSDIR) $(TMPFILESDIR) $(CONFDIR); \
 	install -m 755 "$$bin/recd" "$$bin/recctl" $(BINDIR)/; \
 	install -m 644 $(GENERATED)/man/*.1 $(MAN1DIR)/; \
+	install -m 644 $(GENERATED)/man/recd.toml.5 $(MAN5DIR)/; \
 	install -m 644 $(GENERATED)/completions/recd $(GENERATED)/completions/recctl $(BASHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/completions/_recd $(GENERATED)/completions/_recctl $(ZSHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/completions/recd.fish $(GENERATED)/completions/recctl.fish $(FISHCOMPDIR)/; \
@@ -237,7 +258,7 @@ install: build-info
 # Removes what install put there, except a recd.toml that was changed after installing.
 uninstall:
 	rm -f $(BINDIR)/recd $(BINDIR)/recctl
-	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1
+	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1 $(MAN5DIR)/recd.toml.5
 	rm -f $(BASHCOMPDIR)/recd $(BASHCOMPDIR)/recctl $(ZSHCOMPDIR)/_recd $(ZSHCOMPDIR)/_recctl
 	rm -f $(FISHCOMPDIR)/recd.fish $(FISHCOMPDIR)/recctl.fish
 	rm -f $(UNITDIR)/recd.service $(UNITDIR)/recd.socket $(USERUNITDIR)/recd.service $(USERUNITDIR)/recd.socket

@@ -73,11 +73,27 @@ let package = Package(
         ]),
         // The TOML subset recd's configuration is written in, read strictly (fuzzed).
         .target(name: "TOML"),
+        // recd.toml read into DaemonConfiguration: every key typed, range- and unit-checked,
+        // unknown keys refused at file:line. A library, so that it has unit tests and the
+        // fuzzer links it.
+        .target(name: "RecdConfiguration", dependencies: [
+            "TOML", "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Codable wire types, shared by the daemon and the client. No NIO.
         .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
+        // The method table: what every way in (the socket, MQTT) runs for a method, after the
+        // same permission check. No NIO, no MQTT: the ways in depend on it, not it on them.
+        .target(name: "RecdCommands", dependencies: [
+            "RecorderCore", "RecdProtocol",
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            // NIOThreadPool only: BlockingCalls' threads.
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
         // The Unix-socket JSON-RPC server.
         .target(name: "RecdServer", dependencies: [
-            "RecorderCore", "RecdProtocol",
+            "RecorderCore", "RecdProtocol", "RecdCommands",
             // Locks ThreadSanitizer can see (pthread mutexes), as in RecorderCore.
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -95,13 +111,14 @@ let package = Package(
         ]),
         // The MQTT bridge and Home Assistant discovery; observes the in-process Recorder.
         .target(name: "RecdMQTT", dependencies: [
-            "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks", "Mosquitto",
+            "RecorderCore", "RecorderModel", "RecdProtocol", "RecdCommands", "RecdHooks", "Mosquitto",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd", "CLinux", "CBuildInfo",
+            "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
+            "Systemd", "CLinux", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -114,7 +131,11 @@ let package = Package(
         ]),
         // A blocking client of the protocol (plain sockets, no event loop): one line out, one
         // line in. Used by recctl, the end-to-end tests and the benchmark.
-        .target(name: "RecdClient", dependencies: ["RecdProtocol"]),
+        .target(name: "RecdClient", dependencies: [
+            "RecdProtocol",
+            // A pthread lock for the subscription's reader, as everywhere (ThreadSanitizer).
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ]),
         .executableTarget(name: "recctl", dependencies: [
             "RecdClient", "RecdProtocol", "RecorderModel", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -122,12 +143,8 @@ let package = Package(
         ], linkerSettings: staticClient),
 
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
-        // plainly, it replays a corpus. Its DaemonConfiguration.swift is a link to recd's.
-        .executableTarget(name: "recd-fuzz", dependencies: [
-            "RecdProtocol", "RecorderCore", "RecdHooks",
-            .product(name: "Logging", package: "swift-log"),
-            "TOML",
-        ]),
+        // plainly, it replays a corpus.
+        .executableTarget(name: "recd-fuzz", dependencies: ["RecdProtocol", "RecdConfiguration", "RecorderModel"]),
         // RecorderCore used as a library: record a file in-process.
         .executableTarget(name: "simple-recorder", dependencies: ["RecorderCore", "RecorderModel"], path: "Examples/simple-recorder"),
 
@@ -139,8 +156,9 @@ let package = Package(
         ]),
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
+        .testTarget(name: "RecdConfigurationTests", dependencies: ["RecdConfiguration", "RecorderModel"]),
         .testTarget(name: "RecdServerTests", dependencies: [
-            "RecdServer", "RecdProtocol", "RecorderCore",
+            "RecdServer", "RecdCommands", "RecdProtocol", "RecorderCore",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOEmbedded", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),

@@ -56,7 +56,7 @@ rm -f "$root/etc/recd/recd.toml.example"
 mkdir -p "$root/lib/systemd"
 mv "$root/usr/lib/systemd/system" "$root/lib/systemd/system"
 mv "$root/usr/share/zsh/site-functions" "$root/usr/share/zsh/vendor-completions"
-gzip -9n "$root"/usr/share/man/man1/*.1
+gzip -9n "$root"/usr/share/man/man1/*.1 "$root"/usr/share/man/man5/*.5
 strip --remove-section=.comment --remove-section=.note "$root/usr/bin/recd" "$root/usr/bin/recctl"
 doc=$root/usr/share/doc/recd
 install -d "$doc" "$root/usr/share/lintian/overrides"
