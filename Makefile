@@ -224,7 +224,7 @@ install: build-info
 	sed -i -e '/^\.Xr recctl\.help 1/d' $(GENERATED)/man/recctl.1
 	sed -i 's/^$$/.Pp/' $(GENERATED)/man/*.1
 	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
-	awk -v date="$(MANDATE)" -v version="$$("$$bin/recd" --version)" -f doc/recd.toml.5.awk etc/recd.toml \
+	awk -v date="$(MANDATE)" -v version="$(VERSION)" -f doc/recd.toml.5.awk etc/recd.toml \
 	  >$(GENERATED)/man/recd.toml.5; \
 	for tool in recd recctl; do \
 	  "$$bin/$$tool" --generate-completion-script bash | sed '1{/^#!/d}' >$(GENERATED)/completions/$$tool; \
