@@ -43,6 +43,8 @@ let package = Package(
         // FFmpeg's libavformat, libavcodec and libavutil (libavcodec-dev, libavformat-dev,
         // libavutil-dev), loaded with dlopen on first use rather than linked (see CFFmpeg.h).
         .target(name: "CFFmpeg"),
+        // The git commit `make` builds from, for --version (see CBuildInfo.h); "" without make.
+        .target(name: "CBuildInfo"),
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -115,7 +117,7 @@ let package = Package(
         ]),
         .executableTarget(name: "recd", dependencies: [
             "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
-            "Systemd", "CLinux", "Mosquitto",
+            "Systemd", "CLinux", "Mosquitto", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -133,7 +135,7 @@ let package = Package(
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ]),
         .executableTarget(name: "recctl", dependencies: [
-            "RecdClient", "RecdProtocol", "RecorderModel",
+            "RecdClient", "RecdProtocol", "RecorderModel", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "SystemPackage", package: "swift-system"),
         ], linkerSettings: staticClient),

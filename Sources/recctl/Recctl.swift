@@ -1,4 +1,5 @@
 import ArgumentParser
+import CBuildInfo
 import FoundationEssentials
 import Glibc
 import RecdClient
@@ -37,7 +38,7 @@ struct Recctl: ParsableCommand {
             3 nothing is recording (stop, pause, resume, cancel, split); 64 wrong usage; \
             69 cannot connect to recd.
             """,
-        version: RecdVersion.current,
+        version: RecdVersion.withCommit(String(cString: recd_build_commit())),
         subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Watch.self,
                       List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
 

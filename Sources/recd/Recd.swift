@@ -1,4 +1,5 @@
 import ArgumentParser
+import CBuildInfo
 import CLinux
 import FoundationEssentials
 import Glibc
@@ -36,7 +37,7 @@ struct Recd: AsyncParsableCommand {
             75 another recd uses the recordings directory or the socket; 77 the recordings \
             directory is not writable by recd's user; 78 the configuration is invalid.
             """,
-        version: recdVersion)
+        version: RecdVersion.withCommit(String(cString: recd_build_commit())))
 
     @Option(help: ArgumentHelp("The configuration file.", discussion: "Default: /etc/recd/recd.toml (--system) or $XDG_CONFIG_HOME/recd/recd.toml (--user). A missing default file means all defaults.", valueName: "path"))
     var config: String?

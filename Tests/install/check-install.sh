@@ -37,6 +37,7 @@ expected=(
     usr/lib/systemd/user/recd.service
     usr/lib/systemd/user/recd.socket
     usr/lib/sysusers.d/recd.conf
+    usr/lib/tmpfiles.d/recd.conf
     usr/share/bash-completion/completions/recctl
     usr/share/bash-completion/completions/recd
     usr/share/fish/vendor_completions.d/recctl.fish
