@@ -31,7 +31,7 @@ extension KeyReader {
         let seconds: Double? = switch entry.value {
         case .integer(let value): Double(value)
         case .float(let value): value
-        case .string(let text): DurationText.seconds(text)
+        case .string(let text): DurationText.seconds(text, allowingZero: range.lowerBound == 0)
         default: nil
         }
         guard let seconds else {

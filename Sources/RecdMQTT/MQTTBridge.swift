@@ -280,9 +280,11 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     static let commandMethods = RecdProtocol.Method.allCases.filter { $0 != .subscribe && $0 != .unsubscribe }
     static let commandNames = (commandMethods.map(\.rawValue) + ["switch"]).joined(separator: ", ")
 
-    /// What a client on the broker may do: observe always, control when `[mqtt] control` is on
-    /// (the broker's ACL decides who may publish commands at all).
-    private var permissions: Set<Permission> { configuration.controlAllowed ? [.observe, .control] : [.observe] }
+    /// What a client on the broker may do: everything when `[mqtt] control` is on (the broker's
+    /// ACL decides who may publish commands at all), nothing otherwise: recordings' names and
+    /// paths are not for everyone on a shared broker, and a flood of listings would occupy the
+    /// command queue.
+    private var permissions: Set<Permission> { configuration.controlAllowed ? [.observe, .control] : [] }
 
     /// A command is a request: read by the socket's parser into the same method and params,
     /// refused or run by the same table, after the same permission check. `switch` (Home

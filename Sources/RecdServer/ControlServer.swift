@@ -244,6 +244,7 @@ public final class ControlServer: Sendable {
     /// Creates the socket's directory; refuses to take over a path another daemon answers on.
     private static func prepare(path: String) throws {
         let directory = FilePath(path).removingLastComponent().string
+        if let refusal = SocketLocation.prepareFallback(for: path) { throw ServerError.cannotBind(path, refusal) }
         // Said here, in words, rather than by NIO's bind ("stat(pathname:outStat:): Permission denied").
         if let error = Recorder.makeDirectory(directory) {
             throw ServerError.cannotBind(path, "cannot create the directory \(directory): \(Errno(rawValue: error))")

@@ -107,16 +107,18 @@ final class CaptureSession: @unchecked Sendable {
     /// The drift estimate's bit pattern; NaN until there is one.
     private let driftPartsPerMillion = Atomic<UInt64>(Double.nan.bitPattern)
     private let request = NIOLockedValueBox<Request>(.none)
-    /// False from a request's posting until the thread acted on it (or ended): what the
-    /// control thread waits on, woken by the answer, not polled.
-    private let answered = ConditionLock(value: true)
+    /// Signalled when the thread has acted on the request in hand, or has ended: what the
+    /// control thread waits on, woken by the answer, not polled. A semaphore, whose timeout is
+    /// on the monotonic clock (a clock step after boot must not make a thread look stuck).
+    private let answered = DispatchSemaphore(value: 0)
     private let wake = DispatchSemaphore(value: 0)
     private let resumeError = NIOLockedValueBox<RecorderError?>(nil)
     private let outcome = NIOLockedValueBox<CaptureOutcome?>(nil)
     private let finished = DispatchSemaphore(value: 0)
-    /// True once the first segment's start is known (its first frame read, its file named after
-    /// it) or the thread has ended: what `start` waits for, so that it answers with the final path.
-    private let firstFrameKnown = ConditionLock(value: false)
+    /// Signalled once the first segment's start is known (its first frame read, its file named
+    /// after it) or the thread has ended: what `start` waits for, to answer with the final path.
+    private let firstFrameKnown = DispatchSemaphore(value: 0)
+    private let firstFrameMarked = Atomic<Bool>(false)
     let isPaused = Atomic<Bool>(false)
     private let startedFlag = Atomic<Bool>(false)
     /// Who may use `writer` (and the converter): the capture thread until it ends or is abandoned.
@@ -200,14 +202,12 @@ final class CaptureSession: @unchecked Sendable {
     /// Waits until the first frame has been read (the first file then has its final name) or
     /// the thread has ended; false after `timeout` seconds without either.
     func awaitFirstFrame(timeout: Double) -> Bool {
-        guard firstFrameKnown.lock(whenValue: true, timeoutSeconds: timeout) else { return false }
-        firstFrameKnown.unlock()
-        return true
+        if firstFrameMarked.load(ordering: .acquiring) { return true }
+        return firstFrameKnown.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success
     }
 
     private func markFirstFrameKnown() {
-        firstFrameKnown.lock()
-        firstFrameKnown.unlock(withValue: true)
+        if !firstFrameMarked.exchange(true, ordering: .acquiringAndReleasing) { firstFrameKnown.signal() }
     }
 
     /// Asks the thread to pause; returns once it has stopped the device. Frames written up to
@@ -286,15 +286,14 @@ final class CaptureSession: @unchecked Sendable {
 
     /// Hands the thread a request that `awaitAcknowledgement` waits on.
     private func post(_ next: Request) {
-        answered.lock()
-        answered.unlock(withValue: false)
+        // An answer left from an earlier request (one that timed out) is not this one's.
+        while answered.wait(timeout: .now()) == .success {}
         request.withLock { $0 = next }
     }
 
     /// On the capture thread: the request in hand is done (or the thread has ended).
     private func acknowledge() {
-        answered.lock()
-        answered.unlock(withValue: true)
+        answered.signal()
     }
 
     /// Waits for the thread to act on the request just posted, unless it ends first (a frame
@@ -302,9 +301,7 @@ final class CaptureSession: @unchecked Sendable {
     /// did neither within 5 s: the thread is stuck in the driver.
     private func awaitAcknowledgement() -> Bool {
         if isEnded { return true }
-        guard answered.lock(whenValue: true, timeoutSeconds: 5) else { return false }
-        answered.unlock()
-        return true
+        return answered.wait(timeout: .now() + .seconds(5)) == .success
     }
 
     private var isEnded: Bool { outcome.withLock { $0 != nil } }
@@ -491,11 +488,16 @@ final class CaptureSession: @unchecked Sendable {
         guard files.render(index: segment.index, date: namedAt) != files.render(index: segment.index, date: segment.startedAt),
               let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
         else { return }
-        // link + unlink: never over another file; both names are on the same file system.
-        guard link(segment.partialPath, wanted + ".part") == 0 else { return }
-        unlink(segment.partialPath)
-        segment.path = wanted
-        writer.renamed(to: segment.partialPath)
+        // Under the file's lock: a thread that was abandoned (stuck before its first read, woken
+        // after `stop` gave up on it) must not rename the file the control thread is finalizing.
+        fileAccess.withLock { access in
+            guard access == .captureThread else { return }
+            // link + unlink: never over another file; both names are on the same file system.
+            guard link(segment.partialPath, wanted + ".part") == 0 else { return }
+            unlink(segment.partialPath)
+            segment.path = wanted
+            writer.renamed(to: segment.partialPath)
+        }
     }
 
     /// What a file whose first frame was captured at `time` says about its origin.

@@ -92,13 +92,20 @@ public enum CrashedFileRepair {
             guard pread(fd, &tail, tail.count, off_t(length)) == tail.count else { throw .system("pread \(path)", Errno(rawValue: errno)) }
             undo.writes.append((length, tail))
         }
-        for write in patch.writes {
-            guard pwrite(fd, write.bytes, write.bytes.count, off_t(write.offset)) == write.bytes.count else {
-                throw .system("pwrite \(path)", Errno(rawValue: errno))
-            }
+        // A write that fails part way (a full disk) puts back what was already written: a
+        // repair never leaves a file half-patched.
+        func failed(_ call: String) -> CrashedFileRepairError {
+            let error = CrashedFileRepairError.system("\(call) \(path)", Errno(rawValue: errno))
+            for write in undo.writes { _ = pwrite(fd, write.bytes, write.bytes.count, off_t(write.offset)) }
+            if let length = undo.truncateTo { _ = ftruncate(fd, off_t(length)) }
+            return error
+        }
+        // What extends the file first: it is what a full disk refuses, before anything changed.
+        for write in patch.writes.sorted(by: { ($0.offset + $0.bytes.count > size ? 0 : 1) < ($1.offset + $1.bytes.count > size ? 0 : 1) }) {
+            guard pwrite(fd, write.bytes, write.bytes.count, off_t(write.offset)) == write.bytes.count else { throw failed("pwrite") }
         }
         if let length = patch.truncateTo, length < size, ftruncate(fd, off_t(length)) != 0 {
-            throw .system("ftruncate \(path)", Errno(rawValue: errno))
+            throw failed("ftruncate")
         }
         guard fsync(fd) == 0 else { throw .system("fsync \(path)", Errno(rawValue: errno)) }
         return undo
@@ -195,6 +202,8 @@ public enum CrashedFileRepair {
                                         frames: Int64(dataSize / bytesPerPacket))
             }
             guard size >= 0 else { throw .unexpectedLayout("chunk '\(id)' of unknown size before the data") }
+            // A damaged size must not trap (this runs at every start-up): past the end is a layout we leave.
+            guard size <= Int64(bytes.count - offset - 12) else { throw .unexpectedLayout("chunk '\(id)' larger than the file") }
             offset += 12 + Int(size)
         }
         throw .unexpectedLayout("no data chunk")

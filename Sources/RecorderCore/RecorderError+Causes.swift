@@ -42,8 +42,12 @@ extension RecorderError {
 }
 
 extension ALSAError {
-    /// libasound cannot find the PCM at all: no such name in its configuration, no such card
-    /// (`hw:9,9`), or its source file is missing. Not a sound server that is away
-    /// (ECONNREFUSED), nor a device that is busy or refuses us.
-    var isUnknownDevice: Bool { function == "snd_pcm_open" && (errno == ENOENT || errno == ENODEV) }
+    /// libasound cannot find the PCM at all: no such name in its configuration (`Unknown PCM`),
+    /// no such card (`hw:9,9`: `Cannot get card index`), as libasound itself says. The errno
+    /// alone is not enough: a sound server whose socket is not there yet (PipeWire before the
+    /// session starts) also fails with ENOENT, and that one is waited for.
+    var isUnknownDevice: Bool {
+        guard function == "snd_pcm_open", errno == ENOENT || errno == ENODEV, let detail else { return false }
+        return ["Unknown PCM", "Cannot get card index", "Invalid card", "Unable to find definition"].contains { detail.contains($0) }
+    }
 }

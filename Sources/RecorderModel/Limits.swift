@@ -73,8 +73,9 @@ public enum DurationText {
         ("ms", 0.001), ("s", 1), ("sec", 1), ("min", 60), ("m", 60), ("h", 3600), ("d", 86400), ("w", 604_800),
     ]
 
-    /// What the spelling says, in seconds; nil when it is not a duration.
-    public static func seconds(_ text: String) -> Double? {
+    /// What the spelling says, in seconds; nil when it is not a duration. `allowingZero` for a
+    /// setting where zero means "off" (`grace = "0s"`).
+    public static func seconds(_ text: String, allowingZero: Bool = false) -> Double? {
         let trimmed = text.filter { $0 != " " && $0 != "\t" }
         guard !trimmed.isEmpty else { return nil }
         let value: Double?
@@ -85,7 +86,7 @@ public enum DurationText {
         } else {
             value = withUnits(trimmed)
         }
-        guard let value, value > 0, value.isFinite else { return nil }
+        guard let value, value > 0 || (allowingZero && value == 0), value.isFinite else { return nil }
         return value
     }
 

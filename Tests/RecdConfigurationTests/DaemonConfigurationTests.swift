@@ -52,6 +52,9 @@ struct DaemonConfigurationTests {
         #expect(try read("[segments]\nlength = \"00:15:00\"\n").segments.length == 900)
         #expect(try read("[retention]\nmax_age = \"2w\"\n").retention.maximumAge == 1_209_600)
         #expect(try read("[capture]\nsync_interval = \"500ms\"\n").syncInterval == 0.5)
+        // Zero, where it means "off", may be written as a duration too.
+        #expect(try read("[retention]\ngrace = \"0s\"\n").retention.grace == 0)
+        #expect(error("[segments]\nlength = \"0s\"\n")?.contains("segments.length: must be a duration") == true)
     }
 
     @Test(arguments: [

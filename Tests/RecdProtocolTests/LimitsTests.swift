@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Glibc
 import RecdProtocol
 import Testing
 
@@ -44,5 +45,31 @@ struct LimitsTests {
         #expect(params.format == .aac)
         // It is written back by its own name.
         #expect(String(decoding: try WireCoding.encoder().encode(AudioFileFormat.aac), as: UTF8.self) == #""aac""#)
+    }
+}
+
+/// Where clients look for the user instance's socket without XDG_RUNTIME_DIR: only in a
+/// `/tmp/recd-<uid>` that is the user's own and private.
+@Suite("socket location")
+struct SocketLocationTests {
+    @Test func theTmpFallbackIsTrustedOnlyWhenItIsTheUsersOwnPrivateDirectory() throws {
+        let uid = uid_t(40000 + UInt32.random(in: 0..<20000))
+        let directory = "/tmp/recd-\(uid)"
+        defer { rmdir(directory) }
+        let everyone = { (_: String) in true }
+        // Absent: the system socket.
+        #expect(SocketLocation.forClient(environment: [:], uid: uid, exists: everyone) == SocketLocation.system)
+        // Made by someone else (here root, as any local user could): not trusted.
+        #expect(mkdir(directory, 0o700) == 0)
+        #expect(SocketLocation.forClient(environment: [:], uid: uid, exists: everyone) == SocketLocation.system)
+        #expect(SocketLocation.prepareFallback(for: directory + "/recd/recd.sock", uid: uid)?.contains("not a private directory") == true)
+        // The user's own, mode 0700: trusted; writable by others: not.
+        #expect(chown(directory, uid, gid_t(uid)) == 0)
+        #expect(SocketLocation.forClient(environment: [:], uid: uid, exists: everyone) == directory + "/recd/recd.sock")
+        #expect(chmod(directory, 0o777) == 0)
+        #expect(SocketLocation.forClient(environment: [:], uid: uid, exists: everyone) == SocketLocation.system)
+        // XDG_RUNTIME_DIR (made by the login manager) is taken as it is.
+        #expect(SocketLocation.forClient(environment: ["XDG_RUNTIME_DIR": "/run/user/7"], uid: uid, exists: everyone)
+                == "/run/user/7/recd/recd.sock")
     }
 }

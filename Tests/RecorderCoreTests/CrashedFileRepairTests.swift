@@ -104,6 +104,21 @@ struct CrashedFileRepairTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: part)) == bytes)
     }
 
+    /// A chunk before `data` whose size runs past the end (bytes 2^63 − 1): refused as a layout
+    /// the repair does not know, not a trap at start-up.
+    @Test func aCAFWithAChunkSizeBeyondTheFileIsLeftAloneWithoutATrap() throws {
+        let directory = TemporaryDirectory()
+        let part = try crashLeftFile(format: .caf, input: Signal.counter16(frames: Self.written, channels: 2), channels: 2, in: directory)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: part))
+        // The chunk after `desc` (at 8 + 12 + 32): its 64-bit size.
+        let size = 8 + 12 + 32 + 4
+        bytes.replaceSubrange(size..<(size + 8), with: [0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF])
+        try bytes.write(to: URL(fileURLWithPath: part))
+        #expect(throws: CrashedFileRepairError.self) { try CrashedFileRepair.patch(forFileAt: part, fileExtension: "caf") }
+        RecordingLibrary.repairLength(part, fileExtension: "caf", logger: Logger(label: "test"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: part)) == bytes)
+    }
+
     @Test("a finished file needs no repair", arguments: [AudioFileFormat.wav, .caf, .flac, .mp3])
     func finishedFileUntouched(format: AudioFileFormat) throws {
         let directory = TemporaryDirectory()
