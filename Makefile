@@ -23,8 +23,10 @@ BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linu
 # What `make deb` and `make test-deb` need besides the build's: dpkg-deb, dpkg-shlibdeps and
 # strip, lintian, and mmdebstrap for the clean Debian 12 root the package is installed into.
 DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux
+# make soak's plot; heaptrack for finding what a soak shows growing.
+SOAK_PACKAGES  = python3-matplotlib heaptrack
 
-.PHONY: help deps deps-bench deps-deb build-info build release deb test-deb hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish install uninstall clean
+.PHONY: help deps deps-bench deps-deb build-info build release deb test-deb hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish soak install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -37,6 +39,7 @@ help:
 	@echo "make bench-publish  put a run's tables into BENCHMARKS.md (BENCH_RUN, default bench/out/latest)"
 	@echo "make deb      build the Debian package recd_VERSION_ARCH.deb (release binaries, lintian-checked)"
 	@echo "make test-deb install that package into a clean Debian 12 root filesystem and record with it"
+	@echo "make soak     three loads for hours (SOAK_MINUTES, default 120): RSS, threads and fds slopes, files checked; bench/out/soak-latest"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
 
 # Installs only what is missing; sudo when not root.
@@ -166,6 +169,21 @@ bench: deps-bench
 	$(SWIFT) build $(RELEASE_FLAGS)
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
 
+# Memory, threads and descriptors over hours of wall-clock time: three daemons at once (recording
+# alone; 20 subscribers at 20 Hz, segments and a lost device; start/stop churn with clients that
+# come and go), each on its own paced PulseAudio device. Not part of make test. The report
+# (summary.json, samples.jsonl, soak.png) goes to bench/out/soak-RUN, bench/out/soak-latest;
+# the published run's are in bench/results/soak (bench-publish leaves them alone).
+# Debian's python3 (not a python3 earlier in PATH) has Debian's matplotlib.
+SOAK_MINUTES        ?= 120
+SOAK_WARMUP_MINUTES ?= 15
+SOAK_PYTHON         ?= /usr/bin/python3
+soak: deps-bench
+	$(call install_packages,$(SOAK_PACKAGES))
+	$(SWIFT) build $(RELEASE_FLAGS)
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_WARMUP_MINUTES=$(SOAK_WARMUP_MINUTES) \
+	  $(SOAK_PYTHON) bench/soak.py "$$($(SWIFT) build -c release --show-bin-path)"
+
 # Regenerates the list of functions recd and recctl run (callgrind over a recorder's day in
 # miniature), then relinks with it. Commit the list; an outdated one only clusters less.
 hot-functions: deps-bench
@@ -179,7 +197,7 @@ hot-functions: deps-bench
 BENCH_RUN ?= bench/out/latest
 bench-publish:
 	@test -f "$(BENCH_RUN)/results/tree.env" || { echo "no benchmark run in $(BENCH_RUN): make bench first, or BENCH_RUN=DIR"; exit 1; }
-	rm -rf bench/results
+	mkdir -p bench/results && find bench/results -mindepth 1 -maxdepth 1 ! -name soak -exec rm -rf {} +
 	cp -r "$(BENCH_RUN)/results/." bench/results
 	python3 bench/report.py --into BENCHMARKS.md bench/results
 
