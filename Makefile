@@ -20,10 +20,13 @@ RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath -Xswiftc 
 BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsoxr-dev libmosquitto-dev libavcodec-dev libavformat-dev libavutil-dev
 TEST_PACKAGES  = ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
+# What `make deb` and `make test-deb` need besides the build's: dpkg-deb, dpkg-shlibdeps and
+# strip, lintian, and mmdebstrap for the clean Debian 12 root the package is installed into.
+DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux
 # make soak's plot; heaptrack for finding what a soak shows growing.
 SOAK_PACKAGES  = python3-matplotlib heaptrack
 
-.PHONY: help deps deps-bench build release hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-units check-install demo bench bench-publish soak install uninstall clean
+.PHONY: help deps deps-bench deps-deb build-info build release deb test-deb hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish soak install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -31,8 +34,11 @@ help:
 	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install"
 	@echo "make fuzz     fuzz the request parser and configuration reader (FUZZ_SECONDS, default 600)"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
+	@echo "make demo-shell  the demo, then a shell with recctl pointed at its recd and device"
 	@echo "make bench    measure recd against arecord, sox and MPD; report and raw figures in bench/out/ (untracked)"
 	@echo "make bench-publish  put a run's tables into BENCHMARKS.md (BENCH_RUN, default bench/out/latest)"
+	@echo "make deb      build the Debian package recd_VERSION_ARCH.deb (release binaries, lintian-checked)"
+	@echo "make test-deb install that package into a clean Debian 12 root filesystem and record with it"
 	@echo "make soak     three loads for hours (SOAK_MINUTES, default 120): RSS, threads and fds slopes, files checked; bench/out/soak-latest"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
 
@@ -54,16 +60,30 @@ deps:
 deps-bench: deps
 	$(call install_packages,$(BENCH_PACKAGES))
 
-build: deps
+deps-deb: deps
+	$(call install_packages,$(DEB_PACKAGES))
+
+# The project's one version is RecdVersion.current (Sources/RecorderModel/RecdVersion.swift);
+# the package is named after it. The commit goes into the binaries through CBuildInfo: commit.h
+# is rewritten only when the commit changes, and build_info.c touched with it, so that a build
+# directory that compiled it before commit.h existed compiles it again (one C file, a relink).
+# Outside a git checkout the commit is empty and --version prints the version alone.
+VERSION      := $(shell sed -n 's/^ *public static let current = "\(.*\)"$$/\1/p' Sources/RecorderModel/RecdVersion.swift)
+BUILD_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
+build-info:
+	@h=Sources/CBuildInfo/commit.h; line='#define RECD_COMMIT "$(BUILD_COMMIT)"'; \
+	if [ "$$(cat $$h 2>/dev/null)" != "$$line" ]; then echo "$$line" >$$h; touch Sources/CBuildInfo/build_info.c; fi
+
+build: deps build-info
 	$(SWIFT) build
 
-release: deps
+release: deps build-info
 	$(SWIFT) build $(RELEASE_FLAGS)
 
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	$(MAKE) --no-print-directory test-tsan fuzz-smoke check-units check-install test-release
+	$(MAKE) --no-print-directory check-imports test-tsan fuzz-smoke check-units check-install test-release test-deb
 
 # The end-to-end suites again, against the release binaries as they ship (static runtime, lld,
 # the hot-functions order, recctl a static PIE): what `make install` installs is what is tested.
@@ -81,7 +101,10 @@ test-tsan: deps
 
 # libFuzzer over the request parser and the configuration reader (Sources/recd-fuzz).
 # `make fuzz FUZZ_SECONDS=1800` for a long run; new inputs go to .build-fuzz/corpus, crashes
-# to .build-fuzz/ (add a crash to Tests/fuzz/corpus once it is fixed).
+# to .build-fuzz/ (add a crash to Tests/fuzz/corpus once it is fixed). Tests/fuzz/recd.dict
+# gives it the tokens of a request and of recd.toml, and numbers at the edges (0, -1, 1e308,
+# 2e14, Int64.max, NaN...).
+FUZZ_DICT     = -dict=Tests/fuzz/recd.dict
 FUZZ_SECONDS ?= 600
 FUZZ_BIN      = .build-fuzz/release/recd-fuzz
 fuzz-build: deps
@@ -91,7 +114,7 @@ fuzz-build: deps
 FUZZ_ARGS    ?= -max_total_time=$(FUZZ_SECONDS)
 fuzz: fuzz-build
 	mkdir -p .build-fuzz/corpus
-	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) $(FUZZ_ARGS) -timeout=10 -rss_limit_mb=2048 \
+	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) $(FUZZ_ARGS) $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/corpus Tests/fuzz/corpus
 
 # A short fuzzing run (part of make test): the seed corpus replayed by the plain build, then
@@ -101,8 +124,12 @@ fuzz-smoke: fuzz-build
 	$(SWIFT) build --product recd-fuzz
 	"$$($(SWIFT) build --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
 	rm -rf .build-fuzz/smoke && mkdir -p .build-fuzz/smoke
-	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 -timeout=10 -rss_limit_mb=2048 \
+	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/smoke Tests/fuzz/corpus
+
+# Every module declares exactly what it imports (Package.swift against the sources).
+check-imports:
+	python3 Tests/layers/check-imports.py
 
 check-units: build
 	Tests/units/check-units.sh "$$($(SWIFT) build --show-bin-path)/recd"
@@ -111,10 +138,32 @@ check-units: build
 check-install: deps
 	bash Tests/install/check-install.sh
 
+# The Debian package (doc/packaging.md): `make install` into a staging tree with PREFIX=/usr,
+# laid out as Debian 12 expects, Depends from the binaries, lintian over the result.
+# DEB_ARCH names another Debian architecture when the binaries were built for it.
+DEB_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null)
+DEB       = recd_$(VERSION)_$(DEB_ARCH).deb
+deb: deps-deb build-info
+	$(SWIFT) build $(RELEASE_FLAGS)
+	bash packaging/deb/build-deb.sh --version "$(VERSION)" --commit "$(BUILD_COMMIT)" --arch "$(DEB_ARCH)" --output "$(DEB)"
+
+# Installs that package into a clean Debian 12 root filesystem (mmdebstrap, cached under
+# ~/.cache/recd-test-deb) and records with it there (Tests/deb/test-deb.sh). Needs root
+# (chroot, mount): sudo when not root, as for packages.
+test-deb: deb
+	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo --preserve-env=RECD_TEST_DEB_CACHE,RECD_TEST_DEB_KEEP"; \
+	$$sudo bash Tests/deb/test-deb.sh "$(DEB)"
+
 demo: deps
 	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recd
 	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
 	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)"
+
+# The demo, then a shell with recctl pointed at its recd and device (they stop when it exits).
+demo-shell: deps
+	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recd
+	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
+	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" --shell
 
 bench: deps-bench
 	$(SWIFT) build $(RELEASE_FLAGS)
@@ -157,12 +206,14 @@ bench-publish:
 # systemd, bash-completion, zsh and fish all search both /usr/local and /usr.
 DATADIR     = $(DESTDIR)$(PREFIX)/share
 MAN1DIR     = $(DATADIR)/man/man1
+MAN5DIR     = $(DATADIR)/man/man5
 BASHCOMPDIR = $(DATADIR)/bash-completion/completions
 ZSHCOMPDIR  = $(DATADIR)/zsh/site-functions
 FISHCOMPDIR = $(DATADIR)/fish/vendor_completions.d
 UNITDIR     = $(DESTDIR)$(PREFIX)/lib/systemd/system
 USERUNITDIR = $(DESTDIR)$(PREFIX)/lib/systemd/user
 SYSUSERSDIR = $(DESTDIR)$(PREFIX)/lib/sysusers.d
+TMPFILESDIR = $(DESTDIR)$(PREFIX)/lib/tmpfiles.d
 # recd --system reads /etc/recd/recd.toml whatever the PREFIX.
 CONFDIR     = $(DESTDIR)/etc/recd
 # Man pages, completions and units are generated here, then installed.
@@ -173,20 +224,32 @@ MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 # Man pages and completions come from the command definitions themselves: man pages through
 # swift-argument-parser's GenerateManual plugin (one page per subcommand: recctl.1,
 # recctl.start.1, ...: `man recctl.start`), completions from each binary's --generate-completion-script.
+# Two touches after generating: a paragraph break in a page is `.Pp`, not an empty line (which
+# groff warns about), and a bash completion has no #! line (it is sourced, never run).
 # The plugin builds the package again with plain release flags: in its own folder, so that what
 # is installed is the build above (static runtime, lld, the hot-functions order).
+# The plugin also writes a page for ArgumentParser's implicit `help` subcommand (recd.help.1,
+# recctl.help.1: stubs) and so gives recd(1), which has no subcommands, a `subcommand` in its
+# synopsis: both go, and recd(1) points at recctl(1) and recd.toml(5) instead.
+# recd.toml(5) is made from etc/recd.toml (doc/recd.toml.5.awk), the documented reference.
 # The units' ExecStart= names /usr/local/bin/recd; it is rewritten to $(PREFIX)/bin/recd.
 # An existing /etc/recd/recd.toml is never overwritten: the shipped one goes next to it
 # as recd.toml.example.
-install:
+install: build-info
 	$(SWIFT) build $(RELEASE_FLAGS)
 	rm -rf $(GENERATED)
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
 	RECD_STATIC_RECCTL= $(SWIFT) package --scratch-path .build/manual --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \
 	  $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man
+	rm -f $(GENERATED)/man/recd.help.1 $(GENERATED)/man/recctl.help.1
+	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd\.help 1$$/.Xr recctl 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd.1
+	sed -i -e '/^\.Xr recctl\.help 1/d' $(GENERATED)/man/recctl.1
+	sed -i 's/^$$/.Pp/' $(GENERATED)/man/*.1
 	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	awk -v date="$(MANDATE)" -v version="$(VERSION)" -f doc/recd.toml.5.awk etc/recd.toml \
+	  >$(GENERATED)/man/recd.toml.5; \
 	for tool in recd recctl; do \
-	  "$$bin/$$tool" --generate-completion-script bash >$(GENERATED)/completions/$$tool; \
+	  "$$bin/$$tool" --generate-completion-script bash | sed '1{/^#!/d}' >$(GENERATED)/completions/$$tool; \
 	  "$$bin/$$tool" --generate-completion-script zsh >$(GENERATED)/completions/_$$tool; \
 	  "$$bin/$$tool" --generate-completion-script fish >$(GENERATED)/completions/$$tool.fish; \
 	done; \
@@ -194,35 +257,37 @@ install:
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/$$unit >$(GENERATED)/system/$$unit; \
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/user/$$unit >$(GENERATED)/user/$$unit; \
 	done; \
-	install -d $(BINDIR) $(MAN1DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
-	  $(UNITDIR) $(USERUNITDIR) $(SYSUSERSDIR) $(CONFDIR); \
+	install -d $(BINDIR) $(MAN1DIR) $(MAN5DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
+	  $(UNITDIR) $(USERUNITDIR) $(SYSUSERSDIR) $(TMPFILESDIR) $(CONFDIR); \
 	install -m 755 "$$bin/recd" "$$bin/recctl" $(BINDIR)/; \
 	install -m 644 $(GENERATED)/man/*.1 $(MAN1DIR)/; \
+	install -m 644 $(GENERATED)/man/recd.toml.5 $(MAN5DIR)/; \
 	install -m 644 $(GENERATED)/completions/recd $(GENERATED)/completions/recctl $(BASHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/completions/_recd $(GENERATED)/completions/_recctl $(ZSHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/completions/recd.fish $(GENERATED)/completions/recctl.fish $(FISHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/system/recd.service $(GENERATED)/system/recd.socket $(UNITDIR)/; \
 	install -m 644 $(GENERATED)/user/recd.service $(GENERATED)/user/recd.socket $(USERUNITDIR)/; \
 	install -m 644 systemd/sysusers.d/recd.conf $(SYSUSERSDIR)/recd.conf; \
+	install -m 644 systemd/tmpfiles.d/recd.conf $(TMPFILESDIR)/recd.conf; \
 	if [ -e $(CONFDIR)/recd.toml ]; then \
 	  install -m 644 etc/recd.toml $(CONFDIR)/recd.toml.example; \
 	  echo "kept $(CONFDIR)/recd.toml; the shipped one is $(CONFDIR)/recd.toml.example"; \
 	else \
 	  install -m 644 etc/recd.toml $(CONFDIR)/recd.toml; \
 	fi
-	@echo "installed; next: systemd-sysusers && systemctl daemon-reload && systemctl enable --now recd.socket (or: systemctl --user enable --now recd.socket)"
+	@echo "installed; next: systemd-sysusers && systemd-tmpfiles --create recd.conf && systemctl daemon-reload && systemctl enable --now recd.socket (or: systemctl --user enable --now recd.socket)"
 
 # Removes what install put there, except a recd.toml that was changed after installing.
 uninstall:
 	rm -f $(BINDIR)/recd $(BINDIR)/recctl
-	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1
+	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1 $(MAN5DIR)/recd.toml.5
 	rm -f $(BASHCOMPDIR)/recd $(BASHCOMPDIR)/recctl $(ZSHCOMPDIR)/_recd $(ZSHCOMPDIR)/_recctl
 	rm -f $(FISHCOMPDIR)/recd.fish $(FISHCOMPDIR)/recctl.fish
 	rm -f $(UNITDIR)/recd.service $(UNITDIR)/recd.socket $(USERUNITDIR)/recd.service $(USERUNITDIR)/recd.socket
-	rm -f $(SYSUSERSDIR)/recd.conf $(CONFDIR)/recd.toml.example
+	rm -f $(SYSUSERSDIR)/recd.conf $(TMPFILESDIR)/recd.conf $(CONFDIR)/recd.toml.example
 	if cmp -s etc/recd.toml $(CONFDIR)/recd.toml; then rm -f $(CONFDIR)/recd.toml; \
 	elif [ -e $(CONFDIR)/recd.toml ]; then echo "kept $(CONFDIR)/recd.toml (changed since installed)"; fi
 	rmdir $(CONFDIR) 2>/dev/null || true
 
 clean:
-	rm -rf .build .build-tsan
+	rm -rf .build .build-tsan recd_*.deb

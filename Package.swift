@@ -43,6 +43,8 @@ let package = Package(
         // FFmpeg's libavformat, libavcodec and libavutil (libavcodec-dev, libavformat-dev,
         // libavutil-dev), loaded with dlopen on first use rather than linked (see CFFmpeg.h).
         .target(name: "CFFmpeg"),
+        // The git commit `make` builds from, for --version (see CBuildInfo.h); "" without make.
+        .target(name: "CBuildInfo"),
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -71,17 +73,32 @@ let package = Package(
         ]),
         // The TOML subset recd's configuration is written in, read strictly (fuzzed).
         .target(name: "TOML"),
+        // recd.toml read into DaemonConfiguration: every key typed, range- and unit-checked,
+        // unknown keys refused at file:line. A library, so that it has unit tests and the
+        // fuzzer links it.
+        .target(name: "RecdConfiguration", dependencies: [
+            "TOML", "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Codable wire types, shared by the daemon and the client. No NIO.
         .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
+        // The method table: what every way in (the socket, MQTT) runs for a method, after the
+        // same permission check. No NIO, no MQTT: the ways in depend on it, not it on them.
+        .target(name: "RecdCommands", dependencies: [
+            "RecorderCore", "RecdProtocol",
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            // NIOThreadPool only: BlockingCalls' threads.
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
         // The Unix-socket JSON-RPC server.
         .target(name: "RecdServer", dependencies: [
-            "RecorderCore", "RecdProtocol",
+            "RecorderCore", "RecdProtocol", "RecdCommands",
             // Locks ThreadSanitizer can see (pthread mutexes), as in RecorderCore.
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // Commands run for every finalized file (upload hooks).
@@ -93,13 +110,14 @@ let package = Package(
         ]),
         // The MQTT bridge and Home Assistant discovery; observes the in-process Recorder.
         .target(name: "RecdMQTT", dependencies: [
-            "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks", "Mosquitto",
+            "RecorderCore", "RecorderModel", "RecdProtocol", "RecdCommands", "RecdHooks", "Mosquitto",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol", "Systemd", "CLinux",
+            "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
+            "Systemd", "CLinux", "Mosquitto", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -107,38 +125,39 @@ let package = Package(
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-            "TOML",
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // A blocking client of the protocol (plain sockets, no event loop): one line out, one
         // line in. Used by recctl, the end-to-end tests and the benchmark.
-        .target(name: "RecdClient", dependencies: ["RecdProtocol"]),
+        .target(name: "RecdClient", dependencies: [
+            "RecdProtocol",
+            // A pthread lock for the subscription's reader, as everywhere (ThreadSanitizer).
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ]),
         .executableTarget(name: "recctl", dependencies: [
-            "RecdClient", "RecdProtocol", "RecorderModel",
+            "RecdClient", "RecdProtocol", "RecorderModel", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "SystemPackage", package: "swift-system"),
         ], linkerSettings: staticClient),
 
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
-        // plainly, it replays a corpus. Its DaemonConfiguration.swift is a link to recd's.
-        .executableTarget(name: "recd-fuzz", dependencies: [
-            "RecdProtocol", "RecorderCore", "RecdHooks",
-            .product(name: "Logging", package: "swift-log"),
-            "TOML",
-        ]),
+        // plainly, it replays a corpus.
+        .executableTarget(name: "recd-fuzz", dependencies: ["RecdProtocol", "RecdConfiguration", "RecorderModel"]),
         // RecorderCore used as a library: record a file in-process.
         .executableTarget(name: "simple-recorder", dependencies: ["RecorderCore", "RecorderModel"], path: "Examples/simple-recorder"),
 
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),
         .testTarget(name: "RecorderCoreTests", dependencies: [
-            "RecorderCore", "ALSA", "Sndfile", "MPEG4", "RecdTestSupport",
+            "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "RecdTestSupport",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
+        .testTarget(name: "RecdConfigurationTests", dependencies: ["RecdConfiguration", "RecorderModel"]),
         .testTarget(name: "RecdServerTests", dependencies: [
-            "RecdServer", "RecdProtocol", "RecorderCore",
+            "RecdServer", "RecdCommands", "RecdProtocol", "RecorderCore",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOEmbedded", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),

@@ -5,9 +5,15 @@
 # clock, no hardware), a 440 Hz tone played into it by speaker-test, and an ALSA PCM "demo"
 # that captures the sink's monitor through ALSA's pulse plugin — the path a desktop's
 # `default` device takes. recd records from it; recctl drives recd over its socket.
+#
+# With --shell (make demo-shell), recd keeps running afterwards and an interactive shell starts
+# with recctl pointed at it (RECD_SOCKET, ALSA_CONFIG_PATH, PATH); leaving the shell stops recd
+# and the device. The same lines are in the demo's `env` file, for another terminal.
 set -euo pipefail
 
-bin=${1:?usage: demo.sh BINDIR}
+bin=${1:?usage: demo.sh BINDIR [--shell]}
+shell=false
+[ "${2:-}" = --shell ] && shell=true
 seconds=${DEMO_SECONDS:-5}
 work=$(mktemp -d /tmp/recd-demo.XXXXXX)
 pids=()
@@ -66,7 +72,26 @@ say "recctl info demo"
 
 if command -v sndfile-info >/dev/null; then
     say "The file, as libsndfile reads it"
-    sndfile-info "$work/recordings/demo.flac" | grep -E 'Sample Rate|Frames|Channels|Format|Duration' || true
+    # Its summary only (unindented lines): the FLAC header above it repeats Channels and Frames.
+    sndfile-info "$work/recordings/demo.flac" | grep -E '^(Sample Rate|Frames|Channels|Duration) ' || true
+fi
+
+bin=$(cd "$bin" && pwd)
+printf 'export RECD_SOCKET=%s\nexport ALSA_CONFIG_PATH=%s\nexport PATH=%s:$PATH\n' \
+    "$RECD_SOCKET" "$ALSA_CONFIG_PATH" "$bin" >"$work/env"
+if $shell; then
+    say "Your turn: recd keeps running on the device 'demo'"
+    echo "In this shell, recctl talks to the demo's recd (pid $recd_pid). In another terminal:"
+    sed 's/^/    /' "$work/env"
+    echo "(or: . $work/env). Try: recctl start take --format flac; recctl status; recctl stop; recctl ls"
+    echo "Leave the shell (exit) to stop recd and the test device."
+    # A shell's startup files may set PATH again: bash reads the lines after its own.
+    if [ "$(basename "${SHELL:-/bin/bash}")" = bash ]; then
+        printf '[ -f ~/.bashrc ] && . ~/.bashrc\n. %s\nPS1="(recd demo) $PS1"\n' "$work/env" >"$work/bashrc"
+        bash --rcfile "$work/bashrc" -i || true
+    else
+        (. "$work/env" && "$SHELL" -i) || true
+    fi
 fi
 
 say "Stopping recd (SIGTERM finalizes any recording in progress)"
@@ -76,3 +101,4 @@ wait "$recd_pid" && echo "recd exited with status 0"
 echo
 echo "The recording: $work/recordings/demo.flac"
 echo "recd's log:    $work/recd.log"
+$shell || echo "To go on with the demo's recd and device: make demo-shell"

@@ -12,11 +12,14 @@ public struct ALSAError: Error, CustomStringConvertible, Sendable {
     public let function: String
     /// The PCM name the call concerned.
     public let device: String
+    /// What libasound itself said about the failure, if anything ("Cannot get card index for 9").
+    public let detail: String?
 
-    public init(code: Int32, function: String, device: String) {
+    public init(code: Int32, function: String, device: String, detail: String? = nil) {
         self.code = code
         self.function = function
         self.device = device
+        self.detail = detail
     }
 
     /// The errno value (positive), for switching on `EACCES`, `EBUSY`, ...
@@ -25,7 +28,7 @@ public struct ALSAError: Error, CustomStringConvertible, Sendable {
     /// `snd_strerror`'s text, which for errno values is `strerror`'s.
     public var reason: String { String(cString: snd_strerror(code)) }
 
-    public var description: String { "\(function) on '\(device)': \(reason)" }
+    public var description: String { "\(function) on '\(device)': \(reason)" + (detail.map { " (\($0))" } ?? "") }
 }
 
 /// Checks a return value; negative values become an `ALSAError`.

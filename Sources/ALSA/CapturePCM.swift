@@ -56,8 +56,10 @@ public final class CapturePCM {
     /// Opens `name` (`default`, `hw:1,0`, `plughw:…`, `pulse`, `dsnoop:…`) for capture.
     public init(name: String) throws(ALSAError) {
         var pcm: OpaquePointer?
+        LibraryMessages.routed
+        LibraryMessages.clear()
         let result = snd_pcm_open(&pcm, name, SND_PCM_STREAM_CAPTURE, 0)
-        try check(result, "snd_pcm_open", name)
+        if result < 0 { throw ALSAError(code: result, function: "snd_pcm_open", device: name, detail: LibraryMessages.last) }
         guard let pcm else { throw ALSAError(code: -ENODEV, function: "snd_pcm_open", device: name) }
         self.name = name
         self.handle = pcm
@@ -214,6 +216,7 @@ public struct SoundCard: Sendable, Equatable {
 extension CapturePCM {
     /// The sound cards present (`/proc/asound/cards`, through the control interface).
     public static func soundCards() -> [SoundCard] {
+        LibraryMessages.routed
         var cards: [SoundCard] = []
         var index: Int32 = -1
         while snd_card_next(&index) == 0, index >= 0 {
@@ -232,6 +235,7 @@ extension CapturePCM {
 
     /// The PCMs usable for capture that ALSA's configuration lists (its name hints).
     public static func captureDevices() -> [DeviceHint] {
+        LibraryMessages.routed
         var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
         guard snd_device_name_hint(-1, "pcm", &hints) == 0, let hints else { return [] }
         defer { snd_device_name_free_hint(hints) }

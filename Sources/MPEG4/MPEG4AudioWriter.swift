@@ -35,7 +35,9 @@ public enum MPEG4AudioCodec: Sendable, Equatable {
 ///
 /// Not thread-safe, except `sync()`, which only touches the descriptor.
 public final class MPEG4AudioWriter {
-    public let path: String
+    /// Where the file is. `close()` rewrites it by this name, so a rename made while it is open
+    /// must be told with `renamed(to:)`.
+    public private(set) var path: String
     public let sampleRate: Int
     public let channels: Int
     public let codec: MPEG4AudioCodec
@@ -70,6 +72,10 @@ public final class MPEG4AudioWriter {
     private let fragmentDuration: Double
 
     private enum PlaneFormat { case float, int16, int32 }
+
+    /// The file was renamed while open: libavformat and the fsync descriptor keep writing to it,
+    /// and `close()` rewrites it under the new name.
+    public func renamed(to newPath: String) { path = newPath }
 
     /// Creates `path` (which must not exist) and writes the start of a fragmented MP4.
     ///

@@ -138,6 +138,10 @@ public final class RecdConnection {
     /// Half-closes the connection: the daemon sees end of input.
     public func shutdownWriting() { shutdown(fd, Int32(SHUT_WR)) }
 
+    /// Ends the connection from another thread: a read waiting in it returns (`closed`) at
+    /// once. The descriptor stays open until the connection is released.
+    public func interrupt() { shutdown(fd, Int32(SHUT_RDWR)) }
+
     private func send(line: Data) throws(ClientError) {
         var bytes = [UInt8](line)
         bytes.append(UInt8(ascii: "\n"))
@@ -174,14 +178,11 @@ public final class RecdConnection {
         }
     }
 
-    /// Where recd listens: `RECD_SOCKET`, else the user socket when one exists, else the system one.
+    /// Where recd listens: `RECD_SOCKET`, else the user instance's socket when one exists
+    /// (`$XDG_RUNTIME_DIR/recd/recd.sock`, or `/tmp/recd-<uid>/recd/recd.sock` without
+    /// `XDG_RUNTIME_DIR`, as recd itself chooses), else the system one (`SocketLocation`).
     public static func defaultSocketPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
-        if let path = environment["RECD_SOCKET"], !path.isEmpty { return path }
-        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
-            let user = runtime + "/recd/recd.sock"
-            if FileManager.default.fileExists(atPath: user) { return user }
-        }
-        return "/run/recd/recd.sock"
+        SocketLocation.forClient(environment: environment)
     }
 }
 

@@ -1,8 +1,8 @@
 import Dispatch
 import FoundationEssentials
 import Glibc
+import NIOConcurrencyHelpers
 import RecdProtocol
-import Synchronization
 
 /// What a `RecorderClient.changes` sequence delivers.
 public enum RecorderChange: Sendable, Equatable {
@@ -75,32 +75,30 @@ public final class RecorderClient: Sendable {
                         retryDelay: Double = 0.5) -> AsyncStream<RecorderChange> {
         let path = socketPath
         return AsyncStream(bufferingPolicy: .bufferingNewest(1024)) { continuation in
-            let cancelled = Atomic(false)
+            let reader = SubscriptionReader()
             let wake = DispatchSemaphore(value: 0)
             continuation.onTermination = { _ in
-                cancelled.store(true, ordering: .releasing)
+                reader.cancel()
                 wake.signal()
             }
             DispatchQueue(label: "recd.client.subscription").async {
                 var connected = false
-                while !cancelled.load(ordering: .acquiring) {
+                while !reader.isCancelled {
                     do throws(ClientError) {
                         let connection = try RecdConnection(path: path)
+                        defer { _ = reader.reads(nil) }
+                        guard reader.reads(connection) else { break }
                         let subscription: SubscribeResult = try connection.call(
                             .subscribe, SubscribeParams(topics: topics, interval: interval))
                         connected = true
                         continuation.yield(.connected(subscription.snapshot))
-                        while !cancelled.load(ordering: .acquiring) {
-                            do throws(ClientError) {
-                                // A short timeout, so that cancellation is noticed.
-                                let notification = try connection.nextNotification(timeout: 0.25)
-                                continuation.yield(.changed(TopicUpdate(value: notification.value, seq: notification.seq,
-                                                                        timestamp: notification.timestamp)))
-                            } catch .timedOut {
-                                continue
-                            }
+                        while true {
+                            let notification = try connection.nextNotification()
+                            continuation.yield(.changed(TopicUpdate(value: notification.value, seq: notification.seq,
+                                                                    timestamp: notification.timestamp)))
                         }
                     } catch {
+                        if reader.isCancelled { break }
                         if connected { continuation.yield(.disconnected(error.description)) }
                         connected = false
                         _ = wake.wait(timeout: .now() + retryDelay)
@@ -108,6 +106,34 @@ public final class RecorderClient: Sendable {
                 }
                 continuation.finish()
             }
+        }
+    }
+}
+
+/// The connection a `changes` sequence reads, shared with the consumer's end: ending the
+/// sequence interrupts the read in it at once, so the reader waits without a timeout.
+// @unchecked: `connection` and `cancelled` are touched only under `lock` (a pthread lock, which
+// ThreadSanitizer sees); of the connection only `interrupt()` (shutdown(2), safe while another
+// thread reads) is called from the consumer's side.
+private final class SubscriptionReader: @unchecked Sendable {
+    private let lock = NIOLock()
+    private var connection: RecdConnection?
+    private var cancelled = false
+
+    var isCancelled: Bool { lock.withLock { cancelled } }
+
+    func cancel() {
+        lock.withLock {
+            cancelled = true
+            connection?.interrupt()
+        }
+    }
+
+    /// The connection now read (nil: none); false if the sequence has ended already.
+    func reads(_ connection: RecdConnection?) -> Bool {
+        lock.withLock {
+            self.connection = connection
+            return !cancelled
         }
     }
 }

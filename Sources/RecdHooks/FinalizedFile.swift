@@ -56,7 +56,7 @@ public func observeFinalizedFiles(of recorder: Recorder, on queue: DispatchQueue
         let recording = recorder.recording.value.flatMap { $0.id == segment.recordingId ? $0 : nil }
         let fileExtension = FilePath(segment.path).extension ?? ""
         guard let format = recording?.format
-                ?? AudioFileFormat.allCases.first(where: { $0.fileExtension == fileExtension }) else { return }
+                ?? AudioFileFormat(fileExtension: fileExtension) else { return }
         handler(FinalizedFile(id: segment.recordingId, path: segment.path,
                               name: FilePath(segment.path).stem ?? "",
                               format: format, frames: segment.frames, sampleRate: segment.sampleRate,

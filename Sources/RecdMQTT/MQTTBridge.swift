@@ -2,6 +2,7 @@ import Dispatch
 import FoundationEssentials
 import Logging
 import Mosquitto
+import RecdCommands
 import RecdHooks
 import RecdProtocol
 import RecorderCore
@@ -29,6 +30,10 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private let hooks: HookRunner?
     private let topics: MQTTTopics
     private let discovery: HomeAssistantDiscovery
+    /// recd's version, for the `version` command.
+    private let version: String
+    /// Where `stop` waits for libmosquitto's thread to end.
+    private let blocking: BlockingCalls
     private let logger: Logger
     private let queue = DispatchQueue(label: "recd.mqtt.bridge")
     private let commandQueue = DispatchQueue(label: "recd.mqtt.commands")
@@ -62,12 +67,14 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     }
 
     public init(recorder: Recorder, configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil, version: String,
-                logger: Logger) throws(MosquittoError) {
+                blocking: BlockingCalls, logger: Logger) throws(MosquittoError) {
+        self.blocking = blocking
         self.recorder = recorder
         self.configuration = configuration
         self.hooks = hooks
         self.topics = MQTTTopics(prefix: configuration.topicPrefix)
         self.discovery = HomeAssistantDiscovery(configuration: configuration, version: version)
+        self.version = version
         self.logger = logger
         let options = MQTTClientOptions(
             endpoint: configuration.endpoint, clientID: configuration.clientID, keepAlive: configuration.keepAlive,
@@ -108,17 +115,14 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     /// Publishes `offline` and disconnects cleanly (the broker keeps the will for a crash).
     public func stop() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            queue.async { [self] in
+        _ = try? await blocking.run { [self] in
+            queue.sync {
                 tokens.forEach { $0.cancel() }
                 tokens = []
                 stopTelemetry()
                 setRetained(topics.availability, Array("offline".utf8))
-                DispatchQueue.global().async { [self] in
-                    client.stop()
-                    continuation.resume()
-                }
             }
+            client.stop()
         }
     }
 
@@ -271,78 +275,93 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     // MARK: Commands (on commandQueue)
 
-    /// Every member of the start payload (the socket protocol's `start` params).
-    static let startKeys: Set<String> = ["name", "format", "sampleRate", "channels", "bitDepth", "quality", "bitRate",
-                                         "duration", "at"]
+    /// The methods MQTT takes as commands: every one of the socket's but those that act on a
+    /// connection (MQTT publishes the recorder's topics itself).
+    static let commandMethods = RecdProtocol.Method.allCases.filter { $0 != .subscribe && $0 != .unsubscribe }
+    static let commandNames = (commandMethods.map(\.rawValue) + ["switch"]).joined(separator: ", ")
 
+    /// What a client on the broker may do: everything when `[mqtt] control` is on (the broker's
+    /// ACL decides who may publish commands at all), nothing otherwise: recordings' names and
+    /// paths are not for everyone on a shared broker, and a flood of listings would occupy the
+    /// command queue.
+    private var permissions: Set<Permission> { configuration.controlAllowed ? [.observe, .control] : [] }
+
+    /// A command is a request: read by the socket's parser into the same method and params,
+    /// refused or run by the same table, after the same permission check. `switch` (Home
+    /// Assistant's ON/OFF) is `start` or `stop`, by the state it finds.
     private func execute(command: String, payload: [UInt8]) {
         var reply = Reply(command: command, ok: false)
-        reply.id = (try? WireCoding.decoder().decode(JSONValue.self, from: Data(payload)))?["id"]
+        let text = String(decoding: payload, as: UTF8.self).trimmingWhitespace()
+        let object: [String: JSONValue]? = text.isEmpty ? [:]
+            : (try? WireCoding.decoder().decode(JSONValue.self, from: Data(payload))).flatMap { value in
+                if case .object(let members) = value { members } else { nil }
+            }
+        reply.id = object?["id"]
         logger.info("MQTT command received", metadata: ["mqtt.command": "\(command)"])
         defer { send(topics.reply, Self.encode(reply), retain: false) }
-
-        guard ["start", "stop", "pause", "resume", "split", "switch"].contains(command) else {
-            reply.error = ReplyError(code: "unknownCommand", message: "no command '\(command)'; commands: start, stop, pause, resume, split, switch")
-            return
-        }
-        guard configuration.controlAllowed else {
-            reply.error = ReplyError(code: "notAllowed", message: "remote control over MQTT is off ([mqtt] control = false)")
-            logger.notice("MQTT command refused: remote control is off", metadata: ["mqtt.command": "\(command)"])
-            return
-        }
-        do throws(RecorderError) {
-            switch command {
-            case "start":
-                let text = String(decoding: payload, as: UTF8.self).trimmingWhitespace()
-                var params = StartParams()
-                if !text.isEmpty {
-                    guard let parsed = try? WireCoding.decoder().decode([String: JSONValue].self, from: Data(payload)) else {
-                        reply.error = ReplyError(code: "invalidPayload", message: "start takes a JSON object (or nothing)")
-                        return
-                    }
-                    if let unknown = parsed.keys.filter({ !Self.startKeys.contains($0) && $0 != "id" }).sorted().first {
-                        reply.error = ReplyError(code: "invalidPayload", message: "unknown member '\(unknown)'; members: \(Self.startKeys.sorted().joined(separator: ", "))")
-                        return
-                    }
-                    do {
-                        params = try WireCoding.decoder().decode(StartParams.self, from: Data(payload))
-                    } catch {
-                        reply.error = ReplyError(code: "invalidPayload", message: "\(error)")
-                        return
-                    }
+        do throws(RPCError) {
+            let method: RecdProtocol.Method
+            var params: [String: JSONValue]? = object?.filter { $0.key != "id" }
+            if command == "switch" {
+                if let refusal = MethodTable.refusal(of: .start, permissions: permissions) { throw refusal }
+                let active = recorder.state.value.isActive
+                switch text {
+                case "ON" where active: reply.recording = recorder.state.value.recording; reply.ok = true; return
+                case "OFF" where !active: reply.ok = true; return
+                case "ON": method = .start
+                case "OFF": method = .stop
+                default: throw .invalidParams("switch takes ON or OFF")
                 }
-                let settings = params.settings(over: recorder.configuration.defaultSettings)
-                reply.recording = try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at,
-                                                     segments: params.segments(over: recorder.configuration.segments))
-            case "stop":
-                reply.recording = try recorder.stop()
-            case "pause":
-                try recorder.pause()
-                reply.recording = recorder.state.value.recording
-            case "resume":
-                try recorder.resume()
-                reply.recording = recorder.state.value.recording
-            case "switch":
-                switch String(decoding: payload, as: UTF8.self) {
-                case "ON":
-                    if recorder.state.value.isActive {
-                        reply.recording = recorder.state.value.recording
-                    } else {
-                        reply.recording = try recorder.start(name: nil, settings: nil)
-                    }
-                case "OFF":
-                    if recorder.state.value.isActive { reply.recording = try recorder.stop() }
-                default:
-                    reply.error = ReplyError(code: "invalidPayload", message: "switch takes ON or OFF")
-                    return
+                params = nil
+            } else {
+                guard let named = RecdProtocol.Method(rawValue: command), Self.commandMethods.contains(named) else {
+                    throw .methodNotFound(command)
                 }
-            default:  // split
-                _ = try recorder.split()
-                reply.recording = recorder.recording.value
+                method = named
+                guard let params else { throw .invalidParams("\(command) takes a JSON object (or nothing)") }
+                if let refusal = MethodTable.refusal(of: method, permissions: permissions) { throw refusal }
+                // The socket's own parser checks the members against the method's.
+                let request = JSONValue.object(["jsonrpc": .string(JSONRPC.version), "id": .number(0), "method": .string(command),
+                                                "params": .object(params)])
+                if case .invalid(let error, _, _) = RequestParser.item(request) { throw error }
             }
+            let context = RequestContext(recorder: recorder, version: version, subscriptions: nil)
+            let result = try MethodTable.perform(method, params: params.map(JSONValue.object), permissions: permissions,
+                                                 context: context)
+            reply.recording = switch result {
+            case let recording as Recording: recording
+            case let split as SplitResult: split.recording
+            case let state as StateResult: state.state.recording
+            default: nil
+            }
+            reply.result = (try? WireCoding.encoder().encode(result))
+                .flatMap { try? WireCoding.decoder().decode(JSONValue.self, from: $0) }
             reply.ok = true
         } catch {
-            reply.error = ReplyError(code: error.code.rawValue, message: error.message)
+            reply.error = ReplyError(code: Self.replyCode(error), message: Self.replyMessage(error, command: command))
+            if error.data?.code == "notPermitted" {
+                logger.notice("MQTT command refused: remote control is off", metadata: ["mqtt.command": "\(command)"])
+            }
+        }
+    }
+
+    /// MQTT's reply codes: the recorder's own (`invalidState`, …) and `notFound` as on the
+    /// socket; the protocol's errors under the names MQTT documents.
+    static func replyCode(_ error: RPCError) -> String {
+        switch error.data?.code {
+        case "invalidParams"?, "invalidRequest"?, "parseError"?: "invalidPayload"
+        case "methodNotFound"?: "unknownCommand"
+        case "notPermitted"?: "notAllowed"
+        case let code?: code
+        case nil: "internalError"
+        }
+    }
+
+    private static func replyMessage(_ error: RPCError, command: String) -> String {
+        switch error.data?.code {
+        case "methodNotFound"?: "no command '\(command)'; commands: \(commandNames)"
+        case "notPermitted"?: "remote control over MQTT is off ([mqtt] control = false)"
+        default: error.message
         }
     }
 
@@ -352,7 +371,10 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         var command: String
         var ok: Bool
         var id: JSONValue?
+        /// The recording the command acted on (start, stop, pause, resume, split, switch).
         var recording: Recording?
+        /// The method's result, as the socket's answer carries it.
+        var result: JSONValue?
         var error: ReplyError?
     }
 

@@ -26,12 +26,18 @@ public enum Method: String, Sendable, CaseIterable, Codable {
         switch self {
         case .start: StartParams.names
         case .subscribe: SubscribeParams.names
-        case .unsubscribe: ["subscription"]
-        case .recordingsInfo, .recordingsDelete: ["name"]
-        case .recordingsRename: ["from", "to"]
+        case .unsubscribe: memberNames(of: UnsubscribeParams(subscription: ""))
+        case .recordingsInfo, .recordingsDelete: memberNames(of: RecordingNameParams(name: ""))
+        case .recordingsRename: memberNames(of: RenameParams(from: "", to: ""))
         case .status, .pause, .resume, .stop, .cancel, .split, .recordingsList, .devicesList, .version: []
         }
     }
+}
+
+/// The stored properties of a params value: its members on the wire (params types use the
+/// synthesized coding keys, which are the property names).
+func memberNames(of params: some Codable) -> Set<String> {
+    Set(Mirror(reflecting: params).children.compactMap(\.label))
 }
 
 public enum Permission: String, Sendable, Codable {
@@ -68,8 +74,9 @@ public struct StartParams: Codable, Sendable, Equatable {
     /// The files' path template below the recordings directory (strftime fields, `{name}`, `{n}`).
     public var fileTemplate: String?
 
-    static let names: Set<String> = ["name", "format", "sampleRate", "channels", "bitDepth", "quality", "bitRate", "duration", "at",
-                                     "segmentLength", "alignToClock", "fileTemplate"]
+    /// Every member, read off the declaration above: what the parser accepts (for the socket
+    /// and MQTT alike). recctl's options and the docs are tested against it.
+    public static let names = memberNames(of: StartParams())
 
     public init(name: String? = nil, format: AudioFileFormat? = nil, sampleRate: Int? = nil, channels: Int? = nil,
                 bitDepth: Int? = nil, quality: RecordingQuality? = nil, bitRate: Int? = nil, duration: Double? = nil,
@@ -86,6 +93,37 @@ public struct StartParams: Codable, Sendable, Equatable {
         self.bitRate = bitRate
         self.duration = duration
         self.at = at
+    }
+
+    /// Every number against its range (`Limits`), before anything acts on it: nil, or the
+    /// sentence refusing the first one out of range. The socket, MQTT and recctl all ask this.
+    public func rangeRefusal() -> String? {
+        if let duration, let refusal = Limits.refusal("duration", duration, Limits.duration, "seconds") { return refusal }
+        if let sampleRate, let refusal = Limits.refusal("sampleRate", sampleRate, Limits.sampleRate, "Hz") { return refusal }
+        if let channels, let refusal = Limits.refusal("channels", channels, Limits.channels) { return refusal }
+        if let bitDepth, ![16, 24, 32].contains(bitDepth) { return "'bitDepth' must be 16, 24 or 32, not \(bitDepth)" }
+        if let bitRate, let refusal = Limits.refusal("bitRate", bitRate, Limits.bitRate, "bits per second") { return refusal }
+        if let segmentLength, segmentLength != 0,
+           Limits.refusal("segmentLength", segmentLength, Limits.segmentLength) != nil {
+            return "'segmentLength' must be 0 (one file) or " + Limits.describe(Limits.segmentLength, "seconds")
+                + ", not \(Limits.number(segmentLength))"
+        }
+        if let at, let refusal = Limits.refusal(at: at) { return refusal }
+        return nil
+    }
+
+    /// The range of a numeric member, as an error names it ("between 1 and 8"); nil for others.
+    public static func range(of member: String) -> String? {
+        switch member {
+        case "duration": Limits.describe(Limits.duration, "seconds")
+        case "sampleRate": Limits.describe(Limits.sampleRate, "Hz")
+        case "channels": Limits.describe(Limits.channels)
+        case "bitDepth": "16, 24 or 32"
+        case "bitRate": Limits.describe(Limits.bitRate, "bits per second")
+        case "segmentLength": "0 (one file) or " + Limits.describe(Limits.segmentLength, "seconds")
+        case "at": Limits.scheduleTimeDescription
+        default: nil
+        }
     }
 
     /// How to cut the recording into files: these params over the daemon's defaults.
@@ -139,9 +177,9 @@ public struct SubscribeParams: Codable, Sendable, Equatable {
     /// Seconds between currentTime/levels notifications at most (default 0.1, minimum 0.01).
     public var interval: Double?
 
-    static let names: Set<String> = ["topics", "interval"]
+    static let names = memberNames(of: SubscribeParams())
     public static let defaultInterval = 0.1
-    public static let minimumInterval = 0.01
+    public static let minimumInterval = Limits.subscriptionInterval.lowerBound
 
     public init(topics: [Topic]? = nil, interval: Double? = nil) {
         self.topics = topics

@@ -56,38 +56,4 @@ public struct AccessPolicy: Sendable, Equatable {
     }
 
     private static let nssLock = NIOLockedValueBox(())
-
-    /// Resolves user names or numeric uids; unknown names are reported, not ignored.
-    public static func uids(_ names: [String]) throws(AccessPolicyError) -> Set<uid_t> {
-        var result: Set<uid_t> = []
-        for name in names {
-            if let uid = uid_t(name) { result.insert(uid); continue }
-            guard let passwd = getpwnam(name) else { throw .unknownUser(name) }
-            result.insert(passwd.pointee.pw_uid)
-        }
-        return result
-    }
-
-    /// Resolves group names or numeric gids.
-    public static func gids(_ names: [String]) throws(AccessPolicyError) -> Set<gid_t> {
-        var result: Set<gid_t> = []
-        for name in names {
-            if let gid = gid_t(name) { result.insert(gid); continue }
-            guard let group = getgrnam(name) else { throw .unknownGroup(name) }
-            result.insert(group.pointee.gr_gid)
-        }
-        return result
-    }
-}
-
-public enum AccessPolicyError: Error, CustomStringConvertible, Equatable {
-    case unknownUser(String)
-    case unknownGroup(String)
-
-    public var description: String {
-        switch self {
-        case .unknownUser(let name): "no user named '\(name)'"
-        case .unknownGroup(let name): "no group named '\(name)'"
-        }
-    }
 }

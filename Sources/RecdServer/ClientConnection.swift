@@ -5,6 +5,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import RecdCommands
 import RecdProtocol
 import RecorderCore
 import Synchronization
@@ -19,7 +20,7 @@ struct ConnectionContext: Sendable {
     /// before it is disconnected as too slow.
     let outboundLimit: Int
     /// Where blocking handlers run.
-    let threadPool: NIOThreadPool
+    let blocking: BlockingCalls
     /// Where user and group look-ups (NSS, which may block) run.
     let lookups: NIOThreadPool
     /// One per event loop of the server's group (a connection elsewhere gets its own).
@@ -40,7 +41,7 @@ struct ConnectionContext: Sendable {
 /// Everything it writes goes through one `Outbox`, which counts what the socket has not taken;
 /// `quiesce()` ends reading, and the connection closes once every answer already due has been
 /// written.
-final class ClientConnection: PublicationReceiver, Sendable {
+final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
     let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
     let peer: PeerCredentials
     private let context: ConnectionContext
@@ -270,7 +271,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private static func isInline(_ line: ParsedLine, permissions: Set<Permission>) -> Bool {
         func isInline(_ item: RequestItem) -> Bool {
             guard case .request(let request) = item, permissions.contains(request.method.permission) else { return true }
-            return MethodTable.handlers[request.method]?.blocking != true
+            return !MethodTable.handler(for: request.method).blocking
         }
         switch line {
         case .blank, .unreadable: return true
@@ -324,7 +325,7 @@ final class ClientConnection: PublicationReceiver, Sendable {
         case .blocking(let request, let run):
             let outcome: Outcome
             do {
-                outcome = try await context.threadPool.runIfActive(run)
+                outcome = try await context.blocking.run(run)
             } catch {
                 outcome = .failure(RPCError(code: RPCErrorCode.internalError, message: "recd is shutting down",
                                             data: .init(code: "internalError")))
@@ -344,17 +345,14 @@ final class ClientConnection: PublicationReceiver, Sendable {
     private func dispatch(_ item: RequestItem, permissions: Set<Permission>) -> Dispatch {
         guard case .request(let request) = item else { return .answered(item.errorResponse.map(Self.encode)) }
         let name = request.method.rawValue
-        guard permissions.contains(request.method.permission) else {
+        if let refusal = MethodTable.refusal(of: request.method, permissions: permissions) {
             logger.notice("request refused", metadata: ["request.method": "\(name)",
                                                         "permission": "\(request.method.permission.rawValue)"])
-            return .answered(answer(request, .failure(.permissionDenied(method: name, permission: request.method.permission.rawValue))))
+            return .answered(answer(request, .failure(refusal)))
         }
-        guard let handler = MethodTable.handlers[request.method] else {
-            return .answered(answer(request, .failure(RPCError(code: RPCErrorCode.internalError, message: "no handler for '\(name)'",
-                                                               data: .init(code: "internalError")))))
-        }
+        let handler = MethodTable.handler(for: request.method)
         logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(request.id?.description ?? "-")"])
-        let requestContext = RequestContext(recorder: context.recorder, version: context.version, connection: self)
+        let requestContext = RequestContext(recorder: context.recorder, version: context.version, subscriptions: self)
         if let encoded = handler.encoded {
             guard !request.isNotification else { return .answered(nil) }
             if let json = encoded(requestContext, context.results) { return .answered(ResponseLine.success(id: request.id, result: json)) }
@@ -392,8 +390,8 @@ final class ClientConnection: PublicationReceiver, Sendable {
         let topics = Set(request.topics ?? Topic.allCases)
         guard !topics.isEmpty else { throw .invalidParams("'topics' must name at least one topic") }
         let interval = request.interval ?? SubscribeParams.defaultInterval
-        guard interval.isFinite, interval >= SubscribeParams.minimumInterval, interval <= 3600 else {
-            throw .invalidParams("'interval' must be between \(SubscribeParams.minimumInterval) and 3600 seconds")
+        if let refusal = Limits.refusal("interval", interval, Limits.subscriptionInterval, "seconds") {
+            throw .invalidParams(refusal)
         }
         let id = String(Self.subscriptionCounter.add(1, ordering: .relaxed).newValue)
         let snapshot = state.withLockedValue { state -> [Publication] in

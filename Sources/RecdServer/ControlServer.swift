@@ -5,6 +5,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import RecdCommands
 import RecdProtocol
 import RecorderCore
 import SystemPackage
@@ -62,18 +63,18 @@ public final class ControlServer: Sendable {
         var shuttingDown = false
     }
 
+    /// - Parameter blocking: where methods that block run (shared with the rest of recd; its
+    ///   owner shuts it down after the server).
     public init(recorder: Recorder, version: String, policy: AccessPolicy, limits: ServerLimits,
-                group: EventLoopGroup, logger: Logger) {
+                group: EventLoopGroup, blocking: BlockingCalls, logger: Logger) {
         self.group = group
         self.limits = limits
         self.logger = logger
-        let threadPool = NIOThreadPool(numberOfThreads: 4)
-        threadPool.start()
         // User and group look-ups apart, so that slow requests cannot hold up new connections.
         let lookups = NIOThreadPool(numberOfThreads: 1)
         lookups.start()
         context = ConnectionContext(recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
-                                    policy: policy, outboundLimit: limits.outboundLimit, threadPool: threadPool, lookups: lookups,
+                                    policy: policy, outboundLimit: limits.outboundLimit, blocking: blocking, lookups: lookups,
                                     flushers: Dictionary(uniqueKeysWithValues: group.makeIterator().map {
                                         (ObjectIdentifier($0), LoopFlusher(eventLoop: $0))
                                     }),
@@ -116,6 +117,8 @@ public final class ControlServer: Sendable {
             do {
                 listener = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true,
                                                     childChannelInitializer: initializer)
+            } catch let error as IOError {
+                throw ServerError.cannotBind(path, "\(Errno(rawValue: error.errnoCode))")
             } catch {
                 throw ServerError.cannotBind(path, "\(error)")
             }
@@ -227,7 +230,6 @@ public final class ControlServer: Sendable {
             if done { continuation.resume() }
         }
         watcher.cancel()
-        try? await context.threadPool.shutdownGracefully()
         try? await context.lookups.shutdownGracefully()
     }
 
@@ -242,8 +244,17 @@ public final class ControlServer: Sendable {
     /// Creates the socket's directory; refuses to take over a path another daemon answers on.
     private static func prepare(path: String) throws {
         let directory = FilePath(path).removingLastComponent().string
-        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                 attributes: [.posixPermissions: 0o755])
+        if let refusal = SocketLocation.prepareFallback(for: path) { throw ServerError.cannotBind(path, refusal) }
+        // Said here, in words, rather than by NIO's bind ("stat(pathname:outStat:): Permission denied").
+        if let error = Recorder.makeDirectory(directory) {
+            throw ServerError.cannotBind(path, "cannot create the directory \(directory): \(Errno(rawValue: error))")
+        }
+        if access(directory, W_OK | X_OK) != 0 {
+            let error = Errno(rawValue: errno)
+            let user = getpwuid(getuid()).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "\(getuid())"
+            throw ServerError.cannotBind(path, "user \(user) cannot create a socket in \(directory): \(error); "
+                                         + "give it write access there, or set socket (--socket) to a path it may create")
+        }
         guard FileManager.default.fileExists(atPath: path) else { return }
         let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(probe) }

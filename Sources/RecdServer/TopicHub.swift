@@ -116,8 +116,12 @@ final class TopicHub: Sendable {
     /// Waits until every publication already observed has been received by every receiver.
     func drain() async {
         // Twice: a publication observed before the first may queue its delivery behind it.
-        queue.sync {}
-        queue.sync {}
+        // Awaited, not `sync`: no thread of the cooperative pool waits on the queue.
+        for _ in 0..<2 {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                queue.async { continuation.resume() }
+            }
+        }
         let loops = state.withLockedValue { state in
             Dictionary(state.receivers.values.map { (ObjectIdentifier($0.receiver.eventLoop), $0.receiver.eventLoop) },
                        uniquingKeysWith: { first, _ in first }).values

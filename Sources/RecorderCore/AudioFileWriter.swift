@@ -9,6 +9,9 @@ import Sndfile
 /// Used by the capture thread only, except `sync()`, which may run on another thread.
 protocol AudioFileWriter: AnyObject {
     var path: String { get }
+    /// The open file was renamed to `path` (a writer that finds its file by name later, as the
+    /// MPEG-4 rewrite at `close()` does, must use the new one).
+    func renamed(to path: String)
     /// Interleaved samples; 32-bit integers carry 24-bit data in the top bits.
     func write(_ samples: UnsafePointer<Int16>, frames: Int) throws
     func write(_ samples: UnsafePointer<Int32>, frames: Int) throws
@@ -124,27 +127,38 @@ extension RecordingSettings {
     /// Creates the file at `path` for these settings, at the file's rate and channel count.
     /// Throws `invalidSettings` for a combination the codec refuses, `failedToBegin` otherwise.
     func makeFileWriter(path: String, sampleRate: Int, channels: Int) throws(RecorderError) -> any AudioFileWriter {
-        guard let fileFormat = soundFileFormat else {
+        let properties = format.properties
+        func noWriter() -> RecorderError {
+            RecorderError(.invalidSettings, "\(properties.library.rawValue) has no writer for \(properties.codec.rawValue) in \(properties.container.rawValue)")
+        }
+        switch properties.library {
+        case .ffmpeg:
             let codec: MPEG4AudioCodec
-            if format == .aac {
+            switch (properties.container, properties.codec) {
+            case (.mpeg4, .aac):
                 if let bitRate { try validate(bitRate: bitRate, sampleRate: sampleRate, channels: channels) }
                 codec = .aac(bitRate: aacBitRate(sampleRate: sampleRate, channels: channels))
-            } else {
+            case (.mpeg4, .alac):
                 codec = .alac(bitDepth: effectiveBitDepth ?? 16)
+            default:
+                throw noWriter()
             }
             do throws(MPEG4Error) {
                 return try MPEG4AudioWriter(path: path, codec: codec, sampleRate: sampleRate, channels: channels)
             } catch {
                 throw RecorderError(error.errno == nil ? .invalidSettings : .failedToBegin, "cannot create \(error.description)")
             }
+        case .libsndfile:
+            break
         }
+        guard let fileFormat = soundFileFormat else { throw noWriter() }
         guard SoundFileFormat.isWritable(fileFormat, sampleRate: sampleRate, channels: channels) else {
             throw RecorderError(.invalidSettings, "\(format.rawValue) cannot hold \(channels) channel(s) at \(sampleRate) Hz")
         }
         do throws(SndfileError) {
             return try SoundFileWriter(path: path, format: fileFormat, sampleRate: sampleRate, channels: channels,
                                        compressionLevel: compressionLevel(channels: channels),
-                                       variableBitRate: format == .mp3)
+                                       variableBitRate: properties.codec == .mp3)
         } catch {
             throw RecorderError(.failedToBegin, "cannot create \(error.description)")
         }

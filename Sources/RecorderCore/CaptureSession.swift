@@ -22,8 +22,8 @@ enum CaptureOutcome: Sendable, Equatable {
 ///
 /// The thread does nothing else. Publishing happens on the recorder's timer, which reads the
 /// counters here (atomics) and the level meter (a mutex taken once per chunk). Control
-/// (pause, resume, stop) is a request the thread picks up between reads, acknowledged through
-/// a semaphore, so that `pause()` returns only once no more frames will be written.
+/// (pause, resume, stop) is a request the thread picks up between reads, answered through
+/// a condition, so that `pause()` returns only once no more frames will be written.
 final class CaptureSession: @unchecked Sendable {
     // @unchecked: `pcm`, `writer`, `converter`, the buffers and the segment bookkeeping
     // (`segment`, `segmentTarget`, the anchors) are used by the capture thread only, after
@@ -107,11 +107,18 @@ final class CaptureSession: @unchecked Sendable {
     /// The drift estimate's bit pattern; NaN until there is one.
     private let driftPartsPerMillion = Atomic<UInt64>(Double.nan.bitPattern)
     private let request = NIOLockedValueBox<Request>(.none)
-    private let acknowledged = DispatchSemaphore(value: 0)
+    /// Signalled when the thread has acted on the request in hand, or has ended: what the
+    /// control thread waits on, woken by the answer, not polled. A semaphore, whose timeout is
+    /// on the monotonic clock (a clock step after boot must not make a thread look stuck).
+    private let answered = DispatchSemaphore(value: 0)
     private let wake = DispatchSemaphore(value: 0)
     private let resumeError = NIOLockedValueBox<RecorderError?>(nil)
     private let outcome = NIOLockedValueBox<CaptureOutcome?>(nil)
     private let finished = DispatchSemaphore(value: 0)
+    /// Signalled once the first segment's start is known (its first frame read, its file named
+    /// after it) or the thread has ended: what `start` waits for, to answer with the final path.
+    private let firstFrameKnown = DispatchSemaphore(value: 0)
+    private let firstFrameMarked = Atomic<Bool>(false)
     let isPaused = Atomic<Bool>(false)
     private let startedFlag = Atomic<Bool>(false)
     /// Who may use `writer` (and the converter): the capture thread until it ends or is abandoned.
@@ -185,16 +192,29 @@ final class CaptureSession: @unchecked Sendable {
         DispatchQueue(label: "recd.capture").async { [self] in
             let result = run()
             outcome.withLock { $0 = result }
+            acknowledge()
+            markFirstFrameKnown()
             finished.signal()
             onEnd(result)
         }
+    }
+
+    /// Waits until the first frame has been read (the first file then has its final name) or
+    /// the thread has ended; false after `timeout` seconds without either.
+    func awaitFirstFrame(timeout: Double) -> Bool {
+        if firstFrameMarked.load(ordering: .acquiring) { return true }
+        return firstFrameKnown.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success
+    }
+
+    private func markFirstFrameKnown() {
+        if !firstFrameMarked.exchange(true, ordering: .acquiringAndReleasing) { firstFrameKnown.signal() }
     }
 
     /// Asks the thread to pause; returns once it has stopped the device. Frames written up to
     /// then are all the file holds until `resume()`.
     func pause() throws(RecorderError) {
         guard !isEnded else { return }
-        request.withLock { $0 = .pause }
+        post(.pause)
         guard awaitAcknowledgement() else {
             request.withLock { $0 = .none }
             throw RecorderError(.deviceLost, "capture on '\(pcm.name)' is not responding (stuck in the device driver); "
@@ -205,7 +225,7 @@ final class CaptureSession: @unchecked Sendable {
     /// Restarts the device after `pause()`; throws `failedToResume` if it will not start.
     func resume() throws(RecorderError) {
         guard !isEnded else { return }
-        request.withLock { $0 = .resume }
+        post(.resume)
         wake.signal()
         guard awaitAcknowledgement() else {
             throw RecorderError(.failedToResume, "capture on '\(pcm.name)' is not responding (stuck in the device driver)")
@@ -219,7 +239,7 @@ final class CaptureSession: @unchecked Sendable {
     func split() -> Segment? {
         guard !isEnded, !isPaused.load(ordering: .acquiring) else { return nil }
         splitResult.withLock { $0 = nil }
-        request.withLock { $0 = .split }
+        post(.split)
         guard awaitAcknowledgement() else {
             request.withLock { $0 = .none }
             return nil
@@ -264,16 +284,24 @@ final class CaptureSession: @unchecked Sendable {
         fileAccess.withLock { $0 = .abandoned }
     }
 
-    /// Waits for the thread to act on a request, unless it ends first (a frame limit reached
-    /// or the device lost at the same moment). False if it did neither within 5 s: the thread
-    /// is stuck in the driver.
+    /// Hands the thread a request that `awaitAcknowledgement` waits on.
+    private func post(_ next: Request) {
+        // An answer left from an earlier request (one that timed out) is not this one's.
+        while answered.wait(timeout: .now()) == .success {}
+        request.withLock { $0 = next }
+    }
+
+    /// On the capture thread: the request in hand is done (or the thread has ended).
+    private func acknowledge() {
+        answered.signal()
+    }
+
+    /// Waits for the thread to act on the request just posted, unless it ends first (a frame
+    /// limit reached or the device lost at the same moment: ending answers too). False if it
+    /// did neither within 5 s: the thread is stuck in the driver.
     private func awaitAcknowledgement() -> Bool {
-        let deadline = DispatchTime.now() + .seconds(5)
-        while acknowledged.wait(timeout: .now() + .milliseconds(50)) == .timedOut {
-            if isEnded { return true }
-            if DispatchTime.now() >= deadline { return false }
-        }
-        return true
+        if isEnded { return true }
+        return answered.wait(timeout: .now() + .seconds(5)) == .success
     }
 
     private var isEnded: Bool { outcome.withLock { $0 != nil } }
@@ -325,11 +353,11 @@ final class CaptureSession: @unchecked Sendable {
                         let closed = try rotate(at: boundaryTime(), reason: .split)
                         splitResult.withLock { $0 = closed }
                     } catch {
-                        acknowledged.signal()
+                        acknowledge()
                         return .failed(error)
                     }
                 }
-                acknowledged.signal()
+                acknowledge()
             case .pause:
                 if let ended = pausedUntilResumed() { return ended }
             }
@@ -362,14 +390,16 @@ final class CaptureSession: @unchecked Sendable {
                     // The first segment begins with the first frame.
                     firstRead = false
                     let start = Date(timeIntervalSince1970: anchor)
+                    let namedAt = segment.startedAt
                     segment.startedAt = start
                     // A gap ends when audio flows again, not when the device opened.
                     if segment.gapBefore != nil { segment.gapBefore?.end = start }
                     segmentTarget = clock.frames(startingAt: start, follows: false)
-                    nameAfterStart()
+                    nameAfterStart(namedAt: namedAt)
                     writer.stampOrigin(origin(startedAt: start))
                     currentSegment.withLock { $0 = segment }
                     segmentStarted()
+                    markFirstFrameKnown()
                 }
                 if let failure = finalizeFailure.withLock({ $0 }) { return .failed(failure) }
                 var outOfSpace: RecorderError?
@@ -450,14 +480,24 @@ final class CaptureSession: @unchecked Sendable {
     /// The first file was named when it was created, before the device delivered anything (an
     /// idle sound server takes seconds; a device that came back, a fraction): give it the name
     /// of its first frame's time, if the template has one. A failed rename keeps the old name.
-    private func nameAfterStart() {
-        let named = files.directory + "/" + files.render(index: segment.index, date: segment.startedAt) + "." + files.fileExtension
-        guard named != segment.path, let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
+    ///
+    /// `namedAt` is the time the file was named after. When the template renders the same for
+    /// both times (no time in it, or the same second) the name stands: asking for a free name
+    /// again would find the file's own `.part` and number it (`-3` after a gap's `-2`).
+    private func nameAfterStart(namedAt: Date) {
+        guard files.render(index: segment.index, date: namedAt) != files.render(index: segment.index, date: segment.startedAt),
+              let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
         else { return }
-        // link + unlink: never over another file; both names are on the same file system.
-        guard link(segment.partialPath, wanted + ".part") == 0 else { return }
-        unlink(segment.partialPath)
-        segment.path = wanted
+        // Under the file's lock: a thread that was abandoned (stuck before its first read, woken
+        // after `stop` gave up on it) must not rename the file the control thread is finalizing.
+        fileAccess.withLock { access in
+            guard access == .captureThread else { return }
+            // link + unlink: never over another file; both names are on the same file system.
+            guard link(segment.partialPath, wanted + ".part") == 0 else { return }
+            unlink(segment.partialPath)
+            segment.path = wanted
+            writer.renamed(to: segment.partialPath)
+        }
     }
 
     /// What a file whose first frame was captured at `time` says about its origin.
@@ -476,7 +516,8 @@ final class CaptureSession: @unchecked Sendable {
     /// Closes the current segment at the last frame written and opens the next, which starts
     /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
     private func rotate(at time: Date, reason: SegmentEnd) throws(RecorderError) -> Segment {
-        let next = try files.create(index: segment.index + 1, startedAt: time)
+        let next = try files.create(index: segment.index + 1, startedAt: time,
+                                    namedAt: clock.nameTime(forStart: time, follows: reason == .length))
         next.0.stampOrigin(origin(startedAt: time))
         let closed = finalSegment(endedAt: time, reason: reason)
         let old = HandedOver(writer)
@@ -534,7 +575,7 @@ final class CaptureSession: @unchecked Sendable {
     private func pausedUntilResumed() -> CaptureOutcome? {
         pcm.drop()
         isPaused.store(true, ordering: .releasing)
-        acknowledged.signal()
+        acknowledge()
         while true {
             wake.wait()
             switch request.withLock({ request in defer { request = .none }; return request }) {
@@ -550,12 +591,12 @@ final class CaptureSession: @unchecked Sendable {
                     resumeError.withLock { $0 = nil }
                     lastSignal.store(Self.uptime(), ordering: .relaxed)  // a pause is not silence
                     reanchor = true  // frames stopped while the clock went on
-                    acknowledged.signal()
+                    acknowledge()
                     return nil
                 } catch {
                     let failure = RecorderError(.failedToResume, "cannot restart capture on '\(pcm.name)': \(error.reason)")
                     resumeError.withLock { $0 = failure }
-                    acknowledged.signal()
+                    acknowledge()
                     return .failed(failure)
                 }
             case .none, .pause, .split:

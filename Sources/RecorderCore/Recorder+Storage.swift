@@ -27,7 +27,7 @@ final class SpaceGuard: Sendable {
         self.directory = directory
         self.minimumFree = minimumFree
         let bytesPerSample = Double(Swift.max(2, (settings.effectiveBitDepth ?? 16) / 8))
-        self.rewritesOnClose = settings.format.fileExtension == "m4a"
+        self.rewritesOnClose = settings.format.properties.container == .mpeg4
         self.bytesPerFrame = Double(fileChannels) * bytesPerSample * 1.1 * (rewritesOnClose ? 2 : 1)
         self.fileRate = fileRate
         self.makeRoomHandler = makeRoom
@@ -63,6 +63,17 @@ struct StorageMonitorState {
     var recordingsBytes: Int64 = 0
     var recordingsCount = 0
     var outlook: [RetentionCandidate] = []
+    /// Until when retention only announces what is due (`RetentionSettings.grace`): set when
+    /// the recorder starts and when the retention settings change; nil once it has passed.
+    var graceUntil: Date?
+    /// The files announced during this grace, each once.
+    var announced: Set<String> = []
+
+    /// Starts a grace for `settings` (none when retention is off or the grace is 0).
+    mutating func beginGrace(_ settings: RetentionSettings, now: Date = Date()) {
+        graceUntil = settings.isEnabled && settings.grace > 0 ? now.addingTimeInterval(settings.grace) : nil
+        announced = []
+    }
 }
 
 extension Recorder {
@@ -97,7 +108,54 @@ extension Recorder {
         guard let space = FileSystemSpace.measure(configuration.recordingsDirectory) else { return nil }
         return makeStatus(space: space, configuration: configuration,
                           recordingsBytes: entries.reduce(0) { $0 + $1.size }, recordingsCount: entries.count,
-                          outlook: RetentionPlan.outlook(entries, settings: configuration.retention, space: space))
+                          outlook: Self.held(RetentionPlan.outlook(entries, settings: configuration.retention, space: space),
+                                             until: currentGrace()))
+    }
+
+    /// The end of the retention grace under way, if one is; ends it (and asks for a pass)
+    /// once it has passed.
+    func currentGrace(now: Date = Date()) -> Date? {
+        let (until, ended) = storageMonitor.withLock { monitor -> (Date?, Bool) in
+            guard let until = monitor.graceUntil else { return (nil, false) }
+            guard until <= now else { return (until, false) }
+            monitor.graceUntil = nil
+            monitor.announced = []
+            monitor.scanRequested = true
+            return (nil, true)
+        }
+        if ended { logger.notice("retention grace over; recordings due are deleted from now on") }
+        return until
+    }
+
+    /// Logs, at warning level and each once per grace, the recordings retention would delete
+    /// now but holds until `until`.
+    private func announceHeld(_ due: [(entry: RecordingLibrary.Entry, reason: RetentionReason)], until: Date) {
+        let new = storageMonitor.withLock { monitor in
+            let new = due.filter { !monitor.announced.contains($0.entry.path) }
+            monitor.announced.formUnion(new.map(\.entry.path))
+            return new
+        }
+        guard !new.isEmpty else { return }
+        logger.warning("retention will delete recordings when its grace ends; change [retention] and reload to keep them",
+                       metadata: ["retention.count": "\(new.count)", "retention.bytes": "\(new.reduce(0) { $0 + $1.entry.size })",
+                                  "retention.until": "\(until.formatted(.iso8601))"])
+        for (entry, reason) in new {
+            logger.warning("retention will delete recording", metadata: [
+                "recording.file": "\(entry.file)", "recording.size": "\(entry.size)",
+                "recording.started": "\(entry.retentionStart.formatted(.iso8601))",
+                "retention.reason": "\(reason.rawValue)", "retention.until": "\(until.formatted(.iso8601))"])
+        }
+    }
+
+    /// During a grace, what is due now goes when it ends: its due time says so.
+    static func held(_ outlook: [RetentionCandidate], until: Date?) -> [RetentionCandidate] {
+        guard let until else { return outlook }
+        return outlook.map { candidate in
+            guard candidate.reason != nil else { return candidate }
+            var held = candidate
+            held.dueAt = Swift.max(candidate.dueAt ?? until, until)
+            return held
+        }
     }
 
     /// One tick of the monitor (on `storageQueue`).
@@ -109,6 +167,7 @@ extension Recorder {
         let session = activeSession.withLock { $0 }.flatMap { $0.started && !$0.hasEnded ? $0 : nil }
         let now = CaptureSession.uptime()
         // Scans read every recording's header: on a file closing, and, for max_age, periodically.
+        _ = currentGrace()  // a grace that has passed asks for a scan
         var scan = storageMonitor.withLock { monitor in
             monitor.scanRequested || monitor.lastScan == 0
                 || (configuration.retention.isEnabled && Double(now &- monitor.lastScan) / 1e9 >= configuration.retention.interval)
@@ -158,8 +217,13 @@ extension Recorder {
             var entries = library.retainable(excluding: active)
             guard var space = FileSystemSpace.measure(directory) else { return nil }
             let retention = configuration.retention
+            let graceUntil = currentGrace()
             if retention.isEnabled {
-                for (entry, reason) in RetentionPlan.due(entries, settings: retention, space: space, needFree: needFree) {
+                // During the grace only the space guard's need deletes (the disk filling cannot
+                // wait); what the limits make due is announced instead.
+                let limits = graceUntil == nil ? retention : RetentionSettings(interval: retention.interval, grace: 0)
+                if let graceUntil { announceHeld(RetentionPlan.due(entries, settings: retention, space: space), until: graceUntil) }
+                for (entry, reason) in RetentionPlan.due(entries, settings: limits, space: space, needFree: needFree) {
                     if let failure = RecordingLibrary.deleteForRetention(entry.path) {
                         logger.warning("retention could not delete recording", metadata: [
                             "recording.path": "\(entry.path)", "error.message": "\(Errno(rawValue: failure))"])
@@ -177,7 +241,7 @@ extension Recorder {
                     retentionDeletion.send(deletion)
                 }
             }
-            let outlook = RetentionPlan.outlook(entries, settings: retention, space: space)
+            let outlook = Self.held(RetentionPlan.outlook(entries, settings: retention, space: space), until: currentGrace())
             let scanned = CaptureSession.uptime()
             storageMonitor.withLock { monitor in
                 monitor.lastScan = scanned

@@ -88,7 +88,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
 /// They run one at a time on a private serial queue; capture runs on a thread of its own;
 /// `currentTime` and `levels` are published by timers on a third queue.
 public final class Recorder: @unchecked Sendable {
-    // @unchecked: `session`, `current`, `plan`, the timers and `retryTimer` are touched only on
+    // @unchecked: `session`, `current`, `plan`, the timers, `retryTimer` and `openedDevices` are touched only on
     // `control`, a serial queue; `activeSession` (read by the watchdog), `configurationState`
     // and `ledger` (also used by the sync and timer queues) are behind locks; `storageTimer` is
     // set in init only; `storageMonitor` is behind its lock and retention passes behind
@@ -146,6 +146,9 @@ public final class Recorder: @unchecked Sendable {
     /// The recording (session) under way: what every one of its segments is made with.
     private var plan: SessionPlan?
     private var retryTimer: DispatchSourceTimer?
+    /// The devices this recorder has opened at least once: known to exist, so waited for when
+    /// they are missing (see `start`).
+    private var openedDevices: Set<String> = []
     /// What the recording's ended capture sessions add up to; shared with the sync queue that
     /// announces segments and the timer queue that publishes.
     private let ledger = NIOLockedValueBox(SessionLedger())
@@ -180,6 +183,7 @@ public final class Recorder: @unchecked Sendable {
         self.configurationState = NIOLockedValueBox(configuration)
         self.periods = NIOLockedValueBox((configuration.timeInterval, configuration.levelsInterval))
         self.logger = logger
+        storageMonitor.withLock { $0.beginGrace(configuration.retention) }
         storageTimer = startStorageMonitor()
     }
 
@@ -194,7 +198,10 @@ public final class Recorder: @unchecked Sendable {
         if previous.storage.checkInterval != configuration.storage.checkInterval, let storageTimer {
             scheduleStorageTimer(storageTimer, interval: configuration.storage.checkInterval)
         }
-        if previous.retention != configuration.retention { requestRetentionPass() }
+        if previous.retention != configuration.retention {
+            storageMonitor.withLock { $0.beginGrace(configuration.retention) }
+            requestRetentionPass()
+        }
     }
 
     // MARK: Operations
@@ -223,13 +230,23 @@ public final class Recorder: @unchecked Sendable {
     /// Prepares and starts in one step: what a daemon's `start` request does. When the device
     /// is missing and `waitForDevice` is on, the recording waits for it (`waitingForDevice`)
     /// instead of failing, unless it is scheduled (`at`).
+    ///
+    /// A device ALSA cannot find at all (`hw:9,9`, a misspelt name) that this recorder has
+    /// never opened is refused (`deviceNotFound`) rather than waited for, unless
+    /// `waitForUnknownDevice`: someone who just typed the name is better told at once than
+    /// left waiting for a device that will never come. A device that has been opened before
+    /// (unplugged since) is waited for, and so is any device for an unattended start
+    /// (autostart passes `waitForUnknownDevice`: a USB device may appear after boot).
     @discardableResult
     public func start(name: String?, settings: RecordingSettings?, duration: Double? = nil,
-                      at date: Date? = nil, segments: SegmentSettings? = nil) throws(RecorderError) -> Recording {
+                      at date: Date? = nil, segments: SegmentSettings? = nil,
+                      waitForUnknownDevice: Bool = false) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
             if let duration { try Self.validate(duration: duration) }
+            if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
             let prepared = try prepareOnQueue(name: name, settings: settings, segments: segments, operation: "start",
-                                              waitingAllowed: date == nil, duration: duration)
+                                              waitingAllowed: date == nil, waitForUnknownDevice: waitForUnknownDevice,
+                                              duration: duration)
             if case .waitingForDevice = state.value { return prepared }
             do throws(RecorderError) {
                 return try recordOnQueue(duration: duration, at: date)
@@ -267,8 +284,13 @@ public final class Recorder: @unchecked Sendable {
             do throws(RecorderError) {
                 try session.resume()
             } catch {
-                // The capture thread has ended; finalize now so the state says why.
-                _ = finalize(session, outcome: session.stop(timeout: configuration.stopTimeout), mayWait: false)
+                // The capture thread has ended (or is stuck in the driver and is abandoned): finalize
+                // now. The state says why the resume failed, whatever stopping the thread met.
+                let ended = session.stop(timeout: configuration.stopTimeout)
+                if case .failed(let other) = ended, other != error {
+                    logger.warning("capture after the failed resume", metadata: ["error.message": "\(other.message)"])
+                }
+                _ = finalize(session, outcome: .failed(error), mayWait: false)
                 throw error
             }
             state.send(.recording(recording))
@@ -391,7 +413,7 @@ public final class Recorder: @unchecked Sendable {
     @discardableResult
     private func prepareOnQueue(name: String?, settings: RecordingSettings?, segments: SegmentSettings?,
                                 operation: String = "prepare a recording", waitingAllowed: Bool = false,
-                                duration: Double? = nil) throws(RecorderError) -> Recording {
+                                waitForUnknownDevice: Bool = false, duration: Double? = nil) throws(RecorderError) -> Recording {
         switch state.value {
         case .idle, .finished, .failed: break
         default: throw .invalidState(operation, state.value)
@@ -424,8 +446,12 @@ public final class Recorder: @unchecked Sendable {
         let pcmConfiguration: PCMConfiguration
         do throws(ALSAError) {
             (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
+            openedDevices.insert(configuration.device)
         } catch {
-            guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error) else { throw fail(.opening(error)) }
+            let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
+            guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || waitForUnknownDevice else {
+                throw fail(.opening(error))
+            }
             return startWaiting(id: id, name: name, plan: plan, error: .opening(error))
         }
         let files = try makeFiles(id: id, name: name, plan: plan, device: pcmConfiguration)
@@ -588,6 +614,7 @@ public final class Recorder: @unchecked Sendable {
         guard case .preparing = state.value, let session, var recording = current else {
             throw .invalidState("record", state.value)
         }
+        if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
         if let duration {
             try Self.validate(duration: duration)
             let frames = Int64((duration * Double(recording.sampleRate)).rounded())
@@ -620,13 +647,20 @@ public final class Recorder: @unchecked Sendable {
         cancelStartTimer()
         recording.startedAt = Date()
         current = recording
-        startCapture(session, recording: recording)
-        logger.info("recording started", metadata: ["recording.id": "\(recording.id)"])
+        recording = startCapture(session, recording: recording)
+        logger.info("recording started", metadata: ["recording.id": "\(recording.id)", "recording.path": "\(recording.path)"])
         return recording
     }
 
-    /// Starts the capture thread and the publication timers, and publishes `recording`.
-    private func startCapture(_ session: CaptureSession, recording: Recording) {
+    /// How long `start` waits for the device's first frame before it answers with the path the
+    /// file has so far (an idle sound server takes about 2 s; a rename is then announced on
+    /// the `recording` topic).
+    static let firstFrameWait = 5.0
+
+    /// Starts the capture thread and the publication timers, and publishes `recording` once the
+    /// first file has its final name (a template with a time in it names the file after its
+    /// first frame), so that `start` answers with the path the file will keep.
+    private func startCapture(_ session: CaptureSession, recording: Recording) -> Recording {
         session.start { [weak self] outcome in
             guard let self else { return }
             control.async {
@@ -634,9 +668,17 @@ public final class Recorder: @unchecked Sendable {
                 _ = self.finalize(session, outcome: outcome)
             }
         }
+        var recording = recording
+        if session.awaitFirstFrame(timeout: Self.firstFrameWait) {
+            let segment = session.currentSegment.withLock { $0 }
+            recording.segment = segment
+            recording.path = segment.path
+        }
+        current = recording
         startTimers(for: session, rate: recording.sampleRate)
         self.recording.send(recording)
         state.send(.recording(recording))
+        return recording
     }
 
     /// Closes and renames the file after capture ended, and publishes the end state, or, when
@@ -788,6 +830,7 @@ public final class Recorder: @unchecked Sendable {
         let pcmConfiguration: PCMConfiguration
         do throws(ALSAError) {
             (pcm, pcmConfiguration) = try Self.openDevice(plan.configuration, plan.settings)
+            openedDevices.insert(plan.configuration.device)
         } catch {
             let failure = RecorderError.opening(error)
             guard Self.mayComeBack(error) else {
@@ -845,7 +888,7 @@ public final class Recorder: @unchecked Sendable {
             logger.notice("capture device is back; recording continues", metadata: [
                 "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
                 "gap.seconds": "\(gap.map { String(printf: "%.3f", $0.duration) } ?? "")"])
-            startCapture(session, recording: recording)
+            _ = startCapture(session, recording: recording)
         } catch {
             _ = end(recording, failure: error)
         }
@@ -980,8 +1023,8 @@ public final class Recorder: @unchecked Sendable {
     // MARK: Helpers
 
     private static func validate(duration: Double) throws(RecorderError) {
-        guard duration > 0, duration.isFinite else {
-            throw RecorderError(.invalidSettings, "duration must be a positive number of seconds, not \(duration)")
+        if let refusal = Limits.refusal("duration", duration, Limits.duration, "seconds") {
+            throw RecorderError(.invalidSettings, refusal)
         }
     }
 
@@ -1009,7 +1052,7 @@ public final class Recorder: @unchecked Sendable {
     static func reason(_ errnoValue: Int32) -> String { String(cString: strerror(errnoValue)) }
 
     /// `mkdir -p`; returns the errno of the step that failed, nil on success.
-    static func makeDirectory(_ path: String) -> Int32? {
+    public static func makeDirectory(_ path: String) -> Int32? {
         var prefix = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             prefix += "/" + component

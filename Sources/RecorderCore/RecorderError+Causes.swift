@@ -6,7 +6,11 @@ import Sndfile
 extension RecorderError {
     /// An error opening or configuring a capture device.
     static func opening(_ error: ALSAError) -> RecorderError {
-        let message = "cannot open capture device '\(error.device)': \(error.reason) (\(error.function))"
+        let cause = "\(error.reason) (\(error.function)" + (error.detail.map { ": " + $0 } ?? "") + ")"
+        if error.isUnknownDevice {
+            return RecorderError(.deviceNotFound, "capture device '\(error.device)' does not exist: " + cause)
+        }
+        let message = "cannot open capture device '\(error.device)': " + cause
         switch error.errno {
         case EACCES, EPERM: return RecorderError(.noPermission, message)
         // ECONNREFUSED: the sound server (PulseAudio, PipeWire) behind the PCM is not running.
@@ -25,9 +29,25 @@ extension RecorderError {
         RecorderError(.failedToSave, "cannot write \(error)")
     }
 
+    /// An operation the state does not allow. With no recording under way, stop, pause,
+    /// resume, cancel and split say so plainly ("nothing is recording"): the state's name
+    /// ("cannot stop while finished") would send people looking for a recording that ended.
     static func invalidState(_ operation: String, _ state: RecorderState) -> RecorderError {
-        RecorderError(.invalidState, "cannot \(operation) while \(state.name)")
+        if !state.isActive, Self.operationsOnARecording.contains(operation) { return RecorderError(.invalidState, nothingRecording) }
+        return RecorderError(.invalidState, "cannot \(operation) while \(state.name)")
     }
+    private static let operationsOnARecording: Set<String> = ["stop", "pause", "resume", "cancel", "split"]
 
     static func errnoText(_ value: Int32) -> String { String(cString: strerror(value)) }
+}
+
+extension ALSAError {
+    /// libasound cannot find the PCM at all: no such name in its configuration (`Unknown PCM`),
+    /// no such card (`hw:9,9`: `Cannot get card index`), as libasound itself says. The errno
+    /// alone is not enough: a sound server whose socket is not there yet (PipeWire before the
+    /// session starts) also fails with ENOENT, and that one is waited for.
+    var isUnknownDevice: Bool {
+        guard function == "snd_pcm_open", errno == ENOENT || errno == ENODEV, let detail else { return false }
+        return ["Unknown PCM", "Cannot get card index", "Invalid card", "Unable to find definition"].contains { detail.contains($0) }
+    }
 }

@@ -45,7 +45,7 @@ public struct RecordingLibrary: Sendable {
     /// never its modification time.
     public static func startTime(ofFile path: String) -> Date? {
         let fileExtension = FilePath(path).extension ?? ""
-        if fileExtension == AudioFileFormat.aac.fileExtension {
+        if AudioFileFormat.isMPEG4(fileExtension: fileExtension) {
             guard let info = try? MPEG4AudioInfo(path: path) else { return nil }
             return startTime(mpeg4Tags: info.tags)
         }
@@ -174,9 +174,10 @@ public struct RecordingLibrary: Sendable {
         return renamed
     }
 
-    /// Files a crashed recorder left as `<name>.<ext>.part`: they are playable up to the last
-    /// sync, so give them their final name, or a numbered one when that is taken. A fragmented
-    /// `.m4a.part` is first rewritten as a regular MP4 (`moov` before `mdat`). Only the holder
+    /// Files a crashed recorder left as `<name>.<ext>.part`: they hold everything written up to
+    /// the crash, so give them their final name, or a numbered one when that is taken. A
+    /// fragmented `.m4a.part` is first rewritten as a regular MP4 (`moov` before `mdat`); a
+    /// libsndfile file first gets the length it really holds (`CrashedFileRepair`). Only the holder
     /// of the directory's lock may call this: another daemon's `.part` is a live file.
     /// Returns the recovered paths.
     public func recoverPartialFiles(logger: Logger) -> [String] {
@@ -189,6 +190,7 @@ public struct RecordingLibrary: Sendable {
                 logger.warning("unfinished recording left as it is", metadata: ["recording.path": "\(source)"])
                 continue
             }
+            Self.repairLength(source, fileExtension: FilePath(wanted).extension ?? "", logger: logger)
             do throws(RecorderError) {
                 let target = try Self.moveIntoPlace(source, preferred: wanted)
                 recovered.append(target)
@@ -239,6 +241,30 @@ public struct RecordingLibrary: Sendable {
         guard linkError == .notPermitted || linkError == .notSupported else { return .failure(linkError) }
         if access(target, F_OK) == 0 { return .failure(.fileExists) }
         return Glibc.rename(source, target) == 0 ? .success(()) : .failure(Errno(rawValue: errno))
+    }
+
+    /// Gives a crash-left libsndfile file the length of the audio it holds (`CrashedFileRepair`).
+    /// Never makes it worse: the patch is undone unless libsndfile then reads the file with
+    /// exactly the frames the patch counted; a file the repair does not understand is left as
+    /// it is (and still recovered: it plays as far as its header says).
+    public static func repairLength(_ path: String, fileExtension: String, logger: Logger) {
+        let metadata: Logger.Metadata = ["recording.path": "\(path)"]
+        do throws(CrashedFileRepairError) {
+            guard let patch = try CrashedFileRepair.patch(forFileAt: path, fileExtension: fileExtension) else { return }
+            let undo = try CrashedFileRepair.apply(patch, toFileAt: path)
+            let frames = (try? SoundFileReader(path: path))?.info.frames
+            guard frames == patch.frames else {
+                logger.warning("repaired length does not read back; unfinished recording's header left as it was", metadata: metadata.merging([
+                    "recording.frames": "\(patch.frames)", "recording.framesRead": "\(frames.map(String.init) ?? "unreadable")"]) { $1 })
+                do throws(CrashedFileRepairError) { _ = try CrashedFileRepair.apply(undo, toFileAt: path) } catch {
+                    logger.error("cannot undo the repair of an unfinished recording", metadata: metadata.merging(["error.message": "\(error)"]) { $1 })
+                }
+                return
+            }
+            logger.notice("unfinished recording given the length it holds", metadata: metadata.merging(["recording.frames": "\(patch.frames)"]) { $1 })
+        } catch {
+            logger.warning("unfinished recording's length left as its header says", metadata: metadata.merging(["error.message": "\(error)"]) { $1 })
+        }
     }
 
     /// Rewrites a crash-left fragmented .m4a as a regular one. False if it holds no readable
@@ -296,20 +322,13 @@ public struct RecordingLibrary: Sendable {
     /// The format, contents and recorded start of a file: .m4a through libavformat (AAC or
     /// ALAC is in the file, not its name), everything else through libsndfile.
     private static func read(path: String, fileExtension: String) -> (AudioFileFormat, SoundFileInfo, Date?)? {
-        if fileExtension == AudioFileFormat.aac.fileExtension {
-            guard let info = try? MPEG4AudioInfo(path: path) else { return nil }
-            let format: AudioFileFormat
-            switch info.codecName {
-            case "aac": format = .aac
-            case "alac": format = .alac
-            default: return nil
-            }
+        if AudioFileFormat.isMPEG4(fileExtension: fileExtension) {
+            guard let info = try? MPEG4AudioInfo(path: path), let format = AudioFileFormat(mpeg4Codec: info.codecName) else { return nil }
             return (format, SoundFileInfo(frames: info.frames, sampleRate: info.sampleRate, channels: info.channels,
-                                          formatName: format == .aac ? "MPEG-4 (AAC)" : "MPEG-4 (Apple Lossless)"),
+                                          formatName: format.properties.summary),
                     startTime(mpeg4Tags: info.tags))
         }
-        guard let reader = try? SoundFileReader(path: path),
-              let format = AudioFileFormat.allCases.first(where: { $0.fileExtension == fileExtension })
+        guard let reader = try? SoundFileReader(path: path), let format = AudioFileFormat(fileExtension: fileExtension)
         else { return nil }
         return (format, reader.info, startTime(reader))
     }

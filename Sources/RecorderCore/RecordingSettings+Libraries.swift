@@ -28,17 +28,29 @@ extension RecordingSettings {
         }
     }
 
-    /// libsndfile's container and encoding; nil for the .m4a formats, which FFmpeg writes.
+    /// libsndfile's container and encoding for the formats it writes; nil for the others,
+    /// and for a container and codec it does not write together.
     var soundFileFormat: SoundFileFormat? {
-        switch format {
-        case .wav: SoundFileFormat(container: .rf64, encoding: pcmEncoding)
-        case .caf: SoundFileFormat(container: .caf, encoding: pcmEncoding)
-        case .flac: SoundFileFormat(container: .flac, encoding: pcmEncoding)
-        case .opus: SoundFileFormat(container: .ogg, encoding: .opus)
-        case .vorbis: SoundFileFormat(container: .ogg, encoding: .vorbis)
-        case .mp3: SoundFileFormat(container: .mpeg, encoding: .mp3)
+        let properties = format.properties
+        guard properties.library == .libsndfile else { return nil }
+        let encoding: SoundFileFormat.Encoding? = switch properties.codec {
+        case .pcm, .flac: pcmEncoding
+        case .opus: .opus
+        case .vorbis: .vorbis
+        case .mp3: .mp3
         case .aac, .alac: nil
         }
+        let container: SoundFileFormat.Container? = switch properties.container {
+        // RF64 is WAV that grows past 4 GiB: libsndfile writes a plain RIFF header until then.
+        case .wav: .rf64
+        case .flac: .flac
+        case .ogg: .ogg
+        case .caf: .caf
+        case .mpeg: .mpeg
+        case .mpeg4: nil
+        }
+        guard let encoding, let container else { return nil }
+        return SoundFileFormat(container: container, encoding: encoding)
     }
 
     private var pcmEncoding: SoundFileFormat.Encoding {

@@ -20,13 +20,23 @@ public final class RecordingsDirectoryLock: Sendable {
             case .held(let directory, let pid):
                 "another recd" + (pid.map { " (pid \($0))" } ?? "") + " records into \(directory); "
                     + "stop it or give this one another recordings directory"
+            case .cannotLock(let directory, let error) where error == .permissionDenied || error == .notPermitted:
+                "the recordings directory \(directory) is not writable by user \(RecordingsDirectoryLock.userName()) (uid \(getuid())): "
+                    + "\(error). Give that user write access to it, or set recordings_dir (--recordings-dir) "
+                    + "to a directory it may write"
             case .cannotLock(let directory, let error):
-                "cannot lock the recordings directory \(directory): \(error)"
+                "cannot use the recordings directory \(directory): \(error)"
             }
         }
     }
 
     private let descriptor: Int32
+
+    /// The name of the user recd runs as, or its uid when it has none.
+    static func userName() -> String {
+        guard let entry = getpwuid(getuid()), let name = entry.pointee.pw_name else { return "\(getuid())" }
+        return String(cString: name)
+    }
 
     public init(directory: String) throws(Failure) {
         if let error = Recorder.makeDirectory(directory) { throw .cannotLock(directory: directory, Errno(rawValue: error)) }

@@ -33,6 +33,18 @@ struct SegmentClock: Sendable {
         return Swift.max(1, Int64(((boundary - time) * Double(rate)).rounded()))
     }
 
+    /// The time a segment starting at `start` is named after: its start, or, for a segment that
+    /// `follows` a boundary on the clock, the boundary itself (the measured start of an hourly
+    /// file may fall a few milliseconds before hh:00:00, and it is still the hh:00:00 file).
+    func nameTime(forStart start: Date, follows: Bool) -> Date {
+        guard alignToClock, follows, let length else { return start }
+        let time = start.timeIntervalSince1970
+        let day = startOfDay(time)
+        let nearest = day + ((time - day) / length).rounded() * length
+        // Only a boundary within a tenth of a second is one the clock meant.
+        return Swift.abs(nearest - time) < 0.1 ? Date(timeIntervalSince1970: nearest) : start
+    }
+
     /// The first multiple of `length` from midnight (or midnight itself) at least `gap` after `time`.
     func nextBoundary(after time: Double, atLeast gap: Double, length: Double) -> Double {
         var day = startOfDay(time)
@@ -81,9 +93,10 @@ struct SegmentFileFactory: Sendable {
         return candidate
     }
 
-    /// Creates segment `index`'s file, as `.part`.
-    func create(index: Int, startedAt date: Date, gapBefore: Gap? = nil) throws(RecorderError) -> (any AudioFileWriter, Segment) {
-        let path = try path(index: index, startedAt: date)
+    /// Creates segment `index`'s file, as `.part`, named after `namedAt` (by default its start).
+    func create(index: Int, startedAt date: Date, namedAt nameDate: Date? = nil,
+                gapBefore: Gap? = nil) throws(RecorderError) -> (any AudioFileWriter, Segment) {
+        let path = try path(index: index, startedAt: nameDate ?? date)
         return (try open(path: path), Segment(recordingId: recordingId, name: name, index: index, path: path,
                                                startedAt: date, sampleRate: sampleRate, gapBefore: gapBefore))
     }
@@ -98,8 +111,8 @@ struct SegmentFileFactory: Sendable {
 
     /// The template with its fields filled in: strftime's, then `{name}` and `{n}`.
     func render(index: Int, date: Date) -> String {
-        // Names count whole seconds (a measured start a few ms before hh:00:00 is hh:00:00);
-        // `{name}` is filled in after strftime, so a '%' in a recording's name stays literal.
+        // Names show the second the start falls in (`SegmentClock.nameTime` gives a segment on
+        // the clock its boundary's); `{name}` is filled in after strftime, so a '%' in a recording's name stays literal.
         let formatted = CalendarTime.format(date, template, local: localTime)
         let expanded = formatted.isEmpty ? template : formatted
         return expanded.replacing("{name}", with: name).replacing("{n}", with: String(index))

@@ -39,4 +39,8 @@ public struct RecorderError: Error, Sendable, Equatable, Codable, CustomStringCo
     }
 
     public var description: String { "\(code.rawValue): \(message)" }
+
+    /// The `invalidState` message for stop, pause, resume, cancel and split when no recording
+    /// is under way.
+    public static let nothingRecording = "nothing is recording"
 }

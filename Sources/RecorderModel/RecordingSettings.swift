@@ -1,62 +1,135 @@
-/// The file formats recd writes.
-public enum AudioFileFormat: String, Sendable, Codable, CaseIterable {
-    /// WAV, switching to RF64 by itself once the file passes 4 GiB.
-    case wav
-    case flac
-    /// Opus in Ogg.
-    case opus
-    /// Vorbis in Ogg.
-    case vorbis
-    /// Core Audio Format.
-    case caf
-    /// AAC-LC in an MPEG-4 audio file (.m4a): AVAudioRecorder's kAudioFormatMPEG4AAC.
-    case aac
-    /// Apple Lossless in an MPEG-4 audio file (.m4a).
-    case alac
-    /// MPEG-1/2 Layer III, variable bit rate.
-    case mp3
+/// The file formats recd writes. What each one is lives in one table, `properties`: adding a
+/// format is a case, its entry there, and (if its library has no writer for its codec yet) that
+/// writer in `RecordingSettings.makeFileWriter`, which refuses a codec it has no writer for.
+public enum AudioFileFormat: String, Sendable, CaseIterable {
+    case wav, flac, opus, vorbis, caf, aac, alac, mp3
 
-    public var fileExtension: String {
+    /// How a format is stored and which library writes it.
+    public struct Properties: Sendable, Equatable {
+        public enum Container: String, Sendable { case wav, flac, ogg, caf, mpeg4, mpeg }
+        public enum Codec: String, Sendable { case pcm, flac, opus, vorbis, aac, alac, mp3 }
+        public enum Library: String, Sendable { case libsndfile, ffmpeg }
+
+        public var container: Container
+        public var codec: Codec
+        public var library: Library
+        public var fileExtension: String
+        public var isLossy: Bool
+        /// The bit depths a file may have; empty for a codec that has none (the lossy ones).
+        public var bitDepths: [Int]
+        /// The sample rates the codec takes; nil for any.
+        public var sampleRates: [Int]?
+        public var maximumChannels: Int
+        /// What people call it, for help texts and `recctl ls`.
+        public var summary: String
+    }
+
+    /// The table.
+    public var properties: Properties {
         switch self {
-        case .wav: "wav"
-        case .flac: "flac"
-        case .opus: "opus"
-        case .vorbis: "ogg"
-        case .caf: "caf"
-        case .aac, .alac: "m4a"
-        case .mp3: "mp3"
+        case .wav:
+            // RIFF WAV, switching to RF64 by itself once the file passes 4 GiB.
+            Properties(container: .wav, codec: .pcm, library: .libsndfile, fileExtension: "wav", isLossy: false,
+                       bitDepths: [16, 24, 32], sampleRates: nil, maximumChannels: 8, summary: "WAV (RF64 past 4 GiB)")
+        case .flac:
+            Properties(container: .flac, codec: .flac, library: .libsndfile, fileExtension: "flac", isLossy: false,
+                       bitDepths: [16, 24], sampleRates: nil, maximumChannels: 8, summary: "FLAC")
+        case .opus:
+            Properties(container: .ogg, codec: .opus, library: .libsndfile, fileExtension: "opus", isLossy: true,
+                       bitDepths: [], sampleRates: [8000, 12000, 16000, 24000, 48000], maximumChannels: 8,
+                       summary: "Opus in Ogg")
+        case .vorbis:
+            Properties(container: .ogg, codec: .vorbis, library: .libsndfile, fileExtension: "ogg", isLossy: true,
+                       bitDepths: [], sampleRates: nil, maximumChannels: 8, summary: "Vorbis in Ogg")
+        case .caf:
+            Properties(container: .caf, codec: .pcm, library: .libsndfile, fileExtension: "caf", isLossy: false,
+                       bitDepths: [16, 24, 32], sampleRates: nil, maximumChannels: 8, summary: "Core Audio Format")
+        case .aac:
+            // AAC-LC (AVAudioRecorder's kAudioFormatMPEG4AAC), with its sampling-frequency table.
+            Properties(container: .mpeg4, codec: .aac, library: .ffmpeg, fileExtension: "m4a", isLossy: true,
+                       bitDepths: [], sampleRates: [8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000],
+                       maximumChannels: 8, summary: "AAC-LC in .m4a")
+        case .alac:
+            Properties(container: .mpeg4, codec: .alac, library: .ffmpeg, fileExtension: "m4a", isLossy: false,
+                       bitDepths: [16, 24], sampleRates: nil, maximumChannels: 8, summary: "Apple Lossless in .m4a")
+        case .mp3:
+            // MPEG-1, MPEG-2 and MPEG-2.5 Layer III, variable bit rate.
+            Properties(container: .mpeg, codec: .mp3, library: .libsndfile, fileExtension: "mp3", isLossy: true,
+                       bitDepths: [], sampleRates: [8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000],
+                       maximumChannels: 2, summary: "MP3, variable bit rate")
         }
     }
 
-    public var isLossy: Bool { [.opus, .vorbis, .aac, .mp3].contains(self) }
-    public var bitDepths: [Int] {
-        switch self {
-        case .wav, .caf: [16, 24, 32]
-        case .flac, .alac: [16, 24]
-        case .opus, .vorbis, .aac, .mp3: []
+    /// A format by the name a user types: its own (`flac`, any case), or `m4a`, the file type,
+    /// for the .m4a codec recd records by default (AAC). Everything that reads a format from
+    /// outside (the socket, MQTT, recctl, the configuration) reads it through this.
+    public init?(name: String) {
+        let name = name.lowercased()
+        if let format = AudioFileFormat(rawValue: name) {
+            self = format
+        } else if name == "m4a" {
+            self = .aac
+        } else {
+            return nil
         }
     }
 
-    /// The sample rates the codec takes; nil for any.
-    public var sampleRates: [Int]? {
-        switch self {
-        case .opus: [8000, 12000, 16000, 24000, 48000]
-        // AAC-LC's sampling-frequency table from 8 to 96 kHz.
-        case .aac: [8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000]
-        // MPEG-1, MPEG-2 and MPEG-2.5 Layer III.
-        case .mp3: [8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000]
-        case .wav, .flac, .vorbis, .caf, .alac: nil
-        }
+    /// The format an MPEG-4 file's codec (as libavformat names it: `aac`, `alac`) records.
+    public init?(mpeg4Codec codec: String) {
+        guard let format = AudioFileFormat.allCases.first(where: {
+            $0.properties.container == .mpeg4 && $0.properties.codec.rawValue == codec
+        }) else { return nil }
+        self = format
     }
 
-    /// The most channels the format holds.
-    public var maximumChannels: Int { self == .mp3 ? 2 : 8 }
+    /// The format a file with this extension holds, when the extension says (.m4a does not:
+    /// read its codec).
+    public init?(fileExtension: String) {
+        let formats = AudioFileFormat.allCases.filter { $0.fileExtension == fileExtension }
+        guard formats.count == 1 else { return nil }
+        self = formats[0]
+    }
+
+    /// Whether files with this extension are MPEG-4 files, whose codec only reading them tells.
+    public static func isMPEG4(fileExtension: String) -> Bool {
+        allCases.contains { $0.properties.container == .mpeg4 && $0.fileExtension == fileExtension }
+    }
+
+    /// The names `init(name:)` takes, for messages: "wav, flac, …, mp3 (m4a: aac)".
+    public static var names: String { allCases.map(\.rawValue).joined(separator: ", ") + " (m4a: aac)" }
+
+    /// Every format with what it is, for help texts: "wav (WAV (RF64 past 4 GiB)), flac (FLAC), …".
+    public static var summaries: String {
+        allCases.map { "\($0.rawValue) (\($0.properties.summary))" }.joined(separator: ", ") + "; m4a means aac"
+    }
+
+    public var fileExtension: String { properties.fileExtension }
+    public var isLossy: Bool { properties.isLossy }
+    public var bitDepths: [Int] { properties.bitDepths }
+    public var sampleRates: [Int]? { properties.sampleRates }
+    public var maximumChannels: Int { properties.maximumChannels }
 
     /// The rate a file records at when none is asked for and the device runs at `deviceRate`:
     /// the device's, unless the codec does not take it (then 48 kHz, which they all take).
     public func fileRate(forDeviceRate deviceRate: Int) -> Int {
         guard let rates = sampleRates, !rates.contains(deviceRate) else { return deviceRate }
         return 48000
+    }
+}
+
+extension AudioFileFormat: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let name = try container.decode(String.self)
+        guard let format = AudioFileFormat(name: name) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "no format named '\(name)'")
+        }
+        self = format
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
     }
 }
 

@@ -95,12 +95,20 @@ public struct RetentionSettings: Sendable, Equatable {
     public var keepFree: SpaceAmount?
     /// Seconds between two retention passes besides those when a file closes.
     public var interval: Double
+    /// Seconds during which retention deletes nothing after the recorder starts or these
+    /// settings change: what is due meanwhile is announced (logged at warning level, and in
+    /// the storage status as due at the end of the grace) so that a mistaken limit can be
+    /// undone before a backlog of recordings goes at once. Deleting to keep
+    /// `[storage] minimum_free` never waits. 0: no grace.
+    public var grace: Double
 
-    public init(maximumAge: Double? = nil, maximumTotalBytes: Int64? = nil, keepFree: SpaceAmount? = nil, interval: Double = 60) {
+    public init(maximumAge: Double? = nil, maximumTotalBytes: Int64? = nil, keepFree: SpaceAmount? = nil, interval: Double = 60,
+                grace: Double = 600) {
         self.maximumAge = maximumAge
         self.maximumTotalBytes = maximumTotalBytes
         self.keepFree = keepFree
         self.interval = interval
+        self.grace = grace
     }
 
     /// Whether retention deletes anything at all.

@@ -32,7 +32,8 @@ extension StringProtocol {
 public enum CalendarTime {
     /// `strftime(3)` of `date` (whole seconds, rounded): "%Y-%m-%d %H:%M:%S" gives "2026-11-22 19:30:00".
     public static func format(_ date: Date, _ format: String, local: Bool = true) -> String {
-        var seconds = time_t(date.timeIntervalSince1970.rounded())
+        // The second the time falls in, as a clock shows it: 14.541 is 14, not 15.
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
         var fields = tm()
         if local { localtime_r(&seconds, &fields) } else { gmtime_r(&seconds, &fields) }
         var buffer = [CChar](repeating: 0, count: 4096)

@@ -98,7 +98,8 @@ public enum SoundFileString: Sendable, CaseIterable {
 
 /// Writes one audio file. Not thread-safe except `sync()`, which only touches the descriptor.
 public final class SoundFileWriter {
-    public let path: String
+    /// Where the file is: `renamed(to:)` follows a rename made while it is open.
+    public private(set) var path: String
     public let format: SoundFileFormat
     public let sampleRate: Int
     private let handle: OpaquePointer
@@ -107,6 +108,9 @@ public final class SoundFileWriter {
     /// WAV, RF64 and CAF carry sizes in a header that can be rewritten mid-file; Ogg and FLAC
     /// streams cannot (libsndfile corrupts an Ogg stream if asked to).
     private let hasRewritableHeader: Bool
+
+    /// The file was renamed while open (its descriptor stays valid): later messages name the new path.
+    public func renamed(to newPath: String) { path = newPath }
 
     /// Creates `path` (which must not exist) and opens it for writing.
     ///

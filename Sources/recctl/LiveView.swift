@@ -288,30 +288,13 @@ enum StatusBar {
 
 /// Parsing of --duration and --at.
 enum TimeParsing {
-    /// "90", "1.5", "1:30", "00:01:30", "01:02:03.5" -> seconds.
-    static func duration(_ text: String) -> Double? {
-        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
-        guard (1...3).contains(parts.count) else { return nil }
-        var seconds = 0.0
-        for (index, part) in parts.enumerated() {
-            let isLast = index == parts.count - 1
-            guard let value = isLast ? Double(part) : Double(Int(part) ?? -1), value >= 0, value.isFinite else { return nil }
-            if !isLast, value < 0 { return nil }
-            seconds = seconds * 60 + value
-        }
-        return seconds > 0 ? seconds : nil
-    }
+    /// recd's one spelling of durations (`DurationText`): "90", "1.5", "90s", "1h30m", "01:02:03.5".
+    static func duration(_ text: String) -> Double? { DurationText.seconds(text) }
 
     /// "14:30" / "14:30:15" (next occurrence, local), "+10m"/"+90"/"+00:05:00", or RFC 3339.
     static func time(_ text: String, now: Date = Date()) -> Date? {
         if text.hasPrefix("+") {
-            var rest = String(text.dropFirst())
-            var multiplier = 1.0
-            if let unit = rest.last, let factor = ["s": 1.0, "m": 60.0, "h": 3600.0][String(unit)] {
-                multiplier = factor
-                rest.removeLast()
-            }
-            return duration(rest).map { now.addingTimeInterval($0 * multiplier) }
+            return duration(String(text.dropFirst())).map { now.addingTimeInterval($0) }
         }
         if let date = WireCoding.parseDate(text) { return date }
         let parts = text.split(separator: ":").map { Int($0) }

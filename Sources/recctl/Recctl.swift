@@ -1,4 +1,5 @@
 import ArgumentParser
+import CBuildInfo
 import FoundationEssentials
 import Glibc
 import RecdClient
@@ -12,6 +13,9 @@ enum Exit {
     static let usage = ExitCode.validationFailure
     /// No daemon at the socket.
     static let cannotConnect = ExitCode(69)  // EX_UNAVAILABLE
+    /// stop, pause, resume, cancel or split with nothing recording (a script may treat it as
+    /// done rather than as a failure).
+    static let nothingRecording = ExitCode(3)
 }
 
 @main
@@ -23,16 +27,18 @@ struct Recctl: ParsableCommand {
         discussion: """
             recctl talks to recd over its Unix socket (see doc/protocol.md). It finds the socket \
             in --socket, else RECD_SOCKET, else the user instance's socket \
-            ($XDG_RUNTIME_DIR/recd/recd.sock) when there is one, else the system's \
+            ($XDG_RUNTIME_DIR/recd/recd.sock, or /tmp/recd-<uid>/recd/recd.sock without \
+            XDG_RUNTIME_DIR, as recd chooses) when there is one, else the system's \
             (/run/recd/recd.sock).
 
             Every command prints for people by default and JSON with --json. Color is used only \
             on a terminal, and never when NO_COLOR is set.
 
             Exit status: 0 success; 1 the daemon refused the request or the recording failed; \
-            64 wrong usage; 69 cannot connect to recd.
+            3 nothing is recording (stop, pause, resume, cancel, split); 64 wrong usage; \
+            69 cannot connect to recd.
             """,
-        version: RecdVersion.current,
+        version: RecdVersion.withCommit(String(cString: recd_build_commit())),
         subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Watch.self,
                       List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
 
@@ -104,9 +110,31 @@ struct ConnectionOptions: ParsableArguments {
         }
     }
 
+    /// stop, pause, resume, cancel, split: a refusal because no recording is under way is said
+    /// plainly ("nothing is recording", and the last one's name) with its own exit status.
+    /// The recorder's state decides, not the refusal's wording.
+    func callOnRecording<Result: Decodable>(_ method: RecdProtocol.Method, as type: Result.Type = Result.self) throws -> Result {
+        let connection = try connect()
+        do {
+            return try connection.call(method, as: type)
+        } catch {
+            guard case .rpc(let rpc) = error, rpc.data?.code == RecorderError.Code.invalidState.rawValue,
+                  let status = try? connection.call(.status, as: StatusResult.self), !status.state.isActive else {
+                report(error)
+                if case .closed = error { throw Exit.cannotConnect }
+                throw Exit.refused
+            }
+            if json { Output.printJSON(ErrorResponse(id: nil, error: rpc)) }
+            let last = status.state.recording.map { " (the last recording, \($0.name), has \(status.state.name == .failed ? "failed" : "ended"))" }
+            Output.error(RecorderError.nothingRecording + (last ?? ""))
+            Output.hint("`recctl start NAME` starts a recording.")
+            throw Exit.nothingRecording
+        }
+    }
+
     /// pause, resume, cancel: call, then print the new state as JSON or as `describe` says.
     func changeState(_ method: RecdProtocol.Method, describe: (RecorderState) -> String) throws {
-        let result: StateResult = try call(try connect(), method)
+        let result: StateResult = try callOnRecording(method)
         if json { return Output.printJSON(result) }
         Output.line(describe(result.state))
     }
@@ -142,7 +170,7 @@ struct Start: ParsableCommand {
 
     @Argument(help: "The recording's name (the file name without extension). Default: recording-<date>.")
     var name: String?
-    @Option(help: ArgumentHelp("wav, flac, opus, vorbis, caf, aac (AAC-LC in .m4a), alac (Apple Lossless in .m4a) or mp3.", valueName: "format"))
+    @Option(help: ArgumentHelp(AudioFileFormat.summaries + ".", valueName: "format"))
     var format: AudioFileFormat?
     @Option(name: .customLong("rate"), help: ArgumentHelp("Sample rate of the file, Hz.", valueName: "hz"))
     var sampleRate: Int?
@@ -154,11 +182,15 @@ struct Start: ParsableCommand {
     var quality: RecordingQuality?
     @Option(name: .customLong("bitrate"), help: ArgumentHelp("Opus or AAC bitrate, bits per second (all channels).", valueName: "bps"))
     var bitRate: Int?
-    @Option(help: ArgumentHelp("Record exactly this long: seconds (90, 1.5) or HH:MM:SS.", valueName: "duration"))
+    // `.unconditional`: "--duration -5" is a bad duration to say so about, not a missing one.
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("Record exactly this long: seconds (90, 1.5), with a unit (90s, 30m, 1h30m) or HH:MM:SS.", valueName: "duration"))
     var duration: String?
-    @Option(help: ArgumentHelp("Start at this time: HH:MM[:SS] (next occurrence, local time), +DURATION, or RFC 3339.", valueName: "time"))
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("Start at this time: HH:MM[:SS] (next occurrence, local time), +DURATION, or RFC 3339.", valueName: "time"))
     var at: String?
-    @Option(help: ArgumentHelp("Cut the recording into files this long: seconds or HH:MM:SS (0: one file).", valueName: "duration"))
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("Cut the recording into files this long: a duration as for --duration (0: one file).", valueName: "duration"))
     var segment: String?
     @Flag(help: "Cut segments at whole multiples of their length from midnight (3600: on the hour).")
     var alignToClock = false
@@ -170,23 +202,30 @@ struct Start: ParsableCommand {
 
     func validate() throws {
         if let segment, segment != "0", TimeParsing.duration(segment) == nil {
-            throw ValidationError("--segment must be seconds (3600) or HH:MM:SS, or 0 for one file, not '\(segment)'")
+            throw ValidationError("--segment must be \(DurationText.spellings), or 0 for one file, not '\(segment)'")
         }
         if let duration, TimeParsing.duration(duration) == nil {
-            throw ValidationError("--duration must be seconds (90, 1.5) or HH:MM:SS, not '\(duration)'")
+            throw ValidationError("--duration must be \(DurationText.spellings), not '\(duration)'")
         }
         if let at, TimeParsing.time(at) == nil {
             throw ValidationError("--at must be HH:MM[:SS], +DURATION or an RFC 3339 time, not '\(at)'")
         }
+        // The daemon's own range check, here too: the same sentence, without a round trip.
+        if let refusal = params.rangeRefusal() { throw ValidationError(refusal) }
+    }
+
+    /// The request, from options that passed `validate()`.
+    var params: StartParams {
+        StartParams(name: name, format: format, sampleRate: sampleRate, channels: channels, bitDepth: bitDepth,
+                    quality: quality, bitRate: bitRate, duration: duration.flatMap(TimeParsing.duration),
+                    at: at.flatMap { TimeParsing.time($0) },
+                    segmentLength: segment.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 },
+                    alignToClock: alignToClock ? true : nil, fileTemplate: template)
     }
 
     func run() throws {
         let connection = try options.connect()
-        let params = StartParams(name: name, format: format, sampleRate: sampleRate, channels: channels, bitDepth: bitDepth,
-                                 quality: quality, bitRate: bitRate, duration: duration.flatMap(TimeParsing.duration),
-                                 at: at.flatMap { TimeParsing.time($0) },
-                                 segmentLength: segment.map { $0 == "0" ? 0 : TimeParsing.duration($0)! },
-                                 alignToClock: alignToClock ? true : nil, fileTemplate: template)
+        let params = self.params
         // Subscribe first so that the end of a short recording cannot slip past.
         let subscription: SubscribeResult? = wait
             ? try options.call(connection, .subscribe, SubscribeParams(topics: [.state, .currentTime, .levels], interval: 0.1))
@@ -228,10 +267,14 @@ struct Stop: ParsableCommand {
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
-        let connection = try options.connect()
-        let recording: Recording = try options.call(connection, .stop)
+        let recording: Recording = try options.callOnRecording(.stop)
         if options.json { return Output.printJSON(recording) }
-        Output.line("stopped \(recording.path) (\(Output.duration(recording.duration)))")
+        if recording.path.isEmpty {
+            // Stopped while waiting for a device that never came: no file was made.
+            Output.line("stopped \(Output.bold(recording.name)): nothing was recorded (the device never appeared)")
+        } else {
+            Output.line("stopped \(Output.bold(recording.name)) -> \(recording.path) (\(Output.duration(recording.duration)))")
+        }
     }
 }
 
@@ -263,7 +306,7 @@ struct Split: ParsableCommand {
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
-        let result: SplitResult = try options.call(try options.connect(), .split)
+        let result: SplitResult = try options.callOnRecording(.split)
         if options.json { return Output.printJSON(result) }
         Output.line("closed \(result.closed.path) (\(Output.duration(result.closed.duration)))")
         if let next = result.recording?.segment { Output.line("now writing \(next.path)") }
@@ -414,7 +457,9 @@ struct Version: ParsableCommand {
     }
 }
 
-extension AudioFileFormat: ExpressibleByArgument {}
+extension AudioFileFormat: ExpressibleByArgument {
+    public init?(argument: String) { self.init(name: argument) }
+}
 extension RecordingQuality: ExpressibleByArgument {}
 extension Topic: ExpressibleByArgument {}
 extension RecorderState.Name: ExpressibleByArgument {}

@@ -1,10 +1,12 @@
 // The readers of untrusted input, under libFuzzer: the request parser (every line a client
-// sends) and the configuration reader (the TOML file). DaemonConfiguration.swift is recd's own
-// file, linked in here so the fuzzer runs the real code. `make fuzz` builds this with
+// sends) and the configuration reader (the TOML file), the RecdConfiguration library recd
+// itself reads its file with. `make fuzz` builds this with
 // -DFUZZING and libFuzzer; built plainly it replays inputs given as arguments (the corpus,
 // or a crash file), which `make test` does too.
 import FoundationEssentials
+import RecdConfiguration
 import RecdProtocol
+import RecorderModel
 
 /// Which readers run: RECD_FUZZ=parser or config, both when unset.
 let fuzzedReaders = ProcessInfo.processInfo.environment["RECD_FUZZ"].map { Set($0.split(separator: ",").map(String.init)) }
@@ -14,14 +16,34 @@ let fuzzedReaders = ProcessInfo.processInfo.environment["RECD_FUZZ"].map { Set($
 func readUntrusted(_ bytes: UnsafeRawBufferPointer) {
     if fuzzedReaders.contains("parser") {
         switch RequestParser.parse(bytes) {
-        case .single(.request(let request)): _ = request.method.permission
-        case .batch(let items): _ = items.compactMap(\.errorResponse)
+        case .single(.request(let request)): readParams(request)
+        case .batch(let items):
+            _ = items.compactMap(\.errorResponse)
+            for case .request(let request) in items { readParams(request) }
         default: break
         }
     }
     if fuzzedReaders.contains("config"), let text = String(validating: bytes, as: UTF8.self) {
         var configuration = DaemonConfiguration.defaults(for: .user, environment: ["HOME": "/nonexistent"])
         try? configuration.apply(toml: text, file: "fuzz.toml")
+    }
+}
+
+/// The typed params of the methods that take numbers, decoded and checked as recd does before
+/// it opens a device (`decodeParams`, `rangeRefusal`, the settings' own checks): the
+/// dictionary's extreme numbers reach past the parser.
+func readParams(_ request: ParsedRequest) {
+    _ = request.method.permission
+    switch request.method {
+    case .start:
+        guard let start = try? decodeParams(StartParams.self, request.params) else { return }
+        guard start.rangeRefusal() == nil else { return }
+        try? start.settings(over: RecordingSettings()).validate()
+        try? start.segments(over: SegmentSettings()).validate()
+    case .subscribe:
+        _ = try? decodeParams(SubscribeParams.self, request.params)
+    default:
+        _ = try? decodeParams(JSONValue.self, request.params)
     }
 }
 

@@ -2,6 +2,8 @@ import ArgumentParser
 import FoundationEssentials
 import Logging
 import Mosquitto
+import RecdCommands
+import RecdConfiguration
 import RecdHooks
 import RecdMQTT
 import RecorderCore
@@ -11,7 +13,7 @@ import SystemPackage
 extension Recd {
     /// The file hooks and the MQTT bridge, as configured. Returns the bridge's service (if
     /// enabled) and the subscription that feeds finalized files to the hooks (if any).
-    func makeIntegrations(_ configuration: DaemonConfiguration, recorder: Recorder) throws
+    func makeIntegrations(_ configuration: DaemonConfiguration, recorder: Recorder, blocking: BlockingCalls) throws
         -> ([ServiceGroupConfiguration.ServiceConfiguration], ObservationToken?) {
         var hooks: HookRunner?
         var hookToken: ObservationToken?
@@ -32,7 +34,7 @@ extension Recd {
         guard let bridgeConfiguration else { return ([], hookToken) }
         do {
             let bridge = try MQTTBridge(recorder: recorder, configuration: bridgeConfiguration, hooks: hooks,
-                                        version: recdVersion, logger: Logger(label: "recd.mqtt"))
+                                        version: recdVersion, blocking: blocking, logger: Logger(label: "recd.mqtt"))
             return ([.init(service: bridge)], hookToken)
         } catch {
             _ = try? FileDescriptor.standardError.writeAll("recd: mqtt: \(error)\n".utf8)

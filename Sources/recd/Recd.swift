@@ -1,4 +1,5 @@
 import ArgumentParser
+import CBuildInfo
 import CLinux
 import FoundationEssentials
 import Glibc
@@ -8,6 +9,8 @@ import NIOPosix
 import RecdHooks
 import RecdMQTT
 import RecdProtocol
+import RecdCommands
+import RecdConfiguration
 import RecdServer
 import RecorderCore
 import ServiceLifecycle
@@ -22,12 +25,19 @@ struct Recd: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "recd",
         abstract: "The recorder daemon: records from ALSA to files, controlled over a Unix socket.",
+        // A paragraph is one line (`\` joins source lines): ArgumentParser wraps it to the terminal.
         discussion: """
-            Settings come from the configuration file (see etc/recd.toml), overridden by these
-            options. SIGHUP reloads the file; SIGTERM or SIGINT finalizes the recording in
-            progress and exits. Control it with recctl.
+            Settings come from the configuration file, described in recd.toml(5): \
+            /etc/recd/recd.toml for the system instance, $XDG_CONFIG_HOME/recd/recd.toml for a \
+            user's. The options below override it. SIGHUP reloads the file; SIGTERM or SIGINT \
+            finalizes the recording in progress and exits. Control recd with recctl(1).
+
+            Exit status: 0 after SIGTERM or SIGINT, or a valid configuration with --check-config; \
+            1 an unexpected failure; 73 the recordings directory or the socket cannot be created; \
+            75 another recd uses the recordings directory or the socket; 77 the recordings \
+            directory is not writable by recd's user; 78 the configuration is invalid.
             """,
-        version: recdVersion)
+        version: RecdVersion.withCommit(String(cString: recd_build_commit())))
 
     @Option(help: ArgumentHelp("The configuration file.", discussion: "Default: /etc/recd/recd.toml (--system) or $XDG_CONFIG_HOME/recd/recd.toml (--user). A missing default file means all defaults.", valueName: "path"))
     var config: String?
@@ -113,25 +123,18 @@ struct Recd: AsyncParsableCommand {
         LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, journal: journal) }
         let logger = Logger(label: "recd")
 
-        let policy: AccessPolicy
-        let socketGroup: gid_t?
-        do {
-            policy = AccessPolicy(controlUIDs: try AccessPolicy.uids(configuration.controlUsers),
-                                  controlGIDs: try AccessPolicy.gids(configuration.controlGroups))
-            socketGroup = configuration.socketGroup.isEmpty ? nil : try AccessPolicy.gids([configuration.socketGroup]).first
-        } catch {
-            _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: configuration: \(error)\n".utf8)
-            throw ExitCode(78)
-        }
+        let policy = AccessPolicy(controlUIDs: configuration.controlUIDs, controlGIDs: configuration.controlGIDs)
+        let socketGroup = configuration.socketGID
 
         // Before any file in the directory is touched: its .part files may be another daemon's.
         let directoryLock: RecordingsDirectoryLock
         do {
             directoryLock = try RecordingsDirectoryLock(directory: configuration.recordingsDirectory)
         } catch {
-            logger.critical("recordings directory in use", metadata: ["error": "\(error)"])
+            let exit = Self.exitStatus(for: error)
+            logger.critical(exit.message, metadata: ["error": "\(error)"])
             _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: \(error)\n".utf8)
-            throw ExitCode(75)  // EX_TEMPFAIL
+            throw exit.code
         }
         defer { withExtendedLifetime(directoryLock) {} }
         let recorder = Recorder(configuration: configuration.recorderConfiguration, logger: Logger(label: "recd.recorder"))
@@ -148,12 +151,13 @@ struct Recd: AsyncParsableCommand {
         }
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: min(2, System.coreCount))
+        let blocking = BlockingCalls()
         let server = ControlServer(recorder: recorder, version: recdVersion, policy: policy,
                                    limits: ServerLimits(maxClients: configuration.maxClients,
                                                         outboundLimit: configuration.clientQueueBytes),
-                                   group: group, logger: Logger(label: "recd.server"))
+                                   group: group, blocking: blocking, logger: Logger(label: "recd.server"))
         let command = self
-        let service = RecdService(recorder: recorder, server: server, listenTarget: listenTarget, reload: {
+        let service = RecdService(recorder: recorder, server: server, blocking: blocking, listenTarget: listenTarget, reload: {
             do {
                 var reloaded = try command.loadConfiguration()
                 if reloaded.socketPath != configuration.socketPath || reloaded.maxClients != configuration.maxClients
@@ -177,7 +181,7 @@ struct Recd: AsyncParsableCommand {
            logger: logger)
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.
-        let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder)
+        let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder, blocking: blocking)
         defer { hookToken?.cancel() }
         let serviceGroup = ServiceGroup(configuration: .init(
             services: integrations + [.init(service: service)],
@@ -185,12 +189,36 @@ struct Recd: AsyncParsableCommand {
             logger: logger))
         do {
             try await serviceGroup.run()
+        } catch let error as ServerError {
+            // The socket: nothing ran yet. The same statuses as for the recordings directory.
+            logger.critical("cannot listen", metadata: ["error": "\(error)"])
+            try? await group.shutdownGracefully()
+            switch error {
+            case .alreadyRunning: throw ExitCode(75)  // EX_TEMPFAIL
+            case .cannotBind: throw ExitCode(73)  // EX_CANTCREAT
+            }
         } catch {
             logger.critical("recd stopped", metadata: ["error": "\(error)"])
+            await blocking.shutdown()
             try? await group.shutdownGracefully()
             throw ExitCode.failure
         }
+        await blocking.shutdown()
         try? await group.shutdownGracefully()
     }
 }
 
+extension Recd {
+    /// Why the recordings directory cannot be taken, as a log message and an exit status
+    /// (sysexits.h): another daemon in it is temporary (75, EX_TEMPFAIL: systemd may try
+    /// again), a permission problem is not (77, EX_NOPERM), nor is a directory that cannot be
+    /// created or written at all, e.g. on a read-only filesystem (73, EX_CANTCREAT).
+    static func exitStatus(for error: RecordingsDirectoryLock.Failure) -> (message: Logger.Message, code: ExitCode) {
+        switch error {
+        case .held: ("recordings directory in use", ExitCode(75))
+        case .cannotLock(_, let errno) where errno == .permissionDenied || errno == .notPermitted:
+            ("recordings directory not writable", ExitCode(77))
+        case .cannotLock: ("recordings directory unusable", ExitCode(73))
+        }
+    }
+}

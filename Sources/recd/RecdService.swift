@@ -2,6 +2,8 @@ import Dispatch
 import FoundationEssentials
 import Logging
 import NIOConcurrencyHelpers
+import RecdCommands
+import RecdConfiguration
 import RecdServer
 import RecorderCore
 import RecorderModel
@@ -15,6 +17,8 @@ import UnixSignals
 struct RecdService: Service {
     let recorder: Recorder
     let server: ControlServer
+    /// Where the recorder's blocking operations and the configuration's re-reading run.
+    let blocking: BlockingCalls
     let listenTarget: ListenTarget
     /// Re-reads the configuration (SIGHUP); nil when it cannot be used.
     let reload: @Sendable () -> DaemonConfiguration?
@@ -28,6 +32,9 @@ struct RecdService: Service {
     let logger: Logger
 
     func run() async throws {
+        // SIGHUP trapped before clients (and `systemctl reload`) can reach recd: its default
+        // action would end the daemon.
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
         try await server.listen(listenTarget)
         // Ready only once clients can connect (MPD does the same).
         Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
@@ -39,7 +46,7 @@ struct RecdService: Service {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await reportStatus() }
                 group.addTask { await feedWatchdog() }
-                group.addTask { await reloadOnHangup() }
+                group.addTask { await reloadOnHangup(hangups) }
                 try? await gracefulShutdown()
                 group.cancelAll()
             }
@@ -50,16 +57,16 @@ struct RecdService: Service {
     /// The always-recording service: start with the configured settings, no client needed. A
     /// missing device is waited for (the recorder's `waitForDevice`), not a failure.
     private func startRecording(name: String?) {
-        DispatchQueue.global().async { [recorder, logger] in
+        Task { [recorder, logger, blocking] in _ = try? await blocking.run {
             do throws(RecorderError) {
-                let recording = try recorder.start(name: name, settings: nil)
+                let recording = try recorder.start(name: name, settings: nil, waitForUnknownDevice: true)
                 logger.notice("recording started at startup", metadata: ["recording.name": "\(recording.name)",
                                                                          "recording.state": "\(recorder.state.value.name.rawValue)"])
             } catch {
                 logger.error("recording could not start at startup", metadata: ["error.code": "\(error.code.rawValue)",
                                                                                 "error.message": "\(error.message)"])
             }
-        }
+        } }
     }
 
     /// Stop taking requests, stop the recording (finalizing its file), let subscribers see
@@ -86,15 +93,12 @@ struct RecdService: Service {
                     if !Task.isCancelled { extend() }
                 }
             }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().async {
-                    do {
-                        let recording = try recorder.stop()
-                        logger.notice("recording finalized at shutdown", metadata: ["recording.path": "\(recording.path)"])
-                    } catch {
-                        logger.error("recording could not be finalized", metadata: ["error": "\(error)"])
-                    }
-                    continuation.resume()
+            _ = try? await blocking.run { [logger] in
+                do {
+                    let recording = try recorder.stop()
+                    logger.notice("recording finalized at shutdown", metadata: ["recording.path": "\(recording.path)"])
+                } catch {
+                    logger.error("recording could not be finalized", metadata: ["error": "\(error)"])
                 }
             }
             extender.cancel()
@@ -102,10 +106,11 @@ struct RecdService: Service {
         await server.shutdown()
     }
 
-    /// STATUS= for `systemctl status`: on every state change, and every second while recording.
+    /// STATUS= for `systemctl status`: whenever its text changes (a state change, another
+    /// second recorded), driven by the recorder's own publications, not a timer.
     private func reportStatus() async {
-        // Called from the state's subscriber queue and from this task. A pthread lock (NIO's),
-        // not Synchronization.Mutex: ThreadSanitizer cannot see the latter's futex on Linux.
+        // Called from two subscriber queues. A pthread lock (NIO's), not Synchronization.Mutex:
+        // ThreadSanitizer cannot see the latter's futex on Linux.
         let last = NIOLockedValueBox("")
         let report: @Sendable () -> Void = {
             let status = Self.status(recorder)
@@ -115,12 +120,14 @@ struct RecdService: Service {
             }
             if changed { Systemd.notify("STATUS=" + status) }
         }
-        let token = recorder.state.subscribe { _ in report() }
-        while !Task.isCancelled {
-            report()
-            try? await Task.sleep(for: .seconds(1))
+        let tokens = [recorder.state.subscribe { _ in report() }, recorder.currentTime.subscribe { _ in report() }]
+        let (cancelled, end) = AsyncStream<Never>.makeStream()
+        await withTaskCancellationHandler {
+            for await _ in cancelled {}
+        } onCancel: {
+            end.finish()
         }
-        token.cancel()
+        tokens.forEach { $0.cancel() }
     }
 
     static func status(_ recorder: Recorder) -> String {
@@ -163,14 +170,12 @@ struct RecdService: Service {
         }
     }
 
-    private func reloadOnHangup() async {
-        for await _ in await UnixSignalsSequence(trapping: .sighup) {
+    private func reloadOnHangup(_ hangups: UnixSignalsSequence) async {
+        for await _ in hangups {
             Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(DispatchTime.now().uptimeNanoseconds / 1000)")
             // Reading the file is blocking I/O: off the cooperative pool.
-            let reloaded = await withCheckedContinuation { continuation in
-                DispatchQueue.global().async { continuation.resume(returning: reload()) }
-            }
-            if let configuration = reloaded {
+            let reloaded = try? await blocking.run(reload)
+            if let configuration = reloaded ?? nil {
                 recorder.reconfigure(configuration.recorderConfiguration)
                 StandardErrorLogHandler.level.store(
                     UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)

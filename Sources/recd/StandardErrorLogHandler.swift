@@ -49,3 +49,17 @@ struct StandardErrorLogHandler: LogHandler {
                       parts.tm_hour, parts.tm_min, parts.tm_sec, now.tv_nsec / 1_000_000)
     }
 }
+
+extension Logger.Level {
+    /// The syslog priority journald reads from a `<N>` line prefix.
+    var syslogPriority: Int {
+        switch self {
+        case .trace, .debug: 7
+        case .info: 6
+        case .notice: 5
+        case .warning: 4
+        case .error: 3
+        case .critical: 2
+        }
+    }
+}

@@ -348,7 +348,8 @@ struct ControlServerTests {
                                 environment: ["NOTIFY_SOCKET": notify.path])
         let client = try daemon.connect()
         let started: Recording = try client.call(.start, StartParams(name: "stuck", format: .wav, sampleRate: 48000, channels: 2))
-        #expect(waitUntil(timeout: 20) { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) >= 0.5 })
+        // All of the FIFO's second written: the thread is now blocked in read(2), not about to be.
+        #expect(waitUntil(timeout: 20) { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) >= 1.0 })
         var told = notify.receive(for: 0.1).map(\.1)  // its queue holds ten datagrams: keep it read
         let begun = Date()
         let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"stop"}"#, timeout: 30)

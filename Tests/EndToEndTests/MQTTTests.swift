@@ -189,12 +189,69 @@ struct MQTTTests {
         #expect(daemon.terminate() == 0)
     }
 
+    /// MQTT's start takes every member the socket's does (segments among them), decoded and
+    /// range-checked the same way: a number out of range is refused by name and recd goes on.
+    @Test func aSegmentedM4ARecordingStartsOverMQTTAndAbsurdNumbersAreRefused() throws {
+        let broker = try MosquittoBroker()
+        let input = writeCounterInput(inputs, seconds: 5)
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: Self.config(port: broker.port, control: true))
+        let watcher = try watch(broker)
+        for (id, payload, member) in [("d", #"{"id": "d", "duration": 1e30}"#, "duration"),
+                                      ("r", #"{"id": "r", "sampleRate": 9223372036854775807}"#, "sampleRate"),
+                                      ("s", #"{"id": "s", "segmentLength": -3}"#, "segmentLength")] {
+            try mqttPublish(port: broker.port, topic: "\(Self.prefix)/command/start", payload: payload)
+            let reply = try #require(watcher.first("\(Self.prefix)/reply", where: { $0.json?["id"] as? String == id }))
+            #expect(reply.json?["ok"] as? Bool == false)
+            let error = reply.json?["error"] as? [String: Any]
+            #expect(error?["code"] as? String == "invalidPayload", "\(reply)")
+            #expect((error?["message"] as? String)?.hasPrefix("'\(member)' must be") == true, "\(reply)")
+        }
+        try mqttPublish(port: broker.port, topic: "\(Self.prefix)/command/start",
+                        payload: #"{"id": "ok", "name": "cuts", "format": "m4a", "sampleRate": 48000, "channels": 2, "segmentLength": 1, "duration": 2.5}"#)
+        let reply = try #require(watcher.first("\(Self.prefix)/reply", where: { $0.json?["id"] as? String == "ok" }))
+        #expect(reply.json?["ok"] as? Bool == true, "\(reply)")
+        #expect(daemon.waitForStatus(timeout: 30) { $0.state.name == .finished } != nil)
+        let list: RecordingsListResult = try daemon.connect().call(.recordingsList)
+        let files = list.recordings.filter { $0.sessionName == "cuts" }
+        #expect(files.count == 3, "\(list.recordings.map(\.file))")
+        #expect(files.allSatisfy { $0.format == .aac && $0.file.hasSuffix(".m4a") })
+        #expect(files.map(\.frames).reduce(0, +) == 120_000)
+        #expect(daemon.terminate() == 0)
+    }
+
+    /// Every method of the socket protocol but subscriptions is a command, read by the same
+    /// parser and run by the same table (control on; with it off every command is refused).
+    @Test func socketMethodsAreCommandsReadAndRunAsOnTheSocket() throws {
+        let broker = try MosquittoBroker()
+        let input = writeCounterInput(inputs, seconds: 2)
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: Self.config(port: broker.port, control: true))
+        let watcher = try watch(broker)
+        func reply(_ command: String, _ payload: String) throws -> [String: Any] {
+            try mqttPublish(port: broker.port, topic: "\(Self.prefix)/command/\(command)", payload: payload)
+            return try #require(watcher.first("\(Self.prefix)/reply", where: { $0.json?["id"] as? String == command })?.json)
+        }
+        let status = try reply("status", #"{"id": "status"}"#)
+        #expect(status["ok"] as? Bool == true, "\(status)")
+        #expect((status["result"] as? [String: Any])?["recordingsDirectory"] as? String == daemon.recordings)
+        let list = try reply("recordings.list", #"{"id": "recordings.list"}"#)
+        #expect((list["result"] as? [String: Any])?["recordings"] as? [Any] != nil, "\(list)")
+        let cancel = try reply("cancel", #"{"id": "cancel"}"#)
+        #expect((cancel["error"] as? [String: Any])?["code"] as? String == "invalidState", "nothing to cancel: \(cancel)")
+        let subscribe = try reply("subscribe", #"{"id": "subscribe"}"#)
+        #expect((subscribe["error"] as? [String: Any])?["code"] as? String == "unknownCommand", "\(subscribe)")
+        let unknownMember = try reply("recordings.info", #"{"id": "recordings.info", "nme": "x"}"#)
+        let error = unknownMember["error"] as? [String: Any]
+        #expect(error?["code"] as? String == "invalidPayload")
+        #expect((error?["message"] as? String)?.hasPrefix("unknown parameter 'nme' for 'recordings.info'") == true, "\(unknownMember)")
+        #expect(daemon.terminate() == 0)
+    }
+
     @Test func commandsAreRefusedWhenRemoteControlIsOff() throws {
         let broker = try MosquittoBroker()
         let input = writeCounterInput(inputs, seconds: 2)
         let daemon = try Daemon(device: TestDevices.file(input.path), config: Self.config(port: broker.port))
         let watcher = try watch(broker)
-        for command in ["start", "switch", "stop"] {
+        for command in ["start", "switch", "stop", "status", "recordings.list"] {
             try mqttPublish(port: broker.port, topic: "\(Self.prefix)/command/\(command)",
                             payload: command == "switch" ? "ON" : #"{"name": "nope"}"#)
             let reply = try #require(watcher.first("\(Self.prefix)/reply", where: { $0.json?["command"] as? String == command }))

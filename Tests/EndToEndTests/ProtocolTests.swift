@@ -133,7 +133,7 @@ struct ProtocolTests {
         let type = try client.exchange(#"{"jsonrpc":"2.0","id":2,"method":"start","params":{"channels":"two"}}"#)
         #expect(type.errorMessage == "'channels' must be an integer", "\(type)")
         let state = try client.exchange(#"{"jsonrpc":"2.0","id":3,"method":"resume"}"#)
-        #expect(state.errorMessage == "cannot resume while idle")
+        #expect(state.errorMessage == "nothing is recording")
     }
 
     @Test func aDeviceLostMidRecordingIsReportedToSubscribersAndStatus() throws {

@@ -209,7 +209,7 @@ struct RecctlTests {
         let stop = try recctl(daemon, "stop")
         #expect(stop.status == 0, "\(stop.stderr)")
         let path = daemon.recordings + "/live.wav"
-        #expect(stop.stdout.range(of: #"^stopped \#(path) \(00:00:0\d\.\d\)\n$"#, options: .regularExpression) != nil, "\(stop.stdout)")
+        #expect(stop.stdout.range(of: #"^stopped live -> \#(path) \(00:00:0\d\.\d\)\n$"#, options: .regularExpression) != nil, "\(stop.stdout)")
         #expect(FileManager.default.fileExists(atPath: path))
 
         #expect(try recctl(daemon, "start", "again", "--json").status == 0)
@@ -395,16 +395,17 @@ struct RecctlTests {
 
     @Test func refusalsExitOneWithAHint() throws {
         let daemon = try Daemon(device: "null")
+        // Nothing recording has its own words and status (3); see FirstHourTests.
         for command in ["pause", "resume", "stop", "cancel"] {
             let result = try recctl(daemon, command)
-            #expect(result.status == 1, "\(command)")
-            #expect(result.stderr.contains("recctl: cannot \(command) while idle"), "\(command): \(result.stderr)")
-            #expect(result.stderr.contains("hint: `recctl status` shows what the recorder is doing now."), "\(result.stderr)")
+            #expect(result.status == 3, "\(command)")
+            #expect(result.stderr.contains("recctl: nothing is recording"), "\(command): \(result.stderr)")
+            #expect(result.stderr.contains("hint: `recctl start NAME` starts a recording."), "\(result.stderr)")
             #expect(result.stdout.isEmpty)
         }
         // With --json the refusal is also on stdout, as the daemon's error.
         let json = try recctl(daemon, "pause", "--json")
-        #expect(json.status == 1)
+        #expect(json.status == 3)
         let refusal = try decode(ErrorResponse.self, json.stdout).error
         #expect(refusal.code == RPCErrorCode.recorderError)
         #expect(refusal.data?.code == "invalidState")
@@ -472,7 +473,8 @@ struct RecctlTests {
         // Help wraps lines to the terminal: compare with whitespace collapsed.
         let text = help.stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
         #expect(text.contains("Exit status: 0 success; 1 the daemon refused the request or the recording failed; "
-                              + "64 wrong usage; 69 cannot connect to recd."), "\(help.stdout)")
+                              + "3 nothing is recording (stop, pause, resume, cancel, split); 64 wrong usage; "
+                              + "69 cannot connect to recd."), "\(help.stdout)")
         for subcommand in ["status", "start", "stop", "pause", "resume", "cancel", "watch", "ls", "info", "rm", "mv", "devices", "version"] {
             #expect(help.stdout.contains("\n  \(subcommand) "), "\(subcommand) missing from help")
         }

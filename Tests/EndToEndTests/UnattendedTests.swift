@@ -88,8 +88,8 @@ struct UnattendedTests {
         for file in files { samples += try SoundFileReader(path: file.path).readAllInt16() }
         #expect(samples.elementsEqual(input.samples[0..<samples.count]), "no frame lost or repeated at a split")
         let idle = try recctl(daemon, "split")
-        #expect(idle.status == 1)
-        #expect(idle.stderr.contains("cannot split while finished"), "\(idle.stderr)")
+        #expect(idle.status == 3)
+        #expect(idle.stderr.contains("nothing is recording"), "\(idle.stderr)")
     }
 
     @Test func aLostDeviceIsWaitedForAndRecctlShowsTheWaitTheRetryAndTheGap() throws {

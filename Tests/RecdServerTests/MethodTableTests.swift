@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import NIOPosix
+import RecdCommands
 @testable import RecdServer
 import RecdProtocol
 import RecorderCore
@@ -10,12 +11,8 @@ import Testing
 /// The dispatch table on its own, without a socket.
 @Suite("method table")
 struct MethodTableTests {
-    @Test func everyMethodHasExactlyOneHandler() {
-        #expect(Set(MethodTable.handlers.keys) == Set(RecdProtocol.Method.allCases))
-    }
-
     @Test func onlyMethodsThatReadPublishedValuesOrTheConnectionRunInline() {
-        let inline = Set(MethodTable.handlers.filter { !$0.value.blocking }.keys)
+        let inline = Set(RecdProtocol.Method.allCases.filter { !MethodTable.handler(for: $0).blocking })
         #expect(inline == [.status, .version, .subscribe, .unsubscribe])
     }
 
@@ -36,10 +33,10 @@ struct MethodTableTests {
             "at": .string("2026-11-22T10:00:00Z"), "segmentLength": .number(3600), "alignToClock": .bool(true),
             "fileTemplate": .string("{name}/%Y%m%dT%H%M%SZ")]
         #expect(Set(all.keys) == RecdProtocol.Method.start.parameterNames)
-        let start = try decode(StartParams.self, .object(all))
+        let start = try decodeParams(StartParams.self, .object(all))
         #expect(start?.name == "x")
         #expect(start?.duration == 1)
-        #expect(throws: RPCError.self) { try decode(StartParams.self, .object(["sampleRate": .string("fast")])) }
+        #expect(throws: RPCError.self) { try decodeParams(StartParams.self, .object(["sampleRate": .string("fast")])) }
     }
 }
 
@@ -56,14 +53,14 @@ struct MethodHandlerTests {
         let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
         let connectionContext = ConnectionContext(
             recorder: recorder, version: "test", hub: TopicHub(recorder: recorder), policy: AccessPolicy(),
-            outboundLimit: 1 << 20, threadPool: NIOThreadPool.singleton, lookups: NIOThreadPool.singleton, logger: Logger(label: "test"))
+            outboundLimit: 1 << 20, blocking: BlockingCalls(threads: 1), lookups: NIOThreadPool.singleton, logger: Logger(label: "test"))
         let connection = ClientConnection(channel: asyncChannel, peer: PeerCredentials(pid: 1, uid: 0, gid: 0),
                                           context: connectionContext)
-        context = RequestContext(recorder: recorder, version: "test", connection: connection)
+        context = RequestContext(recorder: recorder, version: "test", subscriptions: connection)
     }
 
     func run(_ method: RecdProtocol.Method, _ params: JSONValue? = nil) -> Result<any Encodable & Sendable, RPCError> {
-        Result { () throws(RPCError) in try MethodTable.handlers[method]!.run(context, params) }
+        Result { () throws(RPCError) in try MethodTable.handler(for: method).run(context, params) }
     }
 
     func error(_ method: RecdProtocol.Method, _ params: JSONValue? = nil) -> RPCError? {

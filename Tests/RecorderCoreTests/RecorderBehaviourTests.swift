@@ -152,7 +152,7 @@ struct RecorderBehaviourTests {
                                   ("stop", { _ = try recorder.stop() }), ("cancel", { try recorder.cancel() })] as [(String, () throws -> Void)] {
             let error = #expect(throws: RecorderError.self) { try operation() }
             #expect(error?.code == .invalidState, "\(name)")
-            #expect(error?.message == "cannot \(name) while idle")
+            #expect(error?.message == "nothing is recording")
         }
         _ = try recorder.prepare(name: "p", settings: RecordingSettings(format: .wav, sampleRate: 48000, channels: 2))
         let twice = #expect(throws: RecorderError.self) { try recorder.prepare(name: "q") }

@@ -131,13 +131,29 @@ struct SegmentTests {
         let factory = SegmentFileFactory(directory: "/r", template: SegmentSettings.utcSegments, localTime: false,
                                          name: "birds", recordingId: "x", fileExtension: "flac",
                                          settings: RecordingSettings(format: .flac), sampleRate: 48000, channels: 1)
-        // 2026-11-22 13:59:59.996 UTC: a measured start a few ms early is named after the second.
+        // 2026-11-22 13:59:59.996 UTC: a name shows the second a time falls in, as a clock does.
         let date = Date(timeIntervalSince1970: 1_795_355_999.996)
-        #expect(factory.render(index: 3, date: date) == "birds/2026-11-22/20261122T140000Z")
+        #expect(factory.render(index: 3, date: date) == "birds/2026-11-22/20261122T135959Z")
         let counted = SegmentFileFactory(directory: "/r", template: "{name}-{n}-%H%M", localTime: false, name: "a%b",
                                          recordingId: "x", fileExtension: "wav",
                                          settings: RecordingSettings(format: .wav), sampleRate: 48000, channels: 1)
-        #expect(counted.render(index: 7, date: date) == "a%b-7-1400")
+        #expect(counted.render(index: 7, date: date) == "a%b-7-1359")
+    }
+
+    @Test func aSegmentOnTheClockIsNamedAfterItsBoundaryAndAnyOtherAfterItsStart() {
+        let aligned = SegmentClock(settings: SegmentSettings(length: 3600, alignToClock: true), rate: 48000)
+        // A measured start a few ms before 14:00:00 is the 14:00 file.
+        let early = Date(timeIntervalSince1970: 1_795_356_000 - 0.004)
+        #expect(aligned.nameTime(forStart: early, follows: true) == Date(timeIntervalSince1970: 1_795_356_000))
+        #expect(aligned.nameTime(forStart: Date(timeIntervalSince1970: 1_795_356_000.03), follows: true)
+                == Date(timeIntervalSince1970: 1_795_356_000))
+        // The first file starts whenever the recording did; a split or a gap is no boundary.
+        #expect(aligned.nameTime(forStart: early, follows: false) == early)
+        let free = SegmentClock(settings: SegmentSettings(length: 3600), rate: 48000)
+        #expect(free.nameTime(forStart: early, follows: true) == early)
+        // Far from a boundary (a clock step): its own time.
+        let off = Date(timeIntervalSince1970: 1_795_356_000.4)
+        #expect(aligned.nameTime(forStart: off, follows: true) == off)
     }
 
     @Test func templatesThatLeaveTheDirectoryAreRefused() {

@@ -37,6 +37,7 @@ expected=(
     usr/lib/systemd/user/recd.service
     usr/lib/systemd/user/recd.socket
     usr/lib/sysusers.d/recd.conf
+    usr/lib/tmpfiles.d/recd.conf
     usr/share/bash-completion/completions/recctl
     usr/share/bash-completion/completions/recd
     usr/share/fish/vendor_completions.d/recctl.fish
@@ -44,6 +45,7 @@ expected=(
     usr/share/man/man1/recctl.1
     usr/share/man/man1/recctl.watch.1
     usr/share/man/man1/recd.1
+    usr/share/man/man5/recd.toml.5
     usr/share/zsh/site-functions/_recctl
     usr/share/zsh/site-functions/_recd
 )
@@ -78,9 +80,16 @@ for script in "$completions" "$stage/usr/share/zsh/site-functions/_recctl" \
 done
 page() { MANWIDTH=200 man -l "$stage/usr/share/man/man1/$1" 2>/dev/null | tr -s ' \n' ' '; }
 page recctl.watch.1 | grep -q -- 'recctl watch .*--until state' || fail "recctl.watch.1 does not document --until"
-page recctl.1 | grep -q 'Exit status: 0 success; 1 the daemon refused the request or the recording failed; 64 wrong usage; 69 cannot connect to recd.' ||
+page recctl.1 | grep -q 'Exit status: 0 success; 1 the daemon refused the request or the recording failed; 3 nothing is recording (stop, pause, resume, cancel, split); 64 wrong usage; 69 cannot connect to recd.' ||
     fail "recctl.1 does not list the exit codes"
 page recd.1 | grep -q -- '--device' || fail "recd.1 does not document --device"
+page recd.1 | grep -q 'Exit status: 0 after SIGTERM' || fail "recd.1 does not list the exit codes"
+# No page for ArgumentParser's implicit help subcommand, and no subcommand in recd's synopsis.
+ls "$stage/usr/share/man/man1" | grep -q '\.help\.1$' && fail "a stub help page was installed"
+grep -q '^\.Ar subcommand$' "$stage/usr/share/man/man1/recd.1" && fail "recd.1 shows a subcommand"
+# recd.toml(5), made from etc/recd.toml: every key by its dotted name.
+MANWIDTH=200 man -l "$stage/usr/share/man/man5/recd.toml.5" 2>/dev/null | grep -q 'retention.grace = "10m"' ||
+    fail "recd.toml.5 does not document retention.grace"
 
 # 3. The units run the installed binary.
 for unit in system/recd.service user/recd.service; do

@@ -6,9 +6,15 @@
 #   recd.sh stop                stop it; prints the path and the frames written
 #   recd.sh watch               "STATE NAME" per state change, until recd stops
 #
-# The socket: $RECD_SOCKET, else /run/recd/recd.sock.
+# The socket, found as recctl finds it: $RECD_SOCKET, else the user instance's if it exists
+# ($XDG_RUNTIME_DIR/recd/recd.sock, or /tmp/recd-<uid>/recd/recd.sock without XDG_RUNTIME_DIR),
+# else the system instance's, /run/recd/recd.sock.
 set -eu
-socket=${RECD_SOCKET:-/run/recd/recd.sock}
+user_socket=${XDG_RUNTIME_DIR:-/tmp/recd-$(id -u)}/recd/recd.sock
+if [ -n "${RECD_SOCKET:-}" ]; then socket=$RECD_SOCKET
+elif [ -S "$user_socket" ]; then socket=$user_socket
+else socket=/run/recd/recd.sock
+fi
 
 # socat runs this script again as the other end of the connection: it writes the request to
 # recd, then copies recd's lines to fd 3 (our stdout): one line for a call, all of them for

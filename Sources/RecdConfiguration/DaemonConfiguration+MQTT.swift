@@ -3,36 +3,36 @@ import Glibc
 import RecdHooks
 
 /// `[mqtt]`: the MQTT bridge (off unless `enabled = true`).
-struct MQTTSettings: Equatable, Sendable {
-    var enabled = false
-    var host = "localhost"
-    var port = 1883
+public struct MQTTSettings: Equatable, Sendable {
+    public var enabled = false
+    public var host = "localhost"
+    public var port = 1883
     /// A broker's Unix socket; replaces host and port when set.
-    var socket = ""
-    var tlsCAFile = ""
-    var username = ""
-    var passwordFile = ""
-    var clientID = ""
-    var topicPrefix = ""
-    var qos = 1
-    var control = false
-    var telemetryInterval = 1.0
-    var discovery = MQTTDiscoveryForm.device
-    var discoveryPrefix = "homeassistant"
-    var deviceName = ""
-    var keepAlive = 30
+    public var socket = ""
+    public var tlsCAFile = ""
+    public var username = ""
+    public var passwordFile = ""
+    public var clientID = ""
+    public var topicPrefix = ""
+    public var qos = 1
+    public var control = false
+    public var telemetryInterval = 1.0
+    public var discovery = MQTTDiscoveryForm.device
+    public var discoveryPrefix = "homeassistant"
+    public var deviceName = ""
+    public var keepAlive = 30
 }
 
 /// `[mqtt] discovery`: how Home Assistant is told about recd (RecdMQTT's `Discovery`).
-enum MQTTDiscoveryForm: String, Equatable, Sendable, CaseIterable {
+public enum MQTTDiscoveryForm: String, Equatable, Sendable, CaseIterable {
     case device, component, off
 }
 
 /// `[hooks]`: commands run for every finalized file.
-struct HookSettings: Equatable, Sendable {
-    var onFileClosed: [String] = []
-    var timeout = 600.0
-    var maxConcurrent = 2
+public struct HookSettings: Equatable, Sendable {
+    public var onFileClosed: [String] = []
+    public var timeout = 600.0
+    public var maxConcurrent = 2
 }
 
 extension DaemonConfiguration {
@@ -59,7 +59,7 @@ extension DaemonConfiguration {
         }
         try reader.read("mqtt.qos", in: 0...2) { (value: Int) in mqtt.qos = value }
         try reader.read("mqtt.control") { (value: Bool) in mqtt.control = value }
-        try reader.read("mqtt.telemetry_interval", in: 0...3600, "seconds") { (value: Double) in mqtt.telemetryInterval = value }
+        try reader.readDuration("mqtt.telemetry_interval", in: 0...3600) { (value: Double) in mqtt.telemetryInterval = value }
         try reader.read("mqtt.discovery") { (value: MQTTDiscoveryForm) in mqtt.discovery = value }
         try reader.read("mqtt.discovery_prefix") { (value: String) in mqtt.discoveryPrefix = value }
         try reader.read("mqtt.device_name") { (value: String) in mqtt.deviceName = value }
@@ -73,7 +73,7 @@ extension DaemonConfiguration {
             }
             hooks.onFileClosed = value
         }
-        try reader.read("hooks.timeout", in: 0.1...86400, "seconds") { (value: Double) in hooks.timeout = value }
+        try reader.readDuration("hooks.timeout", in: 0.1...86400) { (value: Double) in hooks.timeout = value }
         try reader.read("hooks.max_concurrent", in: 1...64) { (value: Int) in hooks.maxConcurrent = value }
     }
 }

@@ -5,7 +5,7 @@ import RecdProtocol
 /// scripts ask for it again and again, and it changes only when the recorder publishes
 /// something (or the configuration is reloaded). A fresh `StatusResult` is still built for
 /// every call (a few locked reads); only an equal one reuses the kept bytes.
-final class ResultEncoder: Sendable {
+public final class ResultEncoder: Sendable {
     /// A class: taken out of the lock with one retain, not a copy of every member.
     private final class KeptStatus: Sendable {
         let result: StatusResult
@@ -20,12 +20,14 @@ final class ResultEncoder: Sendable {
     private let lastStatus = NIOLockedValueBox<KeptStatus?>(nil)
 
     /// The result as JSON; nil if it cannot be encoded (a non-finite number).
-    func encode(_ result: any Encodable & Sendable) -> String? {
+    public init() {}
+
+    public func encode(_ result: any Encodable & Sendable) -> String? {
         guard let status = result as? StatusResult else { return Self.encodeJSON(result) }
         return encode(status: status)
     }
 
-    func encode(status: StatusResult) -> String? {
+    public func encode(status: StatusResult) -> String? {
         if let kept = lastStatus.withLockedValue({ $0 }), kept.result == status { return kept.json }
         guard let json = Self.encodeJSON(status) else { return nil }
         lastStatus.withLockedValue { $0 = KeptStatus(result: status, json: json) }

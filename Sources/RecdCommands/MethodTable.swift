@@ -1,0 +1,247 @@
+import FoundationEssentials
+import RecdProtocol
+import RecorderCore
+import SystemPackage
+
+/// What a method acts on for the connection that asked: its subscriptions. The socket's
+/// connections have them; a way in without subscriptions (MQTT publishes its own topics)
+/// passes none, and `subscribe` is refused there.
+public protocol SubscriptionHost: Sendable {
+    func subscribe(_ request: SubscribeParams) throws(RPCError) -> SubscribeResult
+    func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult
+}
+
+/// What a method handler works with: the recorder, and whoever asked.
+public struct RequestContext: Sendable {
+    public let recorder: Recorder
+    public let version: String
+    /// nil for a way in without subscriptions.
+    public let subscriptions: (any SubscriptionHost)?
+
+    public init(recorder: Recorder, version: String, subscriptions: (any SubscriptionHost)?) {
+        self.recorder = recorder
+        self.version = version
+        self.subscriptions = subscriptions
+    }
+}
+
+/// How one method is answered.
+public struct MethodHandler: Sendable {
+    public typealias Body = @Sendable (RequestContext, JSONValue?) throws(RPCError) -> any Encodable & Sendable
+
+    /// May block (finalizing a file, reading a directory, opening a device): run on a thread
+    /// that may wait (the server's thread pool, MQTT's command queue), never on an event loop
+    /// or the cooperative pool.
+    public let blocking: Bool
+    /// Runs the method with params that passed `RequestParser`'s member check.
+    public let run: Body
+    /// `run`'s result already encoded, for a method asked for again and again (`status`):
+    /// skips boxing the result and casting it back to find the kept answer. Nil when `run`
+    /// would fail, or for methods without one.
+    public var encoded: (@Sendable (RequestContext, ResultEncoder) -> String?)? = nil
+
+    static func inline(_ run: @escaping Body) -> MethodHandler { MethodHandler(blocking: false, run: run) }
+    static func blocking(_ run: @escaping Body) -> MethodHandler { MethodHandler(blocking: true, run: run) }
+}
+
+/// The one place a method name becomes an action, for every way in: the socket's connections
+/// and MQTT's commands dispatch here, after the same permission check (`refusal`). The
+/// handlers are an exhaustive `switch` over `Method`: a method without one does not compile.
+public enum MethodTable {
+    /// The handler for `method`.
+    public static func handler(for method: RecdProtocol.Method) -> MethodHandler { handlers[method]! }
+
+    /// nil if `permissions` allow `method`, else the error that refuses it.
+    public static func refusal(of method: RecdProtocol.Method, permissions: Set<Permission>) -> RPCError? {
+        permissions.contains(method.permission) ? nil
+            : .permissionDenied(method: method.rawValue, permission: method.permission.rawValue)
+    }
+
+    /// Checks the permission and runs the method, blocking if it blocks: for a way in that is
+    /// itself on a thread that may wait (MQTT's command queue).
+    public static func perform(_ method: RecdProtocol.Method, params: JSONValue?, permissions: Set<Permission>,
+                               context: RequestContext) throws(RPCError) -> any Encodable & Sendable {
+        if let refusal = refusal(of: method, permissions: permissions) { throw refusal }
+        return try handler(for: method).run(context, params)
+    }
+
+    /// Built once from `makeHandler`, so that a request costs a lookup.
+    private static let handlers = Dictionary(uniqueKeysWithValues: RecdProtocol.Method.allCases.map { ($0, makeHandler($0)) })
+
+    private static func makeHandler(_ method: RecdProtocol.Method) -> MethodHandler {
+        switch method {
+        case .status:
+            MethodHandler(blocking: false, run: { context, _ throws(RPCError) in status(of: context.recorder) },
+                          encoded: { context, results in results.encode(status: status(of: context.recorder)) })
+        case .version:
+            .inline { context, _ throws(RPCError) in
+                VersionResult(version: context.version, protocolRevision: JSONRPC.protocolRevision)
+            }
+        case .subscribe:
+            .inline { context, params throws(RPCError) in
+                try subscriptions(of: context).subscribe(try decodeParams(SubscribeParams.self, params) ?? SubscribeParams())
+            }
+        case .unsubscribe:
+            .inline { context, params throws(RPCError) in
+                try subscriptions(of: context).unsubscribe(try required(UnsubscribeParams.self, params))
+            }
+        case .start:
+            .blocking { context, params throws(RPCError) in
+                let recorder = context.recorder
+                let params = try decodeParams(StartParams.self, params) ?? StartParams()
+                if let refusal = params.rangeRefusal() { throw .invalidParams(refusal) }
+                let settings = params.settings(over: recorder.configuration.defaultSettings)
+                let segments = params.segments(over: recorder.configuration.segments)
+                return try recorderCall { () throws(RecorderError) in
+                    try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at,
+                                       segments: segments)
+                }
+            }
+        case .pause:
+            .blocking { context, _ throws(RPCError) in
+                try recorderCall { () throws(RecorderError) in try context.recorder.pause() }
+                return StateResult(state: context.recorder.state.value)
+            }
+        case .resume:
+            .blocking { context, _ throws(RPCError) in
+                try recorderCall { () throws(RecorderError) in try context.recorder.resume() }
+                return StateResult(state: context.recorder.state.value)
+            }
+        case .stop:
+            .blocking { context, _ throws(RPCError) in
+                try recorderCall { () throws(RecorderError) in try context.recorder.stop() }
+            }
+        case .cancel:
+            .blocking { context, _ throws(RPCError) in
+                try recorderCall { () throws(RecorderError) in try context.recorder.cancel() }
+                return StateResult(state: context.recorder.state.value)
+            }
+        case .split:
+            .blocking { context, _ throws(RPCError) in
+                let closed = try recorderCall { () throws(RecorderError) in try context.recorder.split() }
+                return SplitResult(closed: closed, recording: context.recorder.recording.value)
+            }
+        case .recordingsList:
+            .blocking { context, _ throws(RPCError) in
+                let entries = library(of: context.recorder).list()
+                return RecordingsListResult(recordings: entries.map(file), storage: context.recorder.storageStatus(listing: entries))
+            }
+        case .recordingsInfo:
+            .blocking { context, params throws(RPCError) in
+                let params = try required(RecordingNameParams.self, params)
+                return file(try find(params.name, in: library(of: context.recorder)))
+            }
+        case .recordingsDelete:
+            .blocking { context, params throws(RPCError) in
+                let params = try required(RecordingNameParams.self, params)
+                // On the recorder's queue: no recording starts or finishes in between.
+                return try context.recorder.withRecordingsDirectory { library, active throws(RPCError) in
+                    if let active, names(params.name, active) {
+                        throw rpcError(RecorderError(.invalidState, "'\(active)' is being recorded; stop it first"))
+                    }
+                    let entry = try find(params.name, in: library)
+                    try recorderCall { () throws(RecorderError) in try library.delete(entry) }
+                    context.recorder.requestRetentionPass()
+                    return DeleteResult(deleted: entry.file)
+                }
+            }
+        case .recordingsRename:
+            .blocking { context, params throws(RPCError) in
+                let params = try required(RenameParams.self, params)
+                return try context.recorder.withRecordingsDirectory { library, active throws(RPCError) in
+                    if let active, names(params.from, active) {
+                        throw rpcError(RecorderError(.invalidState, "'\(active)' is being recorded; stop it first"))
+                    }
+                    let entry = try find(params.from, in: library)
+                    // "meeting.flac" as the new name of a FLAC file means "meeting".
+                    let suffix = "." + entry.format.fileExtension
+                    let newName = params.to.hasSuffix(suffix) ? String(params.to.dropLast(suffix.count)) : params.to
+                    if newName + suffix == active {
+                        throw rpcError(RecorderError(.invalidSettings,
+                            "'\(newName + suffix)' is the name of the recording in progress; choose another name"))
+                    }
+                    return file(try recorderCall { () throws(RecorderError) in try library.rename(entry, to: newName) })
+                }
+            }
+        case .devicesList:
+            .blocking { context, _ throws(RPCError) in
+                let devices = SoundDevices.captureDevices().map {
+                    DeviceInfo(name: $0.name, description: $0.description, direction: $0.direction, card: $0.card)
+                }
+                let cards = SoundDevices.cards().map { SoundCardInfo(index: $0.index, id: $0.id, name: $0.name) }
+                return DevicesResult(current: context.recorder.configuration.device, devices: devices, cards: cards)
+            }
+        }
+    }
+
+    private static func subscriptions(of context: RequestContext) throws(RPCError) -> any SubscriptionHost {
+        guard let host = context.subscriptions else {
+            throw .invalidRequest("subscriptions are for socket connections; MQTT publishes the recorder's topics itself")
+        }
+        return host
+    }
+
+    public static func status(of recorder: Recorder) -> StatusResult {
+        let configuration = recorder.configuration
+        let state = recorder.state.value
+        return StatusResult(
+            state: state, currentTime: recorder.currentTime.value, error: recorder.error.value,
+            levels: recorder.levels.value, recording: recorder.recording.value,
+            device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
+            statistics: recorder.statistics.value, settings: configuration.defaultSettings,
+            recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
+            lastSegment: recorder.closedSegment.value, storage: recorder.storage.value)
+    }
+
+    /// Whether `name`, as `recordings.*` methods take names, may mean the recording in progress
+    /// (`take.wav`): `take.wav`, `take` or `take.wav.part`.
+    private static func names(_ name: String, _ active: String) -> Bool {
+        name == active || name == active + ".part" || name == Self.withoutExtension(active)
+    }
+
+    private static func withoutExtension(_ name: String) -> String {
+        var path = FilePath(name)
+        path.extension = nil
+        return path.string
+    }
+
+    private static func library(of recorder: Recorder) -> RecordingLibrary {
+        RecordingLibrary(directory: recorder.configuration.recordingsDirectory)
+    }
+
+    private static func find(_ name: String, in library: RecordingLibrary) throws(RPCError) -> RecordingLibrary.Entry {
+        do {
+            return try library.find(name)
+        } catch {
+            switch error {
+            case .notFound: throw .notFound(error.description)
+            case .ambiguous: throw .invalidParams(error.description)
+            }
+        }
+    }
+
+    private static func recorderCall<T>(_ body: () throws(RecorderError) -> T) throws(RPCError) -> T {
+        do {
+            return try body()
+        } catch {
+            throw rpcError(error)
+        }
+    }
+
+    static func rpcError(_ error: RecorderError) -> RPCError {
+        RPCError(code: RPCErrorCode.recorderError, message: error.message, data: .init(code: error.code.rawValue))
+    }
+
+    static func file(_ entry: RecordingLibrary.Entry) -> RecordingFile {
+        RecordingFile(name: entry.name, file: entry.file, path: entry.path, format: entry.format,
+                      duration: entry.info.duration, frames: entry.info.frames, sampleRate: entry.info.sampleRate,
+                      channels: entry.info.channels, size: entry.size, modified: entry.modified,
+                      session: entry.segment?.recordingId, sessionName: entry.segment?.name, segment: entry.segment?.index,
+                      startedAt: entry.startedAt)
+    }
+
+    private static func required<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError) -> T {
+        guard let value = try decodeParams(type, params) else { throw .invalidParams("params are required") }
+        return value
+    }
+}

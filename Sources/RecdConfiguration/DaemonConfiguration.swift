@@ -1,0 +1,214 @@
+import FoundationEssentials
+import Glibc
+import Logging
+import RecdProtocol
+import RecorderCore
+import RecorderModel
+import TOML
+
+/// Everything recd can be configured with: defaults for the mode, then the TOML file, then
+/// command-line options. etc/recd.toml documents every key.
+public struct DaemonConfiguration: Equatable, Sendable {
+    public enum Mode: String, Sendable { case system, user }
+
+    public var device = "default"
+    public var recordingsDirectory: String
+    public var socketPath: String
+    public var logLevel: Logger.Level = .info
+    public var recording = RecordingSettings()
+
+    public var periodTime = 0.01
+    public var bufferTime = 0.5
+    public var syncInterval = 1.0
+    public var captureSampleRate: Int?
+    public var captureChannels: Int?
+    public var stopTimeout = 5.0
+    public var waitForDevice = true
+    public var retryIntervalMax = 1.5
+    public var silenceWarningAfter: Double? = 60
+    public var segments = SegmentSettings()
+    public var storage = StorageSettings()
+    public var retention = RetentionSettings()
+
+    /// Start recording, with the configured settings, as soon as the daemon is ready.
+    public var autostart = false
+    /// The name of autostarted recordings (the directory of their segments); nil: "recd" when
+    /// segmented, else a fresh timestamped name each time (one file per recording).
+    public var autostartName: String?
+
+    /// What `start` at startup is called.
+    public var autostartRecordingName: String? { autostartName ?? (segments.length != nil ? "recd" : nil) }
+
+    public var meteringEnabled = true
+    public var levelsInterval = 0.05
+    public var timeInterval = 0.1
+
+    public var maxClients = 64
+    public var clientQueueBytes = 1 << 20
+    public var socketMode: mode_t = 0o660
+    public var socketGroup = ""
+    public var controlUsers: [String] = []
+    public var controlGroups: [String] = []
+    /// The names above as the system knows them (resolved when the file is read).
+    public var socketGID: gid_t?
+    public var controlUIDs: Set<uid_t> = []
+    public var controlGIDs: Set<gid_t> = []
+
+    public var mqtt = MQTTSettings()
+    public var hooks = HookSettings()
+
+    /// The defaults for a mode: FHS paths for the system instance, XDG paths for a user's.
+    public static func defaults(for mode: Mode, environment: [String: String]) -> DaemonConfiguration {
+        switch mode {
+        case .system:
+            return DaemonConfiguration(recordingsDirectory: "/var/lib/recd/recordings", socketPath: SocketLocation.system)
+        case .user:
+            let home = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
+            let data = environment["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/share"
+            return DaemonConfiguration(recordingsDirectory: data + "/recd/recordings",
+                                       socketPath: SocketLocation.user(environment: environment))
+        }
+    }
+
+    public static func defaultConfigPath(for mode: Mode, environment: [String: String]) -> String {
+        switch mode {
+        case .system: return "/etc/recd/recd.toml"
+        case .user:
+            let home = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
+            let config = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
+            return config + "/recd/recd.toml"
+        }
+    }
+
+    public var recorderConfiguration: RecorderConfiguration {
+        RecorderConfiguration(device: device, recordingsDirectory: recordingsDirectory, defaultSettings: recording,
+                              timeInterval: timeInterval, levelsInterval: levelsInterval, meteringEnabled: meteringEnabled,
+                              syncInterval: syncInterval, periodTime: periodTime, bufferTime: bufferTime,
+                              captureSampleRate: captureSampleRate, captureChannels: captureChannels,
+                              stopTimeout: stopTimeout,
+                              segments: segments, waitForDevice: waitForDevice, maximumRetryInterval: retryIntervalMax,
+                              silenceWarningAfter: silenceWarningAfter, storage: storage, retention: retention)
+    }
+
+    // MARK: The TOML file
+
+    /// Applies the keys in `text` (read from `file`) over the current values.
+    public mutating func apply(toml text: String, file: String) throws(ConfigurationError) {
+        let document: TOMLDocument
+        do {
+            document = try TOMLDocument(parsing: text)
+        } catch {
+            throw ConfigurationError(file: file, line: error.line, key: nil, message: error.message)
+        }
+        let reader = KeyReader(document: document, file: file)
+        try reader.read("device") { (value: String) in device = value }
+        try reader.read("recordings_dir") { (value: String) throws(ConfigurationError) in
+            guard value.hasPrefix("/") else { throw reader.invalid("recordings_dir", "must be an absolute path") }
+            recordingsDirectory = value
+        }
+        try reader.read("socket") { (value: String) throws(ConfigurationError) in
+            guard value.hasPrefix("/") else { throw reader.invalid("socket", "must be an absolute path") }
+            socketPath = value
+        }
+        try reader.read("log_level") { (value: Logger.Level) in logLevel = value }
+
+        var settings = recording
+        try reader.read("recording.format") { (value: String) throws(ConfigurationError) in
+            guard let format = AudioFileFormat(name: value) else {
+                throw reader.invalid("recording.format", "must be one of " + AudioFileFormat.names)
+            }
+            settings.format = format
+        }
+        try reader.read("recording.sample_rate") { (value: Int) in settings.sampleRate = value }
+        try reader.read("recording.channels") { (value: Int) in settings.channels = value }
+        try reader.read("recording.bit_depth") { (value: Int) in settings.bitDepth = value }
+        try reader.read("recording.quality") { (value: RecordingQuality) in settings.quality = value }
+        try reader.read("recording.bit_rate") { (value: Int) in settings.bitRate = value }
+        do {
+            try settings.validate()
+        } catch {
+            throw ConfigurationError(file: file, line: reader.line(of: "recording"), key: "recording", message: error.message)
+        }
+        recording = settings
+
+        try reader.readDuration("capture.period_time", in: 0.001...1) { (value: Double) in periodTime = value }
+        try reader.readDuration("capture.buffer_time", in: 0.01...10) { (value: Double) in bufferTime = value }
+        try reader.readDuration("capture.sync_interval", in: 0.01...3600) { (value: Double) in syncInterval = value }
+        try reader.read("capture.sample_rate", in: 1000...768_000, "Hz") { (value: Int) in captureSampleRate = value }
+        try reader.read("capture.channels", in: 1...32) { (value: Int) in captureChannels = value }
+        try reader.readDuration("capture.stop_timeout", in: 0.1...20) { (value: Double) in stopTimeout = value }
+        try reader.read("capture.wait_for_device") { (value: Bool) in waitForDevice = value }
+        try reader.readDuration("capture.retry_interval_max", in: 0.1...60) { (value: Double) in retryIntervalMax = value }
+        try reader.readDuration("capture.silence_warning", in: 0...86400) { (value: Double) in
+            silenceWarningAfter = value > 0 ? value : nil
+        }
+        var segmentSettings = segments
+        try reader.readDuration("segments.length", in: 1...86400) { (value: Double) in segmentSettings.length = value }
+        try reader.read("segments.align_to_clock") { (value: Bool) in segmentSettings.alignToClock = value }
+        try reader.read("segments.template") { (value: String) in segmentSettings.template = value }
+        try reader.read("segments.local_time") { (value: Bool) in segmentSettings.localTime = value }
+        do {
+            try segmentSettings.validate()
+        } catch {
+            throw ConfigurationError(file: file, line: reader.line(of: "segments"), key: "segments", message: error.message)
+        }
+        segments = segmentSettings
+        try reader.read("autostart.enabled") { (value: Bool) in autostart = value }
+        try reader.read("autostart.name") { (value: String) throws(ConfigurationError) in
+            do throws(RecorderError) { try RecordingName.validate(value) } catch { throw reader.invalid("autostart.name", error.message) }
+            autostartName = value
+        }
+        try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
+        try reader.readDuration("metering.levels_interval", in: 0.005...60) { (value: Double) in levelsInterval = value }
+        try reader.readDuration("metering.time_interval", in: 0.005...60) { (value: Double) in timeInterval = value }
+        try reader.read("server.max_clients", in: 1...100_000) { (value: Int) in maxClients = value }
+        try reader.read("server.client_queue_bytes", in: 4096...(1 << 30), "bytes") { (value: Int) in clientQueueBytes = value }
+        try reader.read("server.socket_mode") { (value: String) throws(ConfigurationError) in
+            guard let mode = mode_t(value, radix: 8), mode <= 0o777 else {
+                throw reader.invalid("server.socket_mode", "must be an octal mode like \"0660\"")
+            }
+            socketMode = mode
+        }
+        // Names are resolved as they are read, so that --check-config and a reload refuse an
+        // unknown user or group at its line, as any other bad value, not the next start.
+        try reader.read("server.socket_group") { (value: String) throws(ConfigurationError) in
+            socketGID = value.isEmpty ? nil : try reader.groupIDs("server.socket_group", [value]).first
+            socketGroup = value
+        }
+        try reader.read("server.control_users") { (value: [String]) throws(ConfigurationError) in
+            controlUIDs = try reader.userIDs("server.control_users", value)
+            controlUsers = value
+        }
+        try reader.read("server.control_groups") { (value: [String]) throws(ConfigurationError) in
+            controlGIDs = try reader.groupIDs("server.control_groups", value)
+            controlGroups = value
+        }
+        try applyStorageAndRetention(reader)
+        try applyMQTTAndHooks(reader)
+        try reader.rejectUnknownKeys()
+    }
+}
+
+extension DaemonConfiguration {
+    /// `[storage]` (the space guard) and `[retention]`.
+    mutating func applyStorageAndRetention(_ reader: KeyReader) throws(ConfigurationError) {
+        try reader.readSpace("storage.minimum_free") { storage.minimumFree = $0 }
+        try reader.readSpace("storage.warning_free") { storage.warningFree = $0 }
+        try reader.readDuration("storage.check_interval", in: 0.05...60) { (value: Double) in storage.checkInterval = value }
+        try reader.readDuration("retention.max_age", in: 1...(100 * 366 * 86400)) { retention.maximumAge = $0 }
+        try reader.readSpace("retention.max_total_size", percentAllowed: false) { (value: SpaceAmount) throws(ConfigurationError) in
+            guard case .bytes(let bytes) = value, bytes > 0 else {
+                throw reader.invalid("retention.max_total_size", "must be more than 0 bytes")
+            }
+            retention.maximumTotalBytes = bytes
+        }
+        try reader.readSpace("retention.keep_free") { (value: SpaceAmount) throws(ConfigurationError) in
+            guard !value.isZero else { throw reader.invalid("retention.keep_free", "must be more than 0 (leave it out to turn it off)") }
+            retention.keepFree = value
+        }
+        try reader.readDuration("retention.interval", in: 1...86400) { (value: Double) in retention.interval = value }
+        // 0: no grace.
+        try reader.readDuration("retention.grace", in: 0...604_800) { (value: Double) in retention.grace = value }
+    }
+}
+

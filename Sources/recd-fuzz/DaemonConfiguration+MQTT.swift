@@ -1,1 +1,0 @@
-../recd/DaemonConfiguration+MQTT.swift

@@ -1,0 +1,389 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Testing
+
+/// Every format × every feature that cuts, pauses, loses, recovers or deletes files, through the
+/// real recd on a real ALSA device; every file is read back by FFmpeg, an independent reader.
+///
+/// Each feature is one parameterized test over `AudioFileFormat.allCases` (a new format joins by
+/// itself), so a failure names its cell: "segments by length" with argument `.aac`. Each cell
+/// starts a fresh daemon: some bugs show only in a daemon's first recording of a format.
+/// Cells that need no real time record from the unpaced file device (seconds of audio in
+/// milliseconds); clock alignment, split, pause, device loss, kill -9 and retention record from
+/// the paced PulseAudio device. Inputs are the counter pattern, so a lossless file can be
+/// compared with the input sample for sample.
+@Suite("combination matrix: format × feature")
+struct CombinationMatrixTests {
+    static let formats = AudioFileFormat.allCases
+    let inputs = TemporaryDirectory()
+    static let rate = 48000
+
+    // MARK: Cells on the unpaced file device
+
+    @Test("segments by length", arguments: formats)
+    func segmentsByLength(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × segments by length"
+        let input = writeCounterInput(inputs, seconds: 5)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "seg", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 2.5, segmentLength: 1))
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == started.id && !$0.state.isActive }, "\(cell): never ended")
+        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let files = try sessionFiles(daemon, started)
+        // Unaligned segments hold exactly round(length × rate) frames; the duration ends the last.
+        #expect(files.map(\.frames) == [48000, 48000, 24000], "\(cell): \(files.map(\.file))")
+        #expect(files.map(\.segment) == [1, 2, 3], "\(cell)")
+        let samples = try readBack(files, format: format, cell: cell)
+        expectInput(samples, input.samples, format: format, frames: 120_000, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
+    @Test("time-carrying file template", arguments: formats)
+    func timeCarryingTemplate(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × time-carrying template"
+        let input = writeCounterInput(inputs, seconds: 4)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "tmpl", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 2, fileTemplate: "{name}/%H%M%S"))
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == started.id && !$0.state.isActive }, "\(cell): never ended")
+        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let list: RecordingsListResult = try client.call(.recordingsList)
+        #expect(list.recordings.count == 1, "\(cell): \(list.recordings.map(\.file))")
+        let file = try #require(list.recordings.first, "\(cell): no file")
+        #expect(file.frames == 96000, "\(cell)")
+        // The name is the first frame's time of day (UTC), to the second.
+        let stamp = try #require(file.file.firstMatch(of: /^tmpl\/(\d\d)(\d\d)(\d\d)\.[a-z0-9]+$/), "\(cell): \(file.file)")
+        let secondOfDay = Int(stamp.1)! * 3600 + Int(stamp.2)! * 60 + Int(stamp.3)!
+        let startedAt = try #require(file.startedAt ?? ended.recording?.startedAt, "\(cell)")
+        let actual = startedAt.timeIntervalSince1970.truncatingRemainder(dividingBy: 86400)
+        let offset = abs(Double(secondOfDay) - actual)
+        #expect(min(offset, 86400 - offset) <= 1, "\(cell): \(file.file) named for \(startedAt)")
+        // What status says the recording became is the file that is there.
+        #expect(ended.recording?.path == file.path, "\(cell): status says \(ended.recording?.path ?? "nothing"), the file is \(file.path)")
+        let samples = try readBack([file], format: format, cell: cell)
+        expectInput(samples, input.samples, format: format, frames: 96000, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
+    // MARK: Cells on the paced PulseAudio device
+
+    @Test("segments on the clock", arguments: formats)
+    func segmentsOnTheClock(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × segments on the clock"
+        let server = try PulseServer()
+        try server.tone()
+        let input = writeCounterInput(inputs, seconds: 30)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "clock", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 2.5, segmentLength: 1, alignToClock: true))
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == started.id && !$0.state.isActive }, "\(cell): never ended")
+        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let files = try sessionFiles(daemon, started)
+        // The duration is exact across the cuts; where they fall follows the clock.
+        #expect(files.reduce(0) { $0 + $1.frames } == 120_000, "\(cell): \(files.map(\.frames))")
+        #expect((2...3).contains(files.count), "\(cell): \(files.map(\.file))")
+        // The first segment ends at the next boundary at least min(1 s, half the length) away
+        // (SegmentClock; protocol.md says "at least a second", true from a length of 2 s).
+        if let first = files.first {
+            #expect(first.frames >= 24000 && first.frames < 72000 + 2400,
+                    "\(cell): the first segment holds \(first.frames) frames; all: \(files.map { "\($0.file) \($0.frames) from \($0.startedAt.map { "\($0.timeIntervalSince1970)" } ?? "?")" })")
+        }
+        for file in files.dropFirst() {
+            let time = try #require(file.startedAt, "\(cell): \(file.file) has no start").timeIntervalSince1970
+            #expect(abs(time - time.rounded()) < 0.05, "\(cell): \(file.file) starts \(time - time.rounded()) s off its boundary")
+        }
+        for file in files.dropFirst().dropLast() {
+            #expect(abs(Int(file.frames) - 48000) < 2400, "\(cell): \(file.file) holds \(file.frames) frames")
+        }
+        let samples = try readBack(files, format: format, cell: cell)
+        expectInput(samples, input.samples, format: format, frames: 120_000, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
+    @Test("split", arguments: formats)
+    func split(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × split"
+        let server = try PulseServer()
+        let input = writeCounterInput(inputs, seconds: 30)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "cut", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 3))
+        for at in [0.7, 1.6] {
+            #expect(daemon.waitForStatus { $0.currentTime >= at } != nil, "\(cell): never reached \(at) s")
+            let result: SplitResult = try client.call(.split)
+            #expect(result.recording?.segment != nil, "\(cell): no next segment after the split")
+        }
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == started.id && !$0.state.isActive }, "\(cell): never ended")
+        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let files = try sessionFiles(daemon, started)
+        #expect(files.map(\.file) == ["cut", "cut-2", "cut-3"].map { "\($0).\(format.fileExtension)" }, "\(cell)")
+        #expect(files.reduce(0) { $0 + $1.frames } == 144_000, "\(cell): \(files.map(\.frames))")
+        let samples = try readBack(files, format: format, cell: cell)
+        expectInput(samples, input.samples, format: format, frames: 144_000, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
+    @Test("pause and resume", arguments: formats)
+    func pauseAndResume(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × pause/resume"
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "held", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 2))
+        #expect(daemon.waitForStatus { $0.currentTime >= 0.6 } != nil, "\(cell): never recorded")
+        let paused: StateResult = try client.call(.pause)
+        #expect(paused.state.name == .paused, "\(cell): \(paused.state)")
+        let heldAt = (try client.call(.status) as StatusResult).currentTime
+        Thread.sleep(forTimeInterval: 0.5)  // the pause lasts half a second: the scenario, not a wait
+        #expect((try client.call(.status) as StatusResult).currentTime == heldAt, "\(cell): time went on while paused")
+        let resumed: StateResult = try client.call(.resume)
+        #expect(resumed.state.name == .recording, "\(cell): \(resumed.state)")
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == started.id && !$0.state.isActive }, "\(cell): never ended")
+        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let list: RecordingsListResult = try client.call(.recordingsList)
+        #expect(list.recordings.map(\.file) == ["held.\(format.fileExtension)"], "\(cell)")
+        #expect(list.recordings.first?.frames == 96000, "\(cell): pauses excluded, the file holds the duration")
+        _ = try readBack(list.recordings, format: format, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
+    @Test("device loss and return", arguments: formats)
+    func deviceLossAndReturn(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × device loss and return"
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "outlive", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 3))
+        #expect(daemon.waitForStatus { $0.currentTime >= 0.7 } != nil, "\(cell): never recorded")
+        server.kill()
+        let waiting = try #require(daemon.waitForStatus { $0.state.name == .waitingForDevice || !$0.state.isActive },
+                                   "\(cell): the loss was not noticed")
+        #expect(waiting.state.name == .waitingForDevice, "\(cell): \(waiting.state.name) \(String(describing: waiting.error))")
+        try server.restart()
+        try server.tone()
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == started.id && !$0.state.isActive }, "\(cell): never ended")
+        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let files = try sessionFiles(daemon, started)
+        #expect(files.map(\.file) == ["outlive", "outlive-2"].map { "\($0).\(format.fileExtension)" }, "\(cell)")
+        // The duration counts the frames of both files, not the gap.
+        #expect(files.reduce(0) { $0 + $1.frames } == 144_000, "\(cell): \(files.map(\.frames))")
+        _ = try readBack(files, format: format, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
+    @Test("kill -9 and recovery on the next start", arguments: formats)
+    func killAndRecovery(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × kill -9 and recovery"
+        let server = try PulseServer()
+        let input = writeCounterInput(inputs, seconds: 30)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "crash", format: format, sampleRate: Self.rate, channels: 2))
+        #expect(daemon.waitForStatus { $0.currentTime >= 2.2 } != nil, "\(cell): never recorded")
+        let recorded = (try client.call(.status) as StatusResult).currentTime
+        daemon.process.signal(SIGKILL)
+        _ = daemon.process.wait(timeout: 10)
+
+        let next = try Daemon(device: "null", recordings: daemon.recordings)
+        let list: RecordingsListResult = try next.connect().call(.recordingsList)
+        #expect(list.recordings.map(\.file) == ["crash.\(format.fileExtension)"], "\(cell)\n\(next.log.suffix(3000))")
+        let file = try #require(list.recordings.first, "\(cell): nothing recovered")
+        // Everything the writer handed to the kernel: for libsndfile's formats all but what an
+        // encoder still holds (a FLAC block, a few MP3 frames, an Ogg page) and the capture
+        // period in flight, the audio after the last header refresh included (recovery sizes
+        // the file from its data); an .m4a loses the fragment after the last checkpoint (the sync
+        // interval, a second).
+        let kept = Double(file.frames) / Double(Self.rate)
+        let loss = format == .aac || format == .alac ? 1.15 : 0.5
+        #expect(kept > recorded - loss && kept <= recorded + 0.5, "\(cell): kept \(kept) s of \(recorded) s")
+        if format == .aac || format == .alac {
+            let boxes = FFmpegTools.topLevelBoxes(file.path)
+            #expect(!boxes.contains("moof") && (boxes.firstIndex(of: "moov") ?? .max) < (boxes.firstIndex(of: "mdat") ?? -1),
+                    "\(cell): rewritten with moov first: \(boxes)")
+        }
+        let samples = try readBack([file], format: format, cell: cell)
+        expectInput(samples, input.samples, format: format, frames: Int(file.frames), cell: cell)
+        try expectOnlyListedFiles(next, cell: cell)
+    }
+
+    @Test("retention deleting while recording", arguments: formats)
+    func retentionWhileRecording(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × retention while recording"
+        let input = writeCounterInput(inputs, seconds: 30)
+        let recordings = inputs.file("recordings")
+        // Two older recordings of this format, made quickly on the file device: 3 s, then 1 s.
+        let maker = try Daemon(device: TestDevices.file(input.path), recordings: recordings)
+        let makerClient = try maker.connect()
+        for (name, seconds) in [("old-1", 3.0), ("old-2", 1.0)] {
+            let made: Recording = try makerClient.call(.start, StartParams(name: name, format: format, sampleRate: Self.rate, channels: 2,
+                                                                           duration: seconds))
+            #expect(maker.waitForStatus { $0.recording?.id == made.id && $0.state.name == .finished } != nil, "\(cell): \(name)")
+        }
+        let made: RecordingsListResult = try makerClient.call(.recordingsList)
+        #expect(maker.terminate() == 0)
+        let sizes = Dictionary(made.recordings.map { ($0.name, $0.size) }, uniquingKeysWith: { $1 })
+        let old1 = try #require(sizes["old-1"], "\(cell): \(made.recordings.map(\.file))")
+        let old2 = try #require(sizes["old-2"], "\(cell)")
+
+        // "live" records the same input, paced: its size per second is the old recordings'.
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server), recordings: recordings)
+        let client = try daemon.connect()
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.retention]))
+        let live: Recording = try client.call(.start, StartParams(name: "live", format: format, sampleRate: Self.rate, channels: 2,
+                                                                  duration: 2))
+        #expect(daemon.waitForStatus { $0.currentTime >= 0.3 } != nil, "\(cell): never recorded")
+        // Room for everything but the oldest: it goes now, while "live" is recorded; the 2 s of
+        // "live" fit where the 3 s of old-1 were, so nothing more goes when it ends.
+        // No grace: the deletion while recording is the cell (the grace has its own test).
+        try "[retention]\nmax_total_size = \(old1 + old2 - 1)\ngrace = 0\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        daemon.process.signal(SIGHUP)
+        var deleted: [RetentionDeletion] = []
+        while deleted.isEmpty, let notification = try? watcher.nextNotification(timeout: 20) {
+            if case .retention(let deletion?) = notification.value { deleted.append(deletion) }
+        }
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == live.id && !$0.state.isActive }, "\(cell): never ended")
+        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        #expect(deleted.map(\.file) == ["old-1.\(format.fileExtension)"], "\(cell): \(daemon.log.suffix(3000))")
+        if let deletion = deleted.first, let endedAt = ended.recording?.endedAt {
+            #expect(deletion.deletedAt < endedAt, "\(cell): deleted at \(deletion.deletedAt), the recording ended at \(endedAt)")
+        }
+        let list: RecordingsListResult = try client.call(.recordingsList)
+        #expect(list.recordings.map(\.name).sorted() == ["live", "old-2"], "\(cell): \(list.recordings.map(\.file))")
+        let kept = list.recordings.filter { $0.name == "live" }
+        #expect(kept.first?.frames == 96000, "\(cell)")
+        _ = try readBack(list.recordings, format: format, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
+    // MARK: Reading back
+
+    /// The recording's files as recd lists them, in segment order.
+    func sessionFiles(_ daemon: Daemon, _ recording: Recording) throws -> [RecordingFile] {
+        let list: RecordingsListResult = try daemon.connect().call(.recordingsList)
+        return list.recordings.filter { $0.session == recording.id || $0.path == recording.path }
+            .sorted { ($0.segment ?? 0, $0.file) < ($1.segment ?? 0, $1.file) }
+    }
+
+    /// Reads every file with FFmpeg: the codec and format it should have, the frame count recd
+    /// lists declared in the file (the edit list, the Ogg granule, the header) and decoded.
+    /// Returns the decoded samples of all the files, concatenated.
+    @discardableResult
+    func readBack(_ files: [RecordingFile], format: AudioFileFormat, cell: String) throws -> [Int16] {
+        var all: [Int16] = []
+        for file in files {
+            let stream: FFmpegTools.Stream
+            do {
+                stream = try FFmpegTools.probe(file.path)
+            } catch {
+                Issue.record("\(cell): ffprobe cannot read \(file.file): \(error)")
+                continue
+            }
+            #expect(Self.codecs[format]?.contains(stream.codecName) == true, "\(cell): \(file.file) holds \(stream.codecName)")
+            #expect(stream.sampleRate == Self.rate && stream.channels == 2, "\(cell): \(file.file) \(stream.sampleRate) Hz \(stream.channels) ch")
+            let samples = try FFmpegTools.decodeInt16(file.path)
+            let decoded = Int64(samples.count / 2)
+            all += samples
+            // Hours of audio, not more: a file that says Int64.max frames has lost its length.
+            guard (0...Int64(Self.rate) * 3600).contains(file.frames) else {
+                Issue.record("\(cell): recd lists \(file.frames) frames for \(file.file) (ffprobe: \(stream.frames.map(String.init) ?? "no length"), decoded \(decoded))")
+                continue
+            }
+            if let declared = stream.frames {
+                #expect(Self.declaredExtra(format).contains(declared - file.frames),
+                        "\(cell): \(file.file) declares \(declared) frames, recd lists \(file.frames)")
+            } else {
+                Issue.record("\(cell): \(file.file) declares no length")
+            }
+            #expect(Self.decodedExtra(format).contains(decoded - file.frames),
+                    "\(cell): \(file.file) decodes to \(decoded) frames, recd lists \(file.frames)")
+            if format == .vorbis {
+                // libvorbisfile, the reference decoder, through sox: exact.
+                let scratch = TemporaryDirectory()
+                let output = scratch.file("decoded.raw")
+                let reference = try run("/usr/bin/sox", [file.path, "-t", "raw", "-e", "signed-integer", "-b", "16", output])
+                #expect(reference.status == 0, "\(cell): sox: \(reference.stderr)")
+                let size = (try? FileManager.default.attributesOfItem(atPath: output)[.size] as? Int) ?? 0
+                let frames = Int64(size / 4)
+                withExtendedLifetime(scratch) {}
+                #expect(frames == file.frames, "\(cell): libvorbisfile decodes \(file.file) to \(frames) frames, recd lists \(file.frames)")
+            }
+        }
+        return all
+    }
+
+    /// What ffprobe calls each format's codec.
+    static let codecs: [AudioFileFormat: Set<String>] = [
+        .wav: ["pcm_s16le"], .flac: ["flac"], .opus: ["opus"], .vorbis: ["vorbis"], .caf: ["pcm_s16le", "pcm_s16be"],
+        .aac: ["aac"], .alac: ["alac"], .mp3: ["mp3"],
+    ]
+
+    /// How much more than the frames recd wrote a file may declare: nothing where the format
+    /// says its length exactly (a PCM header, FLAC's STREAMINFO, Vorbis's last granule, the
+    /// MPEG-4 edit list). ffprobe counts an Opus stream's pre-skip (312 frames from libopus) in
+    /// its length, and an MP3's in whole 1152-frame blocks with the encoder's delay and padding.
+    static func declaredExtra(_ format: AudioFileFormat) -> ClosedRange<Int64> {
+        switch format {
+        case .opus: 0...312
+        case .mp3: 0...2 * 1152
+        default: 0...0
+        }
+    }
+
+    /// How much more than the frames recd wrote FFmpeg may decode: nothing but for AAC, which it
+    /// decodes in whole 1024-frame blocks past the edit list's end (a player that honours the
+    /// edit list, GStreamer's, stops at the end), and Vorbis, whose short files FFmpeg trims by up
+    /// to a block where libvorbisfile does not (0.3 s: 128 frames fewer; libvorbisfile is checked
+    /// exactly).
+    static func decodedExtra(_ format: AudioFileFormat) -> ClosedRange<Int64> {
+        switch format {
+        case .aac: 0...1024
+        case .vorbis: -256...256
+        default: 0...0
+        }
+    }
+
+    /// For a lossless format, the decoded samples are the input's first `frames` frames exactly.
+    func expectInput(_ samples: [Int16], _ input: [Int16], format: AudioFileFormat, frames: Int, cell: String) {
+        guard !format.isLossy else { return }
+        guard frames >= 0 && frames <= input.count / 2 else {
+            Issue.record("\(cell): \(frames) frames expected, more than the input holds")
+            return
+        }
+        #expect(samples.count == frames * 2, "\(cell): decoded \(samples.count / 2) frames of \(frames)")
+        let count = min(samples.count, frames * 2, input.count)
+        if let index = (0..<count).first(where: { samples[$0] != input[$0] }) {
+            Issue.record("\(cell): the files, concatenated, differ from the input at frame \(index / 2) of \(count / 2)")
+        }
+    }
+
+    /// No `.part` or any other file but the ones recd lists is left in the recordings directory.
+    func expectOnlyListedFiles(_ daemon: Daemon, cell: String) throws {
+        let list: RecordingsListResult = try daemon.connect().call(.recordingsList)
+        let listed = Set(list.recordings.map(\.file))
+        var onDisk: Set<String> = []
+        let enumerator = FileManager.default.enumerator(atPath: daemon.recordings)
+        while let path = enumerator?.nextObject() as? String {
+            let name = (path as NSString).lastPathComponent
+            if name.hasPrefix(".") {
+                if enumerator?.fileAttributes?[.type] as? FileAttributeType == .typeDirectory { enumerator?.skipDescendants() }
+                continue
+            }
+            if enumerator?.fileAttributes?[.type] as? FileAttributeType == .typeRegular { onDisk.insert(path) }
+        }
+        #expect(onDisk == listed, "\(cell): on disk \(onDisk.sorted()), listed \(listed.sorted())")
+    }
+}

@@ -1,0 +1,101 @@
+import FoundationEssentials
+@testable import RecdConfiguration
+import RecorderModel
+import Testing
+
+/// recd.toml read into a DaemonConfiguration: every key typed and range-checked, durations in
+/// the one spelling, unknown keys and tables refused, each error at its file and line.
+@Suite("configuration reader")
+struct DaemonConfigurationTests {
+    func read(_ text: String) throws(ConfigurationError) -> DaemonConfiguration {
+        var configuration = DaemonConfiguration.defaults(for: .user, environment: ["HOME": "/home/test"])
+        try configuration.apply(toml: text, file: "recd.toml")
+        return configuration
+    }
+
+    func error(_ text: String) -> String? {
+        do { _ = try read(text) } catch { return error.description }
+        return nil
+    }
+
+    @Test func anEmptyFileKeepsTheDefaults() throws {
+        let configuration = try read("")
+        #expect(configuration.device == "default")
+        #expect(configuration.recordingsDirectory == "/home/test/.local/share/recd/recordings")
+        #expect(configuration.segments.length == nil)
+        #expect(configuration.recording.format == .wav)
+    }
+
+    /// Every key that holds a time: its lowest and highest values in its range are taken (as
+    /// numbers and as durations with units), one beyond either end is refused with the range.
+    @Test(arguments: [
+        ("capture", "period_time", 0.001, 1.0), ("capture", "buffer_time", 0.01, 10), ("capture", "sync_interval", 0.01, 3600),
+        ("capture", "stop_timeout", 0.1, 20), ("capture", "retry_interval_max", 0.1, 60), ("capture", "silence_warning", 0, 86400),
+        ("segments", "length", 1, 86400), ("metering", "levels_interval", 0.005, 60), ("metering", "time_interval", 0.005, 60),
+        ("storage", "check_interval", 0.05, 60), ("retention", "interval", 1, 86400), ("retention", "grace", 0, 604_800),
+        ("mqtt", "telemetry_interval", 0, 3600), ("hooks", "timeout", 0.1, 86400),
+    ] as [(String, String, Double, Double)])
+    func everyDurationKeyTakesItsRangeAndRefusesBeyondIt(table: String, key: String, lowest: Double, highest: Double) throws {
+        for value in [lowest, highest] {
+            #expect(throws: Never.self) { try read("[\(table)]\n\(key) = \(value)\n") }
+        }
+        #expect(throws: Never.self) { try read("[\(table)]\n\(key) = \"\(Int(highest * 1000))ms\"\n") }
+        let message = error("[\(table)]\n\(key) = \(highest * 2 + 1)\n")
+        #expect(message?.hasPrefix("recd.toml:2: \(table).\(key): must be between \(Limits.number(lowest)) and \(Limits.number(highest)) seconds")
+                == true, "\(message ?? "accepted")")
+        #expect(error("[\(table)]\n\(key) = \"soon\"\n")?.contains("\(table).\(key): must be a duration: seconds (90, 1.5)") == true)
+        #expect(error("[\(table)]\n\(key) = true\n") != nil)
+    }
+
+    @Test func durationsAreReadInTheOneSpelling() throws {
+        #expect(try read("[segments]\nlength = \"1h\"\n").segments.length == 3600)
+        #expect(try read("[segments]\nlength = \"00:15:00\"\n").segments.length == 900)
+        #expect(try read("[retention]\nmax_age = \"2w\"\n").retention.maximumAge == 1_209_600)
+        #expect(try read("[capture]\nsync_interval = \"500ms\"\n").syncInterval == 0.5)
+        // Zero, where it means "off", may be written as a duration too.
+        #expect(try read("[retention]\ngrace = \"0s\"\n").retention.grace == 0)
+        #expect(error("[segments]\nlength = \"0s\"\n")?.contains("segments.length: must be a duration") == true)
+    }
+
+    @Test(arguments: [
+        ("[server]\nmax_clients = 0\n", "recd.toml:2: server.max_clients: must be between 1 and 100000"),
+        ("[server]\nclient_queue_bytes = 10\n", "recd.toml:2: server.client_queue_bytes: must be between 4096 and 1073741824 bytes"),
+        ("[capture]\nsample_rate = 999\n", "recd.toml:2: capture.sample_rate: must be between 1000 and 768000 Hz"),
+        ("[capture]\nchannels = 33\n", "recd.toml:2: capture.channels: must be between 1 and 32"),
+        ("[mqtt]\nport = 70000\n", "recd.toml:2: mqtt.port: must be between 1 and 65535"),
+        ("[mqtt]\nqos = 3\n", "recd.toml:2: mqtt.qos: must be between 0 and 2"),
+        ("[mqtt]\nkeepalive = 1\n", "recd.toml:2: mqtt.keepalive: must be between 5 and 3600 seconds"),
+        ("[hooks]\nmax_concurrent = 65\n", "recd.toml:2: hooks.max_concurrent: must be between 1 and 64"),
+        ("[server]\nsocket_mode = \"999\"\n", "recd.toml:2: server.socket_mode: must be an octal mode"),
+        ("[server]\nmax_clients = 1.5\n", "recd.toml:2: server.max_clients: must be an integer"),
+    ])
+    func integerKeysRefuseValuesOutsideTheirRange(text: String, expected: String) {
+        let message = error(text)
+        #expect(message?.hasPrefix(expected) == true, "\(message ?? "accepted")")
+    }
+
+    @Test func unknownKeysTablesAndMisplacedKeysAreRefusedAtTheirLine() {
+        #expect(error("# a comment\ndevise = \"hw:1\"\n") == "recd.toml:2: devise: unknown key")
+        #expect(error("[segment]\nlength = 60\n") == "recd.toml:1: segment: unknown table")
+        #expect(error("[segments]\n\nlenght = 60\n") == "recd.toml:3: segments.lenght: unknown key")
+        #expect(error("segments = 60\n") == "recd.toml:1: segments: must be a table ([segments])")
+        #expect(error("device = 5\n") == "recd.toml:1: device: must be a string")
+        #expect(error("[recording]\nformat = \"wma\"\n")?.hasPrefix("recd.toml:2: recording.format: must be one of wav, flac") == true)
+        #expect(error("recordings_dir = \"relative\"\n") == "recd.toml:1: recordings_dir: must be an absolute path")
+    }
+
+    @Test func theRecordingSectionIsCheckedAsAWhole() throws {
+        #expect(try read("[recording]\nformat = \"m4a\"\n").recording.format == .aac)
+        #expect(error("[recording]\nformat = \"opus\"\nsample_rate = 44100\n")?.hasPrefix("recd.toml:1: recording: opus records at") == true)
+    }
+
+    @Test func usersAndGroupsMustExistAtTheirLine() throws {
+        #expect(error("[server]\ncontrol_users = [\"nosuchuser-recd\"]\n") == "recd.toml:2: server.control_users: no user named 'nosuchuser-recd'")
+        #expect(error("[server]\ncontrol_groups = [\"nosuchgroup-recd\"]\n") == "recd.toml:2: server.control_groups: no group named 'nosuchgroup-recd'")
+        #expect(try read("[server]\ncontrol_users = [\"root\"]\n").controlUIDs == [0])
+    }
+
+    @Test func aTOMLErrorNamesItsLine() {
+        #expect(error("device = \"a\"\n[capture\n")?.hasPrefix("recd.toml:2:") == true)
+    }
+}

@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# Installs recd's Debian package into a clean Debian 12 root filesystem and uses it there
+# (`make test-deb`, part of `make test`; doc/packaging.md):
+#   1. a minimal bookworm root from Debian's packages (mmdebstrap --variant=apt), with no Swift
+#      in it; built once and cached as a tarball under ~/.cache/recd-test-deb (rebuilt when a
+#      week old), apt's downloaded packages cached beside it, so a second run is fast;
+#   2. `apt-get install ./recd_….deb` inside: Depends resolve from Debian's packages alone;
+#      the user recd (in group audio) and /var/lib/recd exist afterwards;
+#   3. recd --version and recctl --version print the package's version with the commit;
+#   4. recd --system runs as the user recd (no systemd here: started directly with setpriv)
+#      from an ALSA `file` device, configured through the conffile /etc/recd/recd.toml, and
+#      records WAV, FLAC and .m4a, driven by recctl; the files are decoded by ffmpeg outside;
+#   5. systemd-analyze verify accepts the installed units;
+#   6. an upgrade (the same package with a higher version) and a reinstall keep the changed
+#      conffile;
+#   7. remove keeps the configuration and the recordings; purge deletes the configuration and
+#      still keeps the recordings (and the user recd that owns them).
+#
+# Usage: Tests/deb/test-deb.sh recd_VERSION_ARCH.deb   (as root: chroot, mount; make test-deb
+# uses sudo when not root)
+# Environment: RECD_TEST_DEB_CACHE (default ~/.cache/recd-test-deb), RECD_TEST_DEB_KEEP=1 keeps
+# the root filesystem for a look afterwards.
+set -euo pipefail
+
+fail() {
+    printf 'test-deb: FAIL: %s\n' "$*" >&2
+    exit 1
+}
+step() { printf 'test-deb: [%3d s] %s\n' "$SECONDS" "$*"; }
+
+[[ $# -eq 1 && -f $1 ]] || fail "usage: test-deb.sh recd_VERSION_ARCH.deb (not found: ${1:-})"
+deb=$(readlink -f "$1")
+[[ $(id -u) -eq 0 ]] || fail "needs root (chroot and mount); run it as root or with sudo"
+for tool in mmdebstrap dpkg-deb ffmpeg ffprobe setpriv findmnt; do
+    command -v "$tool" >/dev/null || fail "$tool not found (make deps-deb installs it)"
+done
+version=$(dpkg-deb -f "$deb" Version)
+arch=$(dpkg-deb -f "$deb" Architecture)
+[[ $arch == "$(dpkg --print-architecture)" ]] || fail "$deb is for $arch; this machine runs $(dpkg --print-architecture) packages"
+
+cache=${RECD_TEST_DEB_CACHE:-$HOME/.cache/recd-test-deb}
+base=$cache/bookworm-$arch.tar
+archives=$cache/archives
+mkdir -p "$archives/partial"
+
+# --- 1. The clean root filesystem --------------------------------------------------------------
+started=$SECONDS
+if [[ ! -s $base ]] || [[ -n $(find "$base" -mtime +7) ]]; then
+    step "building a Debian 12 root filesystem with mmdebstrap (cached in $base)"
+    rm -f "$base.new"
+    mmdebstrap --quiet --variant=apt --include=ca-certificates --format=tar bookworm "$base.new" ||
+        fail "mmdebstrap could not build a bookworm root filesystem"
+    mv "$base.new" "$base"
+else
+    step "using the cached Debian 12 root filesystem $base"
+fi
+
+root=$(mktemp -d /var/tmp/recd-test-deb.XXXXXX)
+recd_pid=
+cleanup() {
+    local status=$?
+    if [[ -n $recd_pid ]]; then kill "$recd_pid" 2>/dev/null || true; wait "$recd_pid" 2>/dev/null || true; fi
+    # Innermost first; nothing is deleted while anything is still mounted below the root
+    # (rm -rf would reach into /proc or the package cache).
+    findmnt -rn -o TARGET | grep -F "$root/" | sort -r | while read -r mount; do
+        umount "$mount" 2>/dev/null || umount -l "$mount" || true
+    done
+    if findmnt -rn -o TARGET | grep -qF "$root/"; then
+        printf 'test-deb: left %s in place: still mounted below it\n' "$root" >&2
+    elif [[ ${RECD_TEST_DEB_KEEP:-} == 1 ]]; then
+        printf 'test-deb: kept %s\n' "$root" >&2
+    else
+        rm -rf "$root"
+    fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+tar -C "$root" -xf "$base"
+[[ $(cat "$root/etc/debian_version") == 12.* ]] || fail "the root filesystem is not Debian 12: $(cat "$root/etc/debian_version")"
+mount -t proc proc "$root/proc"
+mount --bind "$archives" "$root/var/cache/apt/archives"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+
+# in_root COMMAND...: runs in the root filesystem with a clean environment.
+in_root() {
+    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+        DEBIAN_FRONTEND=noninteractive "$@"
+}
+apt_in_root() {
+    in_root apt-get -y -q -o Dpkg::Use-Pty=0 -o APT::Keep-Downloaded-Packages=true "$@" \
+        >"$root/apt.log" 2>&1 || { cat "$root/apt.log" >&2; fail "apt-get $* failed (log above)"; }
+}
+
+# --- 2. Install with apt -----------------------------------------------------------------------
+step "apt-get install ./$(basename "$deb") in the clean root"
+apt_in_root update
+cp "$deb" "$root/tmp/"
+apt_in_root install "./tmp/$(basename "$deb")"
+in_root dpkg-query -W -f='${Status} ${Version}\n' recd | grep -qx "install ok installed $version" ||
+    fail "recd $version is not installed: $(in_root dpkg-query -W -f='${Status} ${Version}' recd)"
+step "installed recd $version and $(grep -c '^Setting up' "$root/apt.log") packages in all"
+swift=$(find "$root" -xdev \( -name 'libswift*' -o -name 'swift' -o -name 'swiftc' \) -print | head -3)
+[[ -z $swift ]] || fail "Swift in the root filesystem: $swift"
+missing=$(in_root ldd /usr/bin/recd | grep 'not found' || true)
+[[ -z $missing ]] || fail "recd links libraries the package does not depend on: $missing"
+for soname in $(strings -n 6 "$root/usr/bin/recd" | grep -E '^lib(avcodec|avformat|avutil|mosquitto)\.so\.[0-9]+$'); do
+    in_root sh -c "ldconfig -p | grep -q '^\s*$soname '" || fail "$soname (opened with dlopen) is not installed"
+done
+in_root getent passwd recd >/dev/null || fail "no user recd"
+in_root id -nG recd | tr ' ' '\n' | grep -qx audio || fail "recd is not in group audio: $(in_root id -nG recd)"
+[[ $(in_root stat -c '%U:%G %a' /var/lib/recd) == "recd:recd 750" ]] ||
+    fail "/var/lib/recd: $(in_root stat -c '%U:%G %a' /var/lib/recd)"
+in_root test -L /etc/systemd/system/multi-user.target.wants/recd.service || fail "recd.service is not enabled"
+in_root test -L /etc/systemd/system/sockets.target.wants/recd.socket || fail "recd.socket is not enabled"
+
+# --- 3. Versions -------------------------------------------------------------------------------
+for tool in recd recctl; do
+    out=$(in_root "$tool" --version) || fail "$tool --version failed"
+    [[ $out == "$version (commit "*")" ]] || fail "$tool --version says '$out', not '$version (commit …)'"
+    step "$tool --version: $out"
+done
+
+# --- 4. A recording as the user recd -----------------------------------------------------------
+# The ALSA file device (doc: TESTING.md, 1): 20 s of a 440 Hz tone, 48 kHz stereo s16.
+mkdir -p "$root/srv/recd-test"
+ffmpeg -v error -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=20" -ac 2 -f s16le \
+    "$root/srv/recd-test/input.raw" || fail "ffmpeg could not write the test signal"
+cat >"$root/srv/recd-test/asound.conf" <<'ALSA'
+pcm.testmic {
+    type file
+    slave.pcm "null"
+    file "/dev/null"
+    infile "/srv/recd-test/input.raw"
+    format "raw"
+}
+ALSA
+chmod -R a+rX "$root/srv/recd-test"
+# The site's change to the conffile: record from the test device.
+grep -q '^#device = "default"$' "$root/etc/recd/recd.toml" || fail "/etc/recd/recd.toml has no '#device = \"default\"' line"
+sed -i 's/^#device = "default"$/device = "testmic"/' "$root/etc/recd/recd.toml"
+changed=$(md5sum <"$root/etc/recd/recd.toml")
+
+step "starting recd --system as user recd (setpriv)"
+chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin LANG=C.UTF-8 \
+    ALSA_CONFIG_PATH=/usr/share/alsa/alsa.conf:/srv/recd-test/asound.conf \
+    setpriv --reuid=recd --regid=recd --init-groups /usr/bin/recd --system >"$root/srv/recd-test/recd.log" 2>&1 &
+recd_pid=$!
+# wait_for SECONDS WHAT COMMAND...: polls COMMAND until it succeeds, while recd runs.
+wait_for() {
+    local deadline=$((SECONDS + $1)) what=$2
+    shift 2
+    until "$@" >/dev/null 2>&1; do
+        kill -0 "$recd_pid" 2>/dev/null || { cat "$root/srv/recd-test/recd.log" >&2; fail "recd exited while waiting for $what"; }
+        ((SECONDS < deadline)) || { cat "$root/srv/recd-test/recd.log" >&2; fail "no $what within $1 s"; }
+        sleep 0.1
+    done
+}
+wait_for 30 "control socket" timeout 10 chroot "$root" recctl status
+uid=$(awk '/^Uid:/ { print $2 }' "/proc/$recd_pid/status")
+[[ $uid == "$(in_root id -u recd)" ]] || fail "recd runs as uid $uid, not as recd ($(in_root id -u recd))"
+in_root recctl status | sed 's/^/  | /'
+
+recordings=/var/lib/recd/recordings
+declare -A codec=([wav]=pcm_s16le [flac]=flac [m4a]=aac)
+declare -A format=([wav]=wav [flac]=flac [m4a]=aac)
+for ext in wav flac m4a; do
+    # 2 s of input take well under a second to record (the file device is not paced).
+    timeout 60 chroot "$root" recctl start "take-$ext" --format "${format[$ext]}" --duration 2 --wait \
+        >"$root/srv/recd-test/start.log" 2>&1 ||
+        { cat "$root/srv/recd-test/start.log" "$root/srv/recd-test/recd.log" >&2; fail "recctl start --format ${format[$ext]} --wait failed or took over 60 s"; }
+    file=$root$recordings/take-$ext.$ext
+    [[ -f $file ]] || fail "no $recordings/take-$ext.$ext: $(ls -la "$root$recordings")"
+    owner=$(in_root stat -c %U "$recordings/take-$ext.$ext")
+    [[ $owner == recd ]] || fail "take-$ext.$ext belongs to $owner"
+    probe=$(ffprobe -v error -select_streams a:0 -show_entries stream=codec_name,sample_rate,channels:format=duration \
+        -of default=noprint_wrappers=1 "$file") || fail "ffprobe cannot read take-$ext.$ext"
+    grep -qx "codec_name=${codec[$ext]}" <<<"$probe" || fail "take-$ext.$ext: $probe"
+    duration=$(sed -n 's/^duration=//p' <<<"$probe")
+    awk -v d="$duration" 'BEGIN { exit !(d > 1.9 && d < 2.1) }' || fail "take-$ext.$ext lasts $duration s, not 2"
+    # Decoded from end to end without an error, and it is the tone (ffmpeg's sine source peaks
+    # near -20 dBFS), not silence (-91 dB).
+    decoded=$(ffmpeg -nostats -xerror -i "$file" -af volumedetect -f null - 2>&1) ||
+        fail "ffmpeg cannot decode take-$ext.$ext: $decoded"
+    peak=$(sed -n 's/.*max_volume: \(-\{0,1\}[0-9.]*\) dB/\1/p' <<<"$decoded")
+    awk -v p="${peak:-}" 'BEGIN { exit !(p != "" && p > -40) }' || fail "take-$ext.$ext peaks at '${peak:-?}' dB: silence, not the tone"
+    step "recorded $recordings/take-$ext.$ext: $(tr '\n' ' ' <<<"$probe")peak $peak dB (decoded by ffmpeg)"
+done
+kill -TERM "$recd_pid"
+deadline=$((SECONDS + 30))
+while kill -0 "$recd_pid" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "recd still running 30 s after SIGTERM"
+    sleep 0.1
+done
+wait "$recd_pid" || fail "recd exited with status $? on SIGTERM"
+recd_pid=
+(cd "$root$recordings" && md5sum ./*) >"$root/srv/recd-test/recordings.md5"
+
+# --- 5. The installed units --------------------------------------------------------------------
+units=(/lib/systemd/system/recd.service /lib/systemd/system/recd.socket)
+in_root systemd-analyze verify --man=no "${units[@]}" >/dev/null 2>"$root/srv/recd-test/verify.err" ||
+    { cat "$root/srv/recd-test/verify.err" >&2; fail "systemd-analyze verify of the system units"; }
+[[ ! -s $root/srv/recd-test/verify.err ]] || { cat "$root/srv/recd-test/verify.err" >&2; fail "systemd-analyze verify warned"; }
+in_root sh -c 'mkdir -m 700 /tmp/xdg && XDG_RUNTIME_DIR=/tmp/xdg systemd-analyze --user verify --man=no /usr/lib/systemd/user/recd.service /usr/lib/systemd/user/recd.socket' \
+    >/dev/null 2>"$root/srv/recd-test/verify.err" || { cat "$root/srv/recd-test/verify.err" >&2; fail "systemd-analyze verify of the user units"; }
+[[ ! -s $root/srv/recd-test/verify.err ]] || { cat "$root/srv/recd-test/verify.err" >&2; fail "systemd-analyze verify (user units) warned"; }
+step "systemd-analyze verify: system and user units ok"
+
+# --- 6. Upgrade and reinstall keep the changed conffile ----------------------------------------
+next=$version+test1
+rm -rf "$root/tmp/next" && dpkg-deb -R "$deb" "$root/tmp/next"
+sed -i "s/^Version: .*/Version: $next/" "$root/tmp/next/DEBIAN/control"
+dpkg-deb --root-owner-group -Znone -b "$root/tmp/next" "$root/tmp/recd_${next}_$arch.deb" >/dev/null
+rm -rf "$root/tmp/next"
+apt_in_root install "./tmp/recd_${next}_$arch.deb"
+grep -q "^Unpacking recd ($next) over ($version)" "$root/apt.log" || { cat "$root/apt.log" >&2; fail "no upgrade from $version to $next"; }
+in_root dpkg-query -W -f='${Version}' recd | grep -qx "$next" || fail "not upgraded to $next"
+[[ $(md5sum <"$root/etc/recd/recd.toml") == "$changed" ]] || fail "the upgrade changed /etc/recd/recd.toml"
+apt_in_root install --reinstall "./tmp/recd_${next}_$arch.deb"
+[[ $(md5sum <"$root/etc/recd/recd.toml") == "$changed" ]] || fail "the reinstall changed /etc/recd/recd.toml"
+! ls "$root"/etc/recd/recd.toml.dpkg-* >/dev/null 2>&1 || fail "dpkg left $(ls "$root"/etc/recd/recd.toml.dpkg-*)"
+step "upgraded $version -> $next and reinstalled: the changed /etc/recd/recd.toml kept"
+
+# --- 7. Remove and purge keep the recordings ---------------------------------------------------
+recordings_intact() { (cd "$root$recordings" && md5sum --quiet -c "$root/srv/recd-test/recordings.md5") || fail "recordings changed after $1"; }
+apt_in_root remove recd
+in_root test ! -e /usr/bin/recd || fail "remove left /usr/bin/recd"
+[[ $(md5sum <"$root/etc/recd/recd.toml") == "$changed" ]] || fail "remove changed /etc/recd/recd.toml"
+recordings_intact remove
+apt_in_root purge recd
+in_root test ! -e /etc/recd/recd.toml || fail "purge left /etc/recd/recd.toml"
+in_root dpkg-query -W -f='${Status}' recd 2>/dev/null | grep -q 'not-installed' ||
+    [[ -z $(in_root dpkg-query -W -f='${Status}' recd 2>/dev/null) ]] || fail "recd still known to dpkg after purge"
+recordings_intact purge
+in_root getent passwd recd >/dev/null || fail "purge deleted the user recd, who owns the recordings"
+owners=$(in_root find "$recordings" -type f ! -user recd)
+[[ -z $owners ]] || fail "recordings no longer owned by recd: $owners"
+step "removed and purged: $(ls "$root$recordings" | wc -l) recordings still in $recordings, owned by recd"
+step "OK in $((SECONDS - started)) s"
