@@ -153,8 +153,12 @@ struct FirstHourTests {
     }
 
     @Test func stopPrintsTheRecordingsNameAndPath() throws {
-        let daemon = try Daemon(device: TestDevices.file(writeCounterInput(inputs, seconds: 4).path))
-        try #require(try recctl(daemon, "start", "memo", "--format", "wav", "--duration", "60").status == 0)
+        // A paced device: the unpaced file device records a minute in a fraction of a second, and
+        // a release build finished the recording before `stop` could ask.
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        try #require(try recctl(daemon, "start", "memo", "--format", "wav").status == 0)
         #expect(daemon.waitForStatus { $0.currentTime > 0 } != nil)
         let stop = try recctl(daemon, "stop")
         #expect(stop.status == 0, "\(stop.stderr)")
