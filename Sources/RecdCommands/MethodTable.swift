@@ -136,9 +136,7 @@ public enum MethodTable {
                 let params = try required(RecordingNameParams.self, params)
                 // On the recorder's queue: no recording starts or finishes in between.
                 return try context.recorder.withRecordingsDirectory { library, active throws(RPCError) in
-                    if let active, names(params.name, active) {
-                        throw rpcError(RecorderError(.invalidState, "'\(active)' is being recorded; stop it first"))
-                    }
+                    try refuseIfBeingRecorded(params.name, active: active)
                     let entry = try find(params.name, in: library)
                     try recorderCall { () throws(RecorderError) in try library.delete(entry) }
                     context.recorder.requestRetentionPass()
@@ -149,9 +147,7 @@ public enum MethodTable {
             .blocking { context, params throws(RPCError) in
                 let params = try required(RenameParams.self, params)
                 return try context.recorder.withRecordingsDirectory { library, active throws(RPCError) in
-                    if let active, names(params.from, active) {
-                        throw rpcError(RecorderError(.invalidState, "'\(active)' is being recorded; stop it first"))
-                    }
+                    try refuseIfBeingRecorded(params.from, active: active)
                     let entry = try find(params.from, in: library)
                     // "meeting.flac" as the new name of a FLAC file means "meeting".
                     let suffix = "." + entry.format.fileExtension
@@ -191,6 +187,13 @@ public enum MethodTable {
             statistics: recorder.statistics.value, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
             lastSegment: recorder.closedSegment.value, storage: recorder.storage.value)
+    }
+
+    /// `recordings.delete` and `.rename` leave the file being recorded alone.
+    private static func refuseIfBeingRecorded(_ name: String, active: String?) throws(RPCError) {
+        if let active, names(name, active) {
+            throw rpcError(RecorderError(.invalidState, "'\(active)' is being recorded; stop it first"))
+        }
     }
 
     /// Whether `name`, as `recordings.*` methods take names, may mean the recording in progress

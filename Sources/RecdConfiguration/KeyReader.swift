@@ -134,22 +134,20 @@ final class KeyReader {
     /// The uids of user names (or numeric uids written as strings); an unknown name is an error
     /// at the key's line.
     func userIDs(_ key: String, _ names: [String]) throws(ConfigurationError) -> Set<uid_t> {
-        var result: Set<uid_t> = []
-        for name in names {
-            if let uid = uid_t(name) { result.insert(uid); continue }
-            guard let entry = getpwnam(name) else { throw invalid(key, "no user named '\(name)'") }
-            result.insert(entry.pointee.pw_uid)
-        }
-        return result
+        try ids(key, names, kind: "user") { getpwnam($0)?.pointee.pw_uid }
     }
 
     /// The gids of group names (or numeric gids written as strings).
     func groupIDs(_ key: String, _ names: [String]) throws(ConfigurationError) -> Set<gid_t> {
-        var result: Set<gid_t> = []
+        try ids(key, names, kind: "group") { getgrnam($0)?.pointee.gr_gid }
+    }
+
+    private func ids(_ key: String, _ names: [String], kind: String,
+                     lookUp: (String) -> UInt32?) throws(ConfigurationError) -> Set<UInt32> {
+        var result: Set<UInt32> = []
         for name in names {
-            if let gid = gid_t(name) { result.insert(gid); continue }
-            guard let entry = getgrnam(name) else { throw invalid(key, "no group named '\(name)'") }
-            result.insert(entry.pointee.gr_gid)
+            guard let id = UInt32(name) ?? lookUp(name) else { throw invalid(key, "no \(kind) named '\(name)'") }
+            result.insert(id)
         }
         return result
     }
