@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
 
 // <stdio.h>, glibc 2.28 and later.
 extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
@@ -22,6 +23,14 @@ static inline int recd_rename_noreplace(const char *from, const char *to) {
 /// At most `count` malloc arenas in the process (mallopt's M_ARENA_MAX; 1 on success).
 static inline int recd_limit_malloc_arenas(int count) {
     return mallopt(M_ARENA_MAX, count);
+}
+
+// <pthread.h>, a GNU extension.
+extern int pthread_setname_np(pthread_t thread, const char *name);
+
+/// Names the calling thread as `top -H`, `ps -L` and /proc show it (at most 15 bytes).
+static inline int recd_name_current_thread(const char *name) {
+    return pthread_setname_np(pthread_self(), name);
 }
 
 #endif

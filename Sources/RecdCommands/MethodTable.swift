@@ -94,7 +94,7 @@ public enum MethodTable {
                 let segments = params.segments(over: recorder.configuration.segments)
                 return try recorderCall { () throws(RecorderError) in
                     try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at,
-                                       segments: segments)
+                                       segments: segments, preRoll: params.preRoll)
                 }
             }
         case .pause:
@@ -109,7 +109,25 @@ public enum MethodTable {
             }
         case .stop:
             .blocking { context, _ throws(RPCError) in
-                try recorderCall { () throws(RecorderError) in try context.recorder.stop() }
+                let recorder = context.recorder
+                if case .listening = recorder.state.value {
+                    // Nothing records: stop ends listening (`unlisten`).
+                    let last = try recorderCall { () throws(RecorderError) in try recorder.unlisten() }
+                    return ListenResult(state: recorder.state.value, listening: last) as any Encodable & Sendable
+                }
+                return try recorderCall { () throws(RecorderError) in try recorder.stop() }
+            }
+        case .listen:
+            .blocking { context, params throws(RPCError) in
+                let params = try decodeParams(ListenParams.self, params) ?? ListenParams()
+                if let refusal = params.rangeRefusal() { throw .invalidParams(refusal) }
+                let status = try recorderCall { () throws(RecorderError) in try context.recorder.listen(preRoll: params.preRoll) }
+                return ListenResult(state: context.recorder.state.value, listening: status)
+            }
+        case .unlisten:
+            .blocking { context, _ throws(RPCError) in
+                let last = try recorderCall { () throws(RecorderError) in try context.recorder.unlisten() }
+                return ListenResult(state: context.recorder.state.value, listening: last)
             }
         case .cancel:
             .blocking { context, _ throws(RPCError) in
@@ -186,7 +204,8 @@ public enum MethodTable {
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
             statistics: recorder.statistics.value, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
-            lastSegment: recorder.closedSegment.value, storage: recorder.storage.value)
+            lastSegment: recorder.closedSegment.value, storage: recorder.storage.value,
+            listening: recorder.currentListeningStatus())
     }
 
     /// `recordings.delete` and `.rename` leave the file being recorded alone.

@@ -39,6 +39,11 @@ public struct DaemonConfiguration: Equatable, Sendable {
     /// What `start` at startup is called.
     public var autostartRecordingName: String? { autostartName ?? (segments.length != nil ? "recd" : nil) }
 
+    /// Listen from daemon start (levels and pre-roll before any `start`).
+    public var listenAtStart = false
+    /// Seconds of input kept while listening, for the next recording's beginning.
+    public var preRoll = 5.0
+
     public var meteringEnabled = true
     public var levelsInterval = 0.05
     public var timeInterval = 0.1
@@ -87,7 +92,8 @@ public struct DaemonConfiguration: Equatable, Sendable {
                               captureSampleRate: captureSampleRate, captureChannels: captureChannels,
                               stopTimeout: stopTimeout,
                               segments: segments, waitForDevice: waitForDevice, maximumRetryInterval: retryIntervalMax,
-                              silenceWarningAfter: silenceWarningAfter, storage: storage, retention: retention)
+                              silenceWarningAfter: silenceWarningAfter, storage: storage, retention: retention,
+                              preRoll: preRoll)
     }
 
     // MARK: The TOML file
@@ -158,6 +164,8 @@ public struct DaemonConfiguration: Equatable, Sendable {
             do throws(RecorderError) { try RecordingName.validate(value) } catch { throw reader.invalid("autostart.name", error.message) }
             autostartName = value
         }
+        try reader.read("listen.enabled") { (value: Bool) in listenAtStart = value }
+        try reader.readDuration("listen.pre_roll", in: Limits.preRoll) { (value: Double) in preRoll = value }
         try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
         try reader.readDuration("metering.levels_interval", in: 0.005...60) { (value: Double) in levelsInterval = value }
         try reader.readDuration("metering.time_interval", in: 0.005...60) { (value: Double) in timeInterval = value }

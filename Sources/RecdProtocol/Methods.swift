@@ -5,6 +5,8 @@ import FoundationEssentials
 public enum Method: String, Sendable, CaseIterable, Codable {
     case status
     case start, pause, resume, stop, cancel, split
+    /// Open the device without a file: levels and pre-roll (`unlisten` or `stop` ends it).
+    case listen, unlisten
     case subscribe, unsubscribe
     case recordingsList = "recordings.list"
     case recordingsInfo = "recordings.info"
@@ -16,7 +18,7 @@ public enum Method: String, Sendable, CaseIterable, Codable {
     /// What the caller must be allowed to do. Everyone who can connect may observe.
     public var permission: Permission {
         switch self {
-        case .start, .pause, .resume, .stop, .cancel, .split, .recordingsDelete, .recordingsRename: .control
+        case .start, .pause, .resume, .stop, .cancel, .split, .listen, .unlisten, .recordingsDelete, .recordingsRename: .control
         case .status, .subscribe, .unsubscribe, .recordingsList, .recordingsInfo, .devicesList, .version: .observe
         }
     }
@@ -25,11 +27,12 @@ public enum Method: String, Sendable, CaseIterable, Codable {
     public var parameterNames: Set<String> {
         switch self {
         case .start: StartParams.names
+        case .listen: memberNames(of: ListenParams(preRoll: 0))
         case .subscribe: SubscribeParams.names
         case .unsubscribe: memberNames(of: UnsubscribeParams(subscription: ""))
         case .recordingsInfo, .recordingsDelete: memberNames(of: RecordingNameParams(name: ""))
         case .recordingsRename: memberNames(of: RenameParams(from: "", to: ""))
-        case .status, .pause, .resume, .stop, .cancel, .split, .recordingsList, .devicesList, .version: []
+        case .status, .pause, .resume, .stop, .cancel, .split, .unlisten, .recordingsList, .devicesList, .version: []
         }
     }
 }
@@ -43,7 +46,7 @@ func memberNames(of params: some Codable) -> Set<String> {
 public enum Permission: String, Sendable, Codable {
     /// status, subscribe, list, info, devices, version.
     case observe
-    /// start, pause, resume, stop, cancel, split, delete, rename.
+    /// start, pause, resume, stop, cancel, split, listen, unlisten, delete, rename.
     case control
 }
 
@@ -73,6 +76,9 @@ public struct StartParams: Codable, Sendable, Equatable {
     public var alignToClock: Bool?
     /// The files' path template below the recordings directory (strftime fields, `{name}`, `{n}`).
     public var fileTemplate: String?
+    /// While listening: seconds of the input from before the start that the file begins
+    /// with (default: `[listen] pre_roll`, at most what listening holds).
+    public var preRoll: Double?
 
     /// Every member, read off the declaration above: what the parser accepts (for the socket
     /// and MQTT alike). recctl's options and the docs are tested against it.
@@ -80,7 +86,9 @@ public struct StartParams: Codable, Sendable, Equatable {
 
     public init(name: String? = nil, format: AudioFileFormat? = nil, sampleRate: Int? = nil, channels: Int? = nil,
                 bitDepth: Int? = nil, quality: RecordingQuality? = nil, bitRate: Int? = nil, duration: Double? = nil,
-                at: Date? = nil, segmentLength: Double? = nil, alignToClock: Bool? = nil, fileTemplate: String? = nil) {
+                at: Date? = nil, segmentLength: Double? = nil, alignToClock: Bool? = nil, fileTemplate: String? = nil,
+                preRoll: Double? = nil) {
+        self.preRoll = preRoll
         self.segmentLength = segmentLength
         self.alignToClock = alignToClock
         self.fileTemplate = fileTemplate
@@ -109,6 +117,7 @@ public struct StartParams: Codable, Sendable, Equatable {
                 + ", not \(Limits.number(segmentLength))"
         }
         if let at, let refusal = Limits.refusal(at: at) { return refusal }
+        if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") { return refusal }
         return nil
     }
 
@@ -122,6 +131,7 @@ public struct StartParams: Codable, Sendable, Equatable {
         case "bitRate": Limits.describe(Limits.bitRate, "bits per second")
         case "segmentLength": "0 (one file) or " + Limits.describe(Limits.segmentLength, "seconds")
         case "at": Limits.scheduleTimeDescription
+        case "preRoll": Limits.describe(Limits.preRoll, "seconds")
         default: nil
         }
     }
@@ -162,12 +172,38 @@ public enum Topic: String, Sendable, Codable, CaseIterable, Comparable {
     case state, currentTime, error, levels, recording, segment, warning
     /// Each file retention deleted (`RetentionDeletion`), in order.
     case retention
+    /// Listening (`ListeningStatus`, or null): when it begins, ends, waits or resumes.
+    case listening
 
     /// Discrete topics deliver every change in order; continuous ones at most once per interval.
     public var isContinuous: Bool { self == .currentTime || self == .levels }
 
     public static func < (lhs: Topic, rhs: Topic) -> Bool {
         allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+    }
+}
+
+/// `listen`: how much of the input to keep for the next recording's beginning.
+public struct ListenParams: Codable, Sendable, Equatable {
+    /// Seconds (default: `[listen] pre_roll`); 0 keeps none.
+    public var preRoll: Double?
+
+    public init(preRoll: Double? = nil) { self.preRoll = preRoll }
+
+    public func rangeRefusal() -> String? {
+        if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") { return refusal }
+        return nil
+    }
+}
+
+/// `listen`, `unlisten` and `stop` while only listening: the state, and listening as it is
+/// (or was, for `unlisten`).
+public struct ListenResult: Codable, Sendable, Equatable {
+    public var state: RecorderState
+    public var listening: ListeningStatus?
+    public init(state: RecorderState, listening: ListeningStatus?) {
+        self.state = state
+        self.listening = listening
     }
 }
 
@@ -231,10 +267,14 @@ public struct StatusResult: Codable, Sendable, Equatable {
     /// Free and used space on the recordings' filesystem and what retention deletes next (as
     /// of the last check, at most `[storage] check_interval` old).
     public var storage: StorageStatus?
+    /// While listening: the device's format, the pre-roll held and its memory; nil otherwise.
+    public var listening: ListeningStatus?
 
     public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
                 device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String,
-                warning: RecorderWarning? = nil, lastSegment: Segment? = nil, storage: StorageStatus? = nil) {
+                warning: RecorderWarning? = nil, lastSegment: Segment? = nil, storage: StorageStatus? = nil,
+                listening: ListeningStatus? = nil) {
+        self.listening = listening
         self.storage = storage
         self.warning = warning
         self.lastSegment = lastSegment
@@ -423,6 +463,7 @@ public enum TopicValue: Sendable, Equatable {
     case segment(Segment?)
     case warning(RecorderWarning?)
     case retention(RetentionDeletion?)
+    case listening(ListeningStatus?)
 
     public var topic: Topic {
         switch self {
@@ -434,6 +475,7 @@ public enum TopicValue: Sendable, Equatable {
         case .segment: .segment
         case .warning: .warning
         case .retention: .retention
+        case .listening: .listening
         }
     }
 }
@@ -471,6 +513,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .segment: value = .segment(try container.decodeIfPresent(Segment.self, forKey: .value))
         case .warning: value = .warning(try container.decodeIfPresent(RecorderWarning.self, forKey: .value))
         case .retention: value = .retention(try container.decodeIfPresent(RetentionDeletion.self, forKey: .value))
+        case .listening: value = .listening(try container.decodeIfPresent(ListeningStatus.self, forKey: .value))
         }
     }
 
@@ -488,6 +531,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .segment(let segment): try container.encode(segment, forKey: .value)
         case .warning(let warning): try container.encode(warning, forKey: .value)
         case .retention(let deletion): try container.encode(deletion, forKey: .value)
+        case .listening(let listening): try container.encode(listening, forKey: .value)
         }
     }
 }

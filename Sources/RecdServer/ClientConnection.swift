@@ -780,6 +780,7 @@ extension Topic {
         case .segment: 5
         case .warning: 6
         case .retention: 7
+        case .listening: 8
         }
     }
 }

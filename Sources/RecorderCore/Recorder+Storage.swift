@@ -165,7 +165,7 @@ extension Recorder {
         let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
         // Only a capture thread that still writes: not one that ended (its last file closing).
         let session = activeSession.withLock { $0 }.flatMap { $0.started && !$0.hasEnded ? $0 : nil }
-        let now = CaptureSession.uptime()
+        let now = CaptureEngine.uptime()
         // Scans read every recording's header: on a file closing, and, for max_age, periodically.
         _ = currentGrace()  // a grace that has passed asks for a scan
         var scan = storageMonitor.withLock { monitor in
@@ -242,7 +242,7 @@ extension Recorder {
                 }
             }
             let outlook = Self.held(RetentionPlan.outlook(entries, settings: retention, space: space), until: currentGrace())
-            let scanned = CaptureSession.uptime()
+            let scanned = CaptureEngine.uptime()
             storageMonitor.withLock { monitor in
                 monitor.lastScan = scanned
                 monitor.scanRequested = false

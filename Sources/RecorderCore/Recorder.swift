@@ -6,6 +6,7 @@ import Logging
 import NIOConcurrencyHelpers
 import RecorderModel
 import Sndfile
+import Synchronization
 import SystemPackage
 
 /// How the recorder captures, where it writes, and how often it publishes.
@@ -50,6 +51,9 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public var storage: StorageSettings
     /// Which finished recordings are deleted by themselves, oldest first.
     public var retention: RetentionSettings
+    /// Seconds of input kept while listening, put at the beginning of a recording started
+    /// then (`Limits.preRoll`).
+    public var preRoll: Double
 
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
@@ -58,7 +62,8 @@ public struct RecorderConfiguration: Sendable, Equatable {
                 captureSampleRate: Int? = nil, captureChannels: Int? = nil, stopTimeout: Double = 5,
                 segments: SegmentSettings = SegmentSettings(), waitForDevice: Bool = true,
                 maximumRetryInterval: Double = 1.5, silenceWarningAfter: Double? = 60,
-                storage: StorageSettings = StorageSettings(), retention: RetentionSettings = RetentionSettings()) {
+                storage: StorageSettings = StorageSettings(), retention: RetentionSettings = RetentionSettings(),
+                preRoll: Double = 5) {
         self.device = device
         self.recordingsDirectory = recordingsDirectory
         self.defaultSettings = defaultSettings
@@ -77,6 +82,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
         self.silenceWarningAfter = silenceWarningAfter
         self.storage = storage
         self.retention = retention
+        self.preRoll = preRoll
     }
 }
 
@@ -121,6 +127,11 @@ public final class Recorder: @unchecked Sendable {
     /// Free and used space on the recordings' filesystem, the guard's levels and what retention
     /// deletes next; measured every `storage.checkInterval`.
     public let storage = Observed<StorageStatus?>(nil)
+    /// While listening (the device open for levels and pre-roll, with or without a
+    /// recording): the device, its format and the pre-roll; nil otherwise. Published when
+    /// listening begins, ends, waits for its device or resumes; `listeningStatus()` has the
+    /// figures of the moment.
+    public let listening = Observed<ListeningStatus?>(nil)
     /// The last file retention deleted. Each deletion is sent once, in order: subscribe with
     /// `delivery: .every` to see them all (the socket's `retention` topic).
     public let retentionDeletion = Observed<RetentionDeletion?>(nil)
@@ -130,14 +141,25 @@ public final class Recorder: @unchecked Sendable {
     private let timerQueue = DispatchQueue(label: "recd.recorder.timer")
     private let configurationState: NIOLockedValueBox<RecorderConfiguration>
     private let periods: NIOLockedValueBox<(currentTime: Double, levels: Double)>
-    let activeSession = NIOLockedValueBox<CaptureSession?>(nil)
+    let activeSession = NIOLockedValueBox<RecordingConsumer?>(nil)
+    /// The engine that owns the device, for the watchdog and `listeningStatus()`.
+    let activeEngine = NIOLockedValueBox<CaptureEngine?>(nil)
+    /// What listening attached to the engine, for `listeningStatus()` and the levels timer.
+    private let listeningParts = NIOLockedValueBox<(ring: PreRollRing?, meter: InputMeter?)>((nil, nil))
+    /// A recording's timers publish levels (its file's): the listening meter stays quiet.
+    private let recordingPublishes = Atomic<Bool>(false)
     /// Where free space is measured and retention runs, off the control and capture paths.
     let storageQueue = DispatchQueue(label: "recd.recorder.storage")
     let storageMonitor = NIOLockedValueBox(StorageMonitorState())
     let retentionLock = NIOLock()
     private var storageTimer: DispatchSourceTimer?
 
-    private var session: CaptureSession?
+    private var session: RecordingConsumer?
+    /// The capture engine: open while listening or recording (control queue).
+    private var engine: CaptureEngine?
+    /// Listening's settings while it is on (control queue).
+    private var listenPlan: ListenPlan?
+    private var listenTimer: DispatchSourceTimer?
     /// Set once the daemon is shutting down: no recording may start after the last `stop`.
     private var refusingRecordings = false
     private var current: Recording?
@@ -153,6 +175,14 @@ public final class Recorder: @unchecked Sendable {
     /// announces segments and the timer queue that publishes.
     private let ledger = NIOLockedValueBox(SessionLedger())
 
+    /// Listening, as asked: how much pre-roll, since when, and the device's wait.
+    private struct ListenPlan {
+        var preRoll: Double
+        var since: Date
+        var configuration: RecorderConfiguration
+        var wait: DeviceWait?
+    }
+
     /// A recording's settings as they were when it started, for the segments after a gap.
     private struct SessionPlan {
         var settings: RecordingSettings
@@ -164,6 +194,8 @@ public final class Recorder: @unchecked Sendable {
         var frameLimit: Int64?
         var nextIndex = 1
         var gapStart: Date?
+        /// Seconds of pre-roll the start asked for (nil: the configured length).
+        var preRoll: Double?
     }
 
     /// Totals over the capture sessions a recording has had (one per device opening).
@@ -238,15 +270,24 @@ public final class Recorder: @unchecked Sendable {
     /// (unplugged since) is waited for, and so is any device for an unattended start
     /// (autostart passes `waitForUnknownDevice`: a USB device may appear after boot).
     @discardableResult
+    ///
+    /// While listening, the recording takes the device as listening opened it (converting
+    /// to the file's rate and channels) and begins with `preRoll` seconds of the input from
+    /// before (the configured length when nil; less when listening began more recently).
+    /// `duration` counts from now, not from the pre-roll.
     public func start(name: String?, settings: RecordingSettings?, duration: Double? = nil,
-                      at date: Date? = nil, segments: SegmentSettings? = nil,
+                      at date: Date? = nil, segments: SegmentSettings? = nil, preRoll: Double? = nil,
                       waitForUnknownDevice: Bool = false) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
             if let duration { try Self.validate(duration: duration) }
+            if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
+                throw RecorderError(.invalidSettings, refusal)
+            }
             if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
             let prepared = try prepareOnQueue(name: name, settings: settings, segments: segments, operation: "start",
                                               waitingAllowed: date == nil, waitForUnknownDevice: waitForUnknownDevice,
                                               duration: duration)
+            plan?.preRoll = preRoll
             if case .waitingForDevice = state.value { return prepared }
             do throws(RecorderError) {
                 return try recordOnQueue(duration: duration, at: date)
@@ -346,7 +387,8 @@ public final class Recorder: @unchecked Sendable {
                 plan = nil
                 currentTime.send(0)
                 self.recording.send(nil)
-                state.send(.idle)
+                state.send(listenPlan == nil ? .idle : .listening)
+                returnToListeningOrClose()
                 logger.info("recording cancelled", metadata: ["recording.id": "\(recording.id)"])
                 return
             }
@@ -363,7 +405,8 @@ public final class Recorder: @unchecked Sendable {
             clearSilenceWarning()
             currentTime.send(0)
             self.recording.send(nil)
-            state.send(.idle)
+            state.send(listenPlan == nil ? .idle : .listening)
+            returnToListeningOrClose()
             logger.info("recording cancelled", metadata: ["recording.id": "\(recording.id)"])
         }
     }
@@ -371,10 +414,9 @@ public final class Recorder: @unchecked Sendable {
     /// Whether capture is making progress: true unless a recording is running and its capture
     /// thread has not read from the device for `maximumSilence`. The watchdog asks this.
     public func captureIsHealthy(maximumSilence: Duration) -> Bool {
-        activeSession.withLock { session in
-            guard let session, session.started, !session.isPaused.load(ordering: .relaxed),
-                  !session.hasEnded else { return true }
-            let silence = CaptureSession.uptime() &- session.lastProgress.load(ordering: .relaxed)
+        activeEngine.withLock { engine in
+            guard let engine, engine.isRunning.load(ordering: .acquiring), !engine.hasEnded else { return true }
+            let silence = CaptureEngine.uptime() &- engine.lastProgress.load(ordering: .relaxed)
             let (seconds, attoseconds) = maximumSilence.components
             return silence <= UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
         }
@@ -415,7 +457,7 @@ public final class Recorder: @unchecked Sendable {
                                 operation: String = "prepare a recording", waitingAllowed: Bool = false,
                                 waitForUnknownDevice: Bool = false, duration: Double? = nil) throws(RecorderError) -> Recording {
         switch state.value {
-        case .idle, .finished, .failed: break
+        case .idle, .listening, .finished, .failed: break
         default: throw .invalidState(operation, state.value)
         }
         if refusingRecordings { throw RecorderError(.invalidState, "cannot \(operation): recd is shutting down") }
@@ -442,18 +484,22 @@ public final class Recorder: @unchecked Sendable {
         var plan = SessionPlan(settings: settings, segments: segments, configuration: configuration, duration: duration)
         let id = UUID().uuidString.lowercased()
 
-        let pcm: CapturePCM
-        let pcmConfiguration: PCMConfiguration
-        do throws(ALSAError) {
-            (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
-            openedDevices.insert(configuration.device)
-        } catch {
-            let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
-            guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || waitForUnknownDevice else {
-                throw fail(.opening(error))
+        let engine: CaptureEngine
+        if let listening = self.engine {
+            // Listening: the device is open and stays as it is.
+            engine = listening
+        } else {
+            do throws(ALSAError) {
+                engine = try openEngine(configuration, settings)
+            } catch {
+                let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
+                guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || waitForUnknownDevice else {
+                    throw fail(.opening(error))
+                }
+                return startWaiting(id: id, name: name, plan: plan, error: .opening(error))
             }
-            return startWaiting(id: id, name: name, plan: plan, error: .opening(error))
         }
+        let pcmConfiguration = engine.configuration
         let files = try makeFiles(id: id, name: name, plan: plan, device: pcmConfiguration)
         plan.files = files
         let writer: any AudioFileWriter
@@ -461,15 +507,17 @@ public final class Recorder: @unchecked Sendable {
         do throws(RecorderError) {
             (writer, segment) = try files.create(index: 1, startedAt: Date())
         } catch {
+            closeEngineIfUnused()
             throw fail(RecorderError(.failedToBegin, error.message))
         }
         plan.nextIndex = 2
-        let session: CaptureSession
+        let session: RecordingConsumer
         do throws(RecorderError) {
-            session = try makeSession(pcm: pcm, configuration: pcmConfiguration, writer: writer, segment: segment,
+            session = try makeSession(engine: engine, writer: writer, segment: segment,
                                       files: files, plan: plan, frameLimit: nil)
         } catch {
             unlink(segment.partialPath)
+            closeEngineIfUnused()
             throw error
         }
 
@@ -477,9 +525,7 @@ public final class Recorder: @unchecked Sendable {
             id: id, name: name, path: segment.path, format: settings.format,
             sampleRate: files.sampleRate, channels: files.channels, bitDepth: settings.effectiveBitDepth,
             quality: settings.quality, device: configuration.device,
-            deviceFormat: DeviceFormat(sampleFormat: pcmConfiguration.sampleFormat.rawValue,
-                                       sampleRate: pcmConfiguration.sampleRate, channels: pcmConfiguration.channels),
-            segment: segment, segmentSettings: segments)
+            deviceFormat: DeviceFormat(pcmConfiguration), segment: segment, segmentSettings: segments)
         self.plan = plan
         self.session = session
         activeSession.withLock { $0 = session }
@@ -499,7 +545,7 @@ public final class Recorder: @unchecked Sendable {
         return recording
     }
 
-    /// Opens and configures the capture device for `settings`.
+    /// Opens and configures the capture device for `settings` (listening: the default settings).
     private static func openDevice(_ configuration: RecorderConfiguration,
                                    _ settings: RecordingSettings) throws(ALSAError) -> (CapturePCM, PCMConfiguration) {
         let pcm = try CapturePCM(name: configuration.device)
@@ -537,11 +583,11 @@ public final class Recorder: @unchecked Sendable {
             channels: fileChannels)
     }
 
-    private func makeSession(pcm: CapturePCM, configuration pcmConfiguration: PCMConfiguration, writer: any AudioFileWriter,
+    private func makeSession(engine: CaptureEngine, writer: any AudioFileWriter,
                              segment: Segment, files: SegmentFileFactory, plan: SessionPlan,
-                             frameLimit: Int64?) throws(RecorderError) -> CaptureSession {
-        try CaptureSession(
-            pcm: pcm, configuration: pcmConfiguration, writer: writer, segment: segment, files: files,
+                             frameLimit: Int64?) throws(RecorderError) -> RecordingConsumer {
+        try RecordingConsumer(
+            engine: engine, writer: writer, segment: segment, files: files,
             clock: SegmentClock(settings: plan.segments, rate: files.sampleRate),
             segmentClosed: { [weak self, directory = files.directory] segment, failure in
                 self?.segmentClosed(segment, failure: failure, directory: directory)
@@ -598,7 +644,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// Publishes the segment the capture thread is writing now (after a boundary or split).
-    private func updateCurrentSegment(of session: CaptureSession) {
+    private func updateCurrentSegment(of session: RecordingConsumer) {
         guard session === self.session, var recording = current else { return }
         let segment = session.currentSegment.withLock { $0 }
         guard recording.segment != segment else { return }
@@ -642,12 +688,12 @@ public final class Recorder: @unchecked Sendable {
     }
 
     @discardableResult
-    private func beginCapture(_ session: CaptureSession) -> Recording? {
+    private func beginCapture(_ session: RecordingConsumer) -> Recording? {
         guard session === self.session, !session.started, var recording = current else { return nil }
         cancelStartTimer()
         recording.startedAt = Date()
         current = recording
-        recording = startCapture(session, recording: recording)
+        recording = startCapture(session, recording: recording, preRoll: true)
         logger.info("recording started", metadata: ["recording.id": "\(recording.id)", "recording.path": "\(recording.path)"])
         return recording
     }
@@ -660,19 +706,50 @@ public final class Recorder: @unchecked Sendable {
     /// Starts the capture thread and the publication timers, and publishes `recording` once the
     /// first file has its final name (a template with a time in it names the file after its
     /// first frame), so that `start` answers with the path the file will keep.
-    private func startCapture(_ session: CaptureSession, recording: Recording) -> Recording {
-        session.start { [weak self] outcome in
-            guard let self else { return }
-            control.async {
-                guard session === self.session else { return }  // stop() or cancel() got there first
-                _ = self.finalize(session, outcome: outcome)
+    private func startCapture(_ session: RecordingConsumer, recording: Recording, preRoll: Bool) -> Recording {
+        var recording = recording
+        let taken = NIOLockedValueBox<PreRoll?>(nil)
+        var replay: (RecordingConsumer) -> Void = { _ in }
+        if preRoll, let listenPlan, let ring = listeningParts.withLock({ $0.ring }) {
+            let wanted = plan?.preRoll ?? listenPlan.preRoll
+            replay = { session in
+                let engine = session.engine
+                let deviceRate = Double(engine.configuration.sampleRate)
+                let frames = Swift.min(Int((wanted * deviceRate).rounded()), ring.heldFrames.load(ordering: .relaxed))
+                // The duration counts from the start: the pre-roll comes on top.
+                if let limit = session.frameLimit {
+                    session.frameLimit = limit + Int64((Double(frames) * Double(session.fileRate) / deviceRate).rounded())
+                }
+                let (got, first) = ring.replay(frames: frames, into: session, engine: engine,
+                                               chunkFrames: engine.maximumChunkFrames)
+                taken.withLock { $0 = PreRoll(requested: wanted, seconds: Double(got) / deviceRate,
+                                              frames: Int64(got), firstFrame: first) }
             }
         }
-        var recording = recording
+        do throws(RecorderError) {
+            try session.start(preRoll: replay) { [weak self] outcome in
+                guard let self else { return }
+                control.async {
+                    guard session === self.session else { return }  // stop() or cancel() got there first
+                    _ = self.finalize(session, outcome: outcome)
+                }
+            }
+        } catch {
+            // The device would not start: nothing was captured.
+            logger.error("capture could not start", metadata: ["error.message": "\(error.message)"])
+            return finalize(session, outcome: .failed(error)).0
+        }
+        recording.preRoll = taken.withLock { $0 }
+        if let limit = session.frameLimit, recording.frameLimit != nil {
+            recording.frameLimit = limit
+            plan?.frameLimit = limit
+        }
         if session.awaitFirstFrame(timeout: Self.firstFrameWait) {
             let segment = session.currentSegment.withLock { $0 }
             recording.segment = segment
             recording.path = segment.path
+            // The recording began with its first frame (with a pre-roll, the first pre-rolled one).
+            if segment.index == 1 { recording.startedAt = segment.startedAt }
         }
         current = recording
         startTimers(for: session, rate: recording.sampleRate)
@@ -683,7 +760,7 @@ public final class Recorder: @unchecked Sendable {
 
     /// Closes and renames the file after capture ended, and publishes the end state, or, when
     /// the device went away and `mayWait`, starts waiting for it.
-    private func finalize(_ session: CaptureSession, outcome: CaptureOutcome,
+    private func finalize(_ session: RecordingConsumer, outcome: CaptureOutcome,
                           mayWait: Bool = true) -> (Recording, RecorderError?) {
         var recording = current!
         stopTimers()
@@ -769,7 +846,248 @@ public final class Recorder: @unchecked Sendable {
             logger.info("recording finished", metadata: ["recording.id": "\(recording.id)", "recording.frames": "\(recording.frames)"])
             state.send(.finished(recording))
         }
+        returnToListeningOrClose()
         return (recording, failure)
+    }
+
+    // MARK: Listening
+
+    /// Opens the device and keeps hearing it without a file: levels are published, and the
+    /// last `preRoll` seconds (the configured length when nil) are kept for the next `start`.
+    /// While recording, listening joins the recording's device; the recording ended, recd goes
+    /// back to listening. A device that is missing (or goes away) is waited for, as a
+    /// recording waits, when `waitForDevice` is on. Listening again changes the pre-roll.
+    @discardableResult
+    public func listen(preRoll: Double? = nil) throws(RecorderError) -> ListeningStatus {
+        try onControl { () throws(RecorderError) in
+            if refusingRecordings { throw RecorderError(.invalidState, "cannot listen: recd is shutting down") }
+            let configuration = self.configuration
+            let preRoll = preRoll ?? configuration.preRoll
+            if let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
+                throw RecorderError(.invalidSettings, refusal)
+            }
+            if var listenPlan {
+                // Already listening: a new length replaces the ring (what it held is dropped).
+                if listenPlan.preRoll != preRoll {
+                    listenPlan.preRoll = preRoll
+                    self.listenPlan = listenPlan
+                    if let engine { attachListening(to: engine) }
+                    publishListening()
+                }
+                return currentListeningStatus() ?? listening.value!
+            }
+            listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration)
+            if let engine {
+                attachListening(to: engine)
+            } else if !state.value.isActive {
+                do throws(ALSAError) {
+                    let engine = try openEngine(configuration, configuration.defaultSettings)
+                    attachListening(to: engine)
+                } catch {
+                    let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
+                    guard configuration.waitForDevice, Self.mayComeBack(error), !unknown else {
+                        listenPlan = nil
+                        throw fail(.opening(error), endsRecording: false)
+                    }
+                    logger.warning("capture device missing; listening waits for it", metadata: ["error.message": "\(error)"])
+                    scheduleListeningRetry(error: .opening(error), since: Date(), attempts: 1)
+                }
+            }
+            // While a recording waits for its device, its attempts open it for both.
+            startListeningTimer(configuration)
+            if !state.value.isActive {
+                levels.send(Levels(channels: Array(repeating: .silence, count: engine?.configuration.channels ?? 0), clipCount: 0))
+                state.send(.listening)
+            }
+            publishListening()
+            logger.info("listening", metadata: ["device.name": "\(configuration.device)", "preRoll.seconds": "\(preRoll)"])
+            return currentListeningStatus() ?? listening.value!
+        }
+    }
+
+    /// Stops listening: the pre-roll is dropped, and the device closes unless a recording
+    /// uses it (it then closes when the recording ends). Returns what listening was.
+    @discardableResult
+    public func unlisten() throws(RecorderError) -> ListeningStatus {
+        try onControl { () throws(RecorderError) in
+            guard listenPlan != nil, let last = currentListeningStatus() else {
+                throw RecorderError(.invalidState, "cannot stop listening: recd is not listening (state \(state.value.name.rawValue))")
+            }
+            endListening()
+            logger.info("listening stopped", metadata: ["device.name": "\(last.device)"])
+            return last
+        }
+    }
+
+    /// Listening's figures now (pre-roll held, frames captured); nil when not listening. Any
+    /// thread, without waiting for the recorder's queue.
+    public func currentListeningStatus() -> ListeningStatus? {
+        guard var status = listening.value else { return nil }
+        guard status.wait == nil, let engine = activeEngine.withLock({ $0 }) else { return status }
+        let ring = listeningParts.withLock { $0.ring }
+        let rate = Double(engine.configuration.sampleRate)
+        status.preRollHeld = Double(ring?.heldFrames.load(ordering: .relaxed) ?? 0) / rate
+        status.framesCaptured = engine.framesCaptured.load(ordering: .acquiring)
+        status.firstFrameAt = engine.captureTime(ofPosition: 0).map { Date(timeIntervalSince1970: $0) }
+        status.xruns = engine.overruns.load(ordering: .relaxed)
+        return status
+    }
+
+    private func endListening() {
+        listenPlan = nil
+        listenTimer?.cancel()
+        listenTimer = nil
+        if let engine, let parts = Optional(listeningParts.withLock { $0 }) {
+            if let ring = parts.ring { engine.detach(ring, timeout: configuration.stopTimeout) }
+            if let meter = parts.meter { engine.detach(meter, timeout: configuration.stopTimeout) }
+        }
+        listeningParts.withLock { $0 = (nil, nil) }
+        if case .waitingForDevice = state.value {} else if !state.value.isActive { cancelRetry() }
+        listening.send(nil)
+        if case .listening = state.value {
+            levels.send(.none)
+            state.send(.idle)
+        }
+        closeEngineIfUnused()
+    }
+
+    /// Attaches listening's meter and a new pre-roll ring to `engine` (replacing any before).
+    private func attachListening(to engine: CaptureEngine) {
+        guard let listenPlan else { return }
+        let old = listeningParts.withLock { $0 }
+        let ring = listenPlan.preRoll > 0 ? PreRollRing(seconds: listenPlan.preRoll, configuration: engine.configuration) : nil
+        let meter = listenPlan.configuration.meteringEnabled ? InputMeter(configuration: engine.configuration) : nil
+        for consumer in [old.ring as (any CaptureConsumer)?, old.meter].compactMap({ $0 }) {
+            engine.detach(consumer, timeout: listenPlan.configuration.stopTimeout)
+        }
+        do throws(RecorderError) {
+            if let ring { try engine.attach(ring, timeout: listenPlan.configuration.stopTimeout) }
+            if let meter { try engine.attach(meter, timeout: listenPlan.configuration.stopTimeout) }
+        } catch {
+            logger.error("listening could not start capture", metadata: ["error.message": "\(error.message)"])
+        }
+        listeningParts.withLock { $0 = (ring, meter) }
+        self.listenPlan?.wait = nil
+    }
+
+    /// Publishes listening as it stands (after it began, waits, resumes or changes).
+    private func publishListening() {
+        guard let listenPlan else { return listening.send(nil) }
+        let engine = self.engine
+        let ring = listeningParts.withLock { $0.ring }
+        listening.send(ListeningStatus(
+            device: listenPlan.configuration.device, deviceFormat: engine.map { DeviceFormat($0.configuration) },
+            since: listenPlan.since, preRollCapacity: listenPlan.preRoll, preRollBytes: ring?.bytes ?? 0,
+            preRollHeld: 0, framesCaptured: engine?.framesCaptured.load(ordering: .relaxed) ?? 0,
+            firstFrameAt: nil, xruns: 0, wait: listenPlan.wait))
+    }
+
+    /// Levels while listening, from the input meter, at the configured interval; quiet while
+    /// a recording publishes its own.
+    private func startListeningTimer(_ configuration: RecorderConfiguration) {
+        listenTimer?.cancel()
+        listenTimer = nil
+        guard configuration.meteringEnabled else { return }
+        listenTimer = makeTimer(interval: configuration.levelsInterval) { [weak self] in
+            guard let self, let meter = listeningParts.withLock({ $0.meter }) else { return }
+            let measured = meter.meter.takeLevels()
+            if !recordingPublishes.load(ordering: .acquiring) { levels.send(measured) }
+        }
+    }
+
+    /// Opens the device and starts an engine on it (the device itself starts with its first consumer).
+    private func openEngine(_ configuration: RecorderConfiguration,
+                            _ settings: RecordingSettings) throws(ALSAError) -> CaptureEngine {
+        let (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
+        openedDevices.insert(configuration.device)
+        let engine = CaptureEngine(pcm: pcm, configuration: pcmConfiguration)
+        let failed = ObjectIdentifier(engine)
+        engine.start { [weak self] error in
+            guard let self else { return }
+            control.async { self.engineFailed(failed, error: error) }
+        }
+        self.engine = engine
+        activeEngine.withLock { $0 = engine }
+        return engine
+    }
+
+    /// The device failed under the engine. A recording was told first (its consumer) and
+    /// waits, if it may, with its own attempts, which reopen the device for listening too;
+    /// listening alone waits with attempts of its own.
+    private func engineFailed(_ failed: ObjectIdentifier, error failure: RecorderError) {
+        guard let engine, ObjectIdentifier(engine) == failed else { return }
+        self.engine = nil
+        activeEngine.withLock { $0 = nil }
+        listeningParts.withLock { $0 = (nil, nil) }
+        guard let listenPlan else { return }
+        let since = Date()
+        if case .waitingForDevice = state.value {
+            self.listenPlan?.wait = DeviceWait(error: failure, since: since, retryAt: since, attempts: 0)
+            publishListening()
+            return
+        }
+        guard !state.value.isActive else { return }
+        guard listenPlan.configuration.waitForDevice else {
+            logger.error("capture device lost; listening ends", metadata: ["error.message": "\(failure.message)"])
+            error.send(failure)
+            endListening()
+            return
+        }
+        logger.warning("capture device lost; listening waits for it", metadata: ["error.message": "\(failure.message)"])
+        scheduleListeningRetry(error: failure, since: since, attempts: 0)
+    }
+
+    private func scheduleListeningRetry(error failure: RecorderError, since: Date, attempts: Int) {
+        let maximum = listenPlan?.configuration.maximumRetryInterval ?? 1.5
+        let delay = Swift.min(maximum, 0.1 * Double(1 << Swift.min(attempts, 20)))
+        listenPlan?.wait = DeviceWait(error: failure, since: since, retryAt: Date().addingTimeInterval(delay), attempts: attempts)
+        publishListening()
+        cancelRetry()
+        let timer = DispatchSource.makeTimerSource(queue: control)
+        timer.schedule(deadline: .now() + .nanoseconds(Int(delay * 1_000_000_000)), leeway: .milliseconds(10))
+        timer.setEventHandler { [weak self] in self?.retryListening() }
+        timer.resume()
+        retryTimer = timer
+    }
+
+    /// One attempt to open the device again for listening alone.
+    private func retryListening() {
+        cancelRetry()
+        guard let listenPlan, let wait = listenPlan.wait, engine == nil, !state.value.isActive else { return }
+        do throws(ALSAError) {
+            let engine = try openEngine(listenPlan.configuration, listenPlan.configuration.defaultSettings)
+            attachListening(to: engine)
+            publishListening()
+            logger.notice("capture device is back; listening again", metadata: ["device.name": "\(engine.pcm.name)"])
+        } catch {
+            guard Self.mayComeBack(error) else {
+                logger.error("capture device cannot be opened; listening ends", metadata: ["error.message": "\(error)"])
+                self.error.send(.opening(error))
+                endListening()
+                return
+            }
+            scheduleListeningRetry(error: .opening(error), since: wait.since, attempts: wait.attempts + 1)
+        }
+    }
+
+    /// A recording has ended (or never began): back to listening if recd listens, else the
+    /// device closes.
+    private func returnToListeningOrClose() {
+        guard listenPlan != nil else { return closeEngineIfUnused() }
+        if engine == nil, listenPlan?.wait != nil, retryTimer == nil, let wait = listenPlan?.wait {
+            // The recording's attempts ended with it: listening keeps waiting on its own.
+            scheduleListeningRetry(error: wait.error, since: wait.since, attempts: wait.attempts)
+        }
+        if case .listening = state.value {} else { state.send(.listening) }
+    }
+
+    /// Closes the device when neither a recording nor listening needs it.
+    private func closeEngineIfUnused() {
+        guard listenPlan == nil, session == nil, let engine else { return }
+        if case .waitingForDevice = state.value { return }
+        engine.close(timeout: configuration.stopTimeout)
+        self.engine = nil
+        activeEngine.withLock { $0 = nil }
     }
 
     // MARK: Waiting for a device
@@ -826,11 +1144,9 @@ public final class Recorder: @unchecked Sendable {
     private func retryDevice() {
         cancelRetry()
         guard case .waitingForDevice(var recording, let wait) = state.value, var plan else { return }
-        let pcm: CapturePCM
-        let pcmConfiguration: PCMConfiguration
+        let engine: CaptureEngine
         do throws(ALSAError) {
-            (pcm, pcmConfiguration) = try Self.openDevice(plan.configuration, plan.settings)
-            openedDevices.insert(plan.configuration.device)
+            engine = try openEngine(plan.configuration, listenPlan == nil ? plan.settings : plan.configuration.defaultSettings)
         } catch {
             let failure = RecorderError.opening(error)
             guard Self.mayComeBack(error) else {
@@ -847,7 +1163,7 @@ public final class Recorder: @unchecked Sendable {
                 files = existing
             } else {
                 // The first opening of a device that was missing at the start decides the format.
-                files = try makeFiles(id: recording.id, name: recording.name, plan: plan, device: pcmConfiguration)
+                files = try makeFiles(id: recording.id, name: recording.name, plan: plan, device: engine.configuration)
                 plan.files = files
                 recording.sampleRate = files.sampleRate
                 recording.channels = files.channels
@@ -856,8 +1172,8 @@ public final class Recorder: @unchecked Sendable {
                     recording.frameLimit = plan.frameLimit
                 }
             }
-            recording.deviceFormat = DeviceFormat(sampleFormat: pcmConfiguration.sampleFormat.rawValue,
-                                                  sampleRate: pcmConfiguration.sampleRate, channels: pcmConfiguration.channels)
+            recording.deviceFormat = DeviceFormat(engine.configuration)
+            if listenPlan != nil { attachListening(to: engine) }
             let gap = ledger.withLock { ledger -> Gap? in
                 guard !ledger.gaps.isEmpty else { return nil }
                 ledger.gaps[ledger.gaps.count - 1].end = now
@@ -866,9 +1182,9 @@ public final class Recorder: @unchecked Sendable {
             let (writer, segment) = try files.create(index: plan.nextIndex, startedAt: now, gapBefore: gap)
             let written = ledger.withLock { $0.frames }
             let remaining = plan.frameLimit.map { $0 - written }
-            let session: CaptureSession
+            let session: RecordingConsumer
             do throws(RecorderError) {
-                session = try makeSession(pcm: pcm, configuration: pcmConfiguration, writer: writer, segment: segment,
+                session = try makeSession(engine: engine, writer: writer, segment: segment,
                                           files: files, plan: plan, frameLimit: remaining)
             } catch {
                 try? writer.close()
@@ -888,7 +1204,7 @@ public final class Recorder: @unchecked Sendable {
             logger.notice("capture device is back; recording continues", metadata: [
                 "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
                 "gap.seconds": "\(gap.map { String(printf: "%.3f", $0.duration) } ?? "")"])
-            _ = startCapture(session, recording: recording)
+            _ = startCapture(session, recording: recording, preRoll: false)
         } catch {
             _ = end(recording, failure: error)
         }
@@ -915,7 +1231,8 @@ public final class Recorder: @unchecked Sendable {
         clearSession()
         plan = nil
         self.recording.send(nil)
-        state.send(.idle)
+        state.send(listenPlan == nil ? .idle : .listening)
+        returnToListeningOrClose()
     }
 
     private func clearSession() {
@@ -925,17 +1242,19 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// Records a failure before anything was captured.
-    private func fail(_ failure: RecorderError) -> RecorderError {
-        logger.error("recording could not begin", metadata: ["error.code": "\(failure.code.rawValue)", "error.message": "\(failure.message)"])
+    private func fail(_ failure: RecorderError, endsRecording: Bool = true) -> RecorderError {
+        logger.error(endsRecording ? "recording could not begin" : "listening could not begin",
+                     metadata: ["error.code": "\(failure.code.rawValue)", "error.message": "\(failure.message)"])
         error.send(failure)
-        state.send(.failed(nil, failure))
+        if endsRecording { state.send(.failed(nil, failure)) }
         return failure
     }
 
     // MARK: Timers
 
-    private func startTimers(for session: CaptureSession, rate: Int) {
+    private func startTimers(for session: RecordingConsumer, rate: Int) {
         let configuration = self.configuration
+        recordingPublishes.store(session.meter != nil, ordering: .releasing)
         let levels = self.levels
         periods.withLock { $0 = (configuration.timeInterval, configuration.levelsInterval) }
         if let meter = session.meter, configuration.levelsInterval == configuration.timeInterval {
@@ -970,6 +1289,7 @@ public final class Recorder: @unchecked Sendable {
     private func stopTimers() {
         for timer in timers { timer.cancel() }
         timers = []
+        recordingPublishes.store(false, ordering: .releasing)
         // A tick already queued must not publish after the final value.
         timerQueue.sync {}
     }
@@ -981,7 +1301,7 @@ public final class Recorder: @unchecked Sendable {
 
     /// Publishes the recording's time and statistics: the ended capture sessions' totals plus
     /// this one's counters. Also raises and clears the digital-silence warning.
-    private func publishTime(of session: CaptureSession, rate: Int) {
+    private func publishTime(of session: RecordingConsumer, rate: Int) {
         let totals = ledger.withLock { $0 }
         currentTime.send(Double(totals.frames + session.framesWritten.load(ordering: .relaxed)) / Double(rate))
         statistics.send(CaptureStatistics(xruns: totals.xruns + session.xruns.load(ordering: .relaxed),
@@ -1002,21 +1322,21 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// "Running but recording nothing": every sample exactly zero for `silenceWarningAfter`.
-    private func checkSilence(of session: CaptureSession) {
+    private func checkSilence(of session: RecordingConsumer) {
         guard let limit = configuration.silenceWarningAfter, limit > 0, session.started,
               !session.isPaused.load(ordering: .relaxed) else { return }
-        let silentFor = Double(CaptureSession.uptime() &- session.lastSignal.load(ordering: .relaxed)) / 1_000_000_000
+        let silentFor = Double(CaptureEngine.uptime() &- session.lastSignal.load(ordering: .relaxed)) / 1_000_000_000
         let current = warning.value
         if silentFor >= limit, current == nil {
             let since = Date().addingTimeInterval(-silentFor)
             let message = String(printf: "the input has been digital silence (every sample zero) for %.0f s: "
                                  + "muted, disconnected, or the wrong device?", silentFor)
             warning.send(RecorderWarning(code: .digitalSilence, message: message, since: since))
-            logger.warning("input is digital silence", metadata: ["device.name": "\(session.pcm.name)",
+            logger.warning("input is digital silence", metadata: ["device.name": "\(session.deviceName)",
                                                                    "silence.seconds": "\(Int(silentFor))"])
         } else if silentFor < limit, current?.code == .digitalSilence {
             clearSilenceWarning()
-            logger.notice("input signal is back", metadata: ["device.name": "\(session.pcm.name)"])
+            logger.notice("input signal is back", metadata: ["device.name": "\(session.deviceName)"])
         }
     }
 

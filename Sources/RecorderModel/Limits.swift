@@ -19,6 +19,8 @@ public enum Limits {
     public static let segmentLength: ClosedRange<Double> = 1...86400
     /// `at` (seconds since 1970): from 1970 to the end of year 9999, what RFC 3339 can write.
     public static let scheduleTime: ClosedRange<Double> = 0...253_402_300_799
+    /// Pre-roll kept while listening, seconds (0: none). 60 s of 48 kHz stereo 32-bit is 23 MB.
+    public static let preRoll: ClosedRange<Double> = 0...60
     /// A subscription's `interval` (seconds between continuous notifications).
     public static let subscriptionInterval: ClosedRange<Double> = 0.01...3600
 

@@ -31,6 +31,9 @@ public struct Recording: Sendable, Equatable, Codable, Identifiable {
     public var segment: Segment?
     /// How the recording is cut into files.
     public var segmentSettings: SegmentSettings?
+    /// What the file begins with from before the start (listening's pre-roll); nil when it
+    /// was not listening.
+    public var preRoll: PreRoll?
 
     public init(id: String, name: String, path: String, format: AudioFileFormat, sampleRate: Int, channels: Int,
                 bitDepth: Int?, quality: RecordingQuality, device: String, deviceFormat: DeviceFormat,
@@ -61,6 +64,62 @@ public struct Recording: Sendable, Equatable, Codable, Identifiable {
     public var partialPath: String { path + ".part" }
 }
 
+/// The audio a recording started while listening begins with: the input from before `start`.
+public struct PreRoll: Sendable, Equatable, Codable {
+    /// Seconds asked for (the start's `preRoll`, or the configured length).
+    public var requested: Double
+    /// Seconds the file got: less than asked when listening began more recently.
+    public var seconds: Double
+    /// Device frames the file got.
+    public var frames: Int64
+    /// The listening engine's count of the first of them (`ListeningStatus.framesCaptured`
+    /// counts the same way): the file's first frame is this one.
+    public var firstFrame: Int64
+
+    public init(requested: Double, seconds: Double, frames: Int64, firstFrame: Int64) {
+        self.requested = requested
+        self.seconds = seconds
+        self.frames = frames
+        self.firstFrame = firstFrame
+    }
+}
+
+/// While listening: the device open without a file, what it delivers, and the pre-roll held.
+public struct ListeningStatus: Sendable, Equatable, Codable {
+    public var device: String
+    /// nil while waiting for the device.
+    public var deviceFormat: DeviceFormat?
+    /// When listening began.
+    public var since: Date
+    /// The pre-roll ring's length in seconds (0: none), and its memory, allocated once.
+    public var preRollCapacity: Double
+    public var preRollBytes: Int
+    /// Seconds of input held now (at most the capacity): what a `start` would get.
+    public var preRollHeld: Double
+    /// Frames delivered by the device since it opened (the position of the next one).
+    public var framesCaptured: Int64
+    /// When the device's frame 0 was captured (recd's estimate; frame n: this + n / rate).
+    public var firstFrameAt: Date?
+    /// Overruns while listening.
+    public var xruns: Int
+    /// Set while the device is missing: listening resumes when it is back.
+    public var wait: DeviceWait?
+
+    public init(device: String, deviceFormat: DeviceFormat?, since: Date, preRollCapacity: Double, preRollBytes: Int,
+                preRollHeld: Double, framesCaptured: Int64, firstFrameAt: Date?, xruns: Int, wait: DeviceWait?) {
+        self.device = device
+        self.deviceFormat = deviceFormat
+        self.since = since
+        self.preRollCapacity = preRollCapacity
+        self.preRollBytes = preRollBytes
+        self.preRollHeld = preRollHeld
+        self.framesCaptured = framesCaptured
+        self.firstFrameAt = firstFrameAt
+        self.xruns = xruns
+        self.wait = wait
+    }
+}
+
 /// What the capture device delivers, after negotiation.
 public struct DeviceFormat: Sendable, Equatable, Codable {
     /// `int16`, `int32` or `float32`.
@@ -77,8 +136,10 @@ public struct DeviceFormat: Sendable, Equatable, Codable {
 
 /// The recorder's state, with the recording it concerns.
 public enum RecorderState: Sendable, Equatable {
-    /// Nothing prepared.
+    /// Nothing prepared, the device closed.
     case idle
+    /// The device open and heard (levels, pre-roll), no file: `listen`, or `[listen]` at start.
+    case listening
     /// Device open and file created; waiting for `record()` or for the time `record(at:)` named.
     case preparing(Recording)
     case recording(Recording)
@@ -94,12 +155,13 @@ public enum RecorderState: Sendable, Equatable {
     case failed(Recording?, RecorderError)
 
     public enum Name: String, Sendable, Codable, CaseIterable {
-        case idle, preparing, recording, paused, waitingForDevice, stopping, finished, failed
+        case idle, listening, preparing, recording, paused, waitingForDevice, stopping, finished, failed
     }
 
     public var name: Name {
         switch self {
         case .idle: .idle
+        case .listening: .listening
         case .preparing: .preparing
         case .recording: .recording
         case .paused: .paused
@@ -112,7 +174,7 @@ public enum RecorderState: Sendable, Equatable {
 
     public var recording: Recording? {
         switch self {
-        case .idle: nil
+        case .idle, .listening: nil
         case .preparing(let r), .recording(let r), .paused(let r), .stopping(let r), .finished(let r): r
         case .waitingForDevice(let r, _): r
         case .failed(let r, _): r
@@ -135,7 +197,7 @@ public enum RecorderState: Sendable, Equatable {
     public var isActive: Bool {
         switch name {
         case .preparing, .recording, .paused, .waitingForDevice, .stopping: true
-        case .idle, .finished, .failed: false
+        case .idle, .listening, .finished, .failed: false
         }
     }
 }
@@ -165,6 +227,7 @@ extension RecorderState: Codable {
         }
         switch name {
         case .idle: self = .idle
+        case .listening: self = .listening
         case .preparing: self = .preparing(try required())
         case .recording: self = .recording(try required())
         case .paused: self = .paused(try required())

@@ -64,7 +64,7 @@ final class LiveView {
             case .currentTime(let seconds): time = seconds
             case .levels(let newLevels): levels = newLevels
             case .error(let newError): error = newError
-            case .recording: break
+            case .recording, .listening: break
             case .warning(let newWarning): warning = newWarning
             case .retention(let deletion):
                 defer { seenDeletion = true }
@@ -243,12 +243,13 @@ enum StatusBar {
         case .stopping: return "■ " + elapsed
         case .failed: return "✗ " + ((error ?? state.error)?.code.rawValue ?? "failed")
         case .waitingForDevice: return "⧗ " + elapsed + " " + (state.deviceWait?.error.code.rawValue ?? "waiting")
+        case .listening: return "○"
         case .idle, .finished: return ""
         }
     }
 
     static func percentage(state: RecorderState, levels: Levels) -> Int {
-        guard state.name == .recording, let peak = levels.channels.map(\.peak).max() else { return 0 }
+        guard state.name == .recording || state.name == .listening, let peak = levels.channels.map(\.peak).max() else { return 0 }
         return Int(((max(-60, min(0, peak)) + 60) / 60 * 100).rounded())
     }
 

@@ -48,6 +48,7 @@ enum Output {
         case .failed: red("✗ failed")
         case .finished: green("✓ finished")
         case .idle: "idle"
+        case .listening: green("○ listening")
         case .preparing: "preparing"
         case .stopping: "stopping"
         }

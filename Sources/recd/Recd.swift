@@ -178,7 +178,7 @@ struct Recd: AsyncParsableCommand {
                 return nil
             }
         }, autostart: configuration.autostart ? .init(name: configuration.autostartRecordingName) : nil,
-           logger: logger)
+           listenAtStart: configuration.listenAtStart, logger: logger)
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.
         let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder, blocking: blocking)

@@ -29,6 +29,8 @@ struct RecdService: Service {
     struct Autostart: Sendable {
         var name: String?
     }
+    /// Listen as soon as clients can connect (`[listen] enabled`): levels and pre-roll from boot.
+    var listenAtStart = false
     let logger: Logger
 
     func run() async throws {
@@ -39,6 +41,7 @@ struct RecdService: Service {
         // Ready only once clients can connect (MPD does the same).
         Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
         logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
+        if listenAtStart { startListening() }
         if let autostart { startRecording(name: autostart.name) }
 
         await withDiscardingTaskGroup { serving in
@@ -64,6 +67,18 @@ struct RecdService: Service {
                                                                          "recording.state": "\(recorder.state.value.name.rawValue)"])
             } catch {
                 logger.error("recording could not start at startup", metadata: ["error.code": "\(error.code.rawValue)",
+                                                                                "error.message": "\(error.message)"])
+            }
+        } }
+    }
+
+    /// `[listen] enabled`: the device opens at startup (a missing one is waited for).
+    private func startListening() {
+        Task { [recorder, logger, blocking] in _ = try? await blocking.run {
+            do throws(RecorderError) {
+                try recorder.listen()
+            } catch {
+                logger.error("listening could not start at startup", metadata: ["error.code": "\(error.code.rawValue)",
                                                                                 "error.message": "\(error.message)"])
             }
         } }
@@ -103,6 +118,10 @@ struct RecdService: Service {
             }
             extender.cancel()
         }
+        if recorder.listening.value != nil {
+            // The device closes before recd exits; the pre-roll held goes with it.
+            _ = try? await blocking.run { _ = try? recorder.unlisten() }
+        }
         await server.shutdown()
     }
 
@@ -135,6 +154,7 @@ struct RecdService: Service {
         let file = state.recording.map { FilePath($0.path).lastComponent?.string ?? "" } ?? ""
         switch state {
         case .idle: return "idle"
+        case .listening: return "listening"
         case .preparing: return "preparing -> \(file)"
         case .recording: return "recording \(formatElapsed(recorder.currentTime.value)) -> \(file)"
         case .paused: return "paused \(formatElapsed(recorder.currentTime.value)) -> \(file)"

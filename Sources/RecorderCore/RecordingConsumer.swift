@@ -8,7 +8,7 @@ import RecorderModel
 import Sndfile
 import Synchronization
 
-/// How a capture thread ended.
+/// How a recording's capture ended.
 enum CaptureOutcome: Sendable, Equatable {
     /// `stop()` or `cancel()` asked it to.
     case stopped
@@ -18,29 +18,28 @@ enum CaptureOutcome: Sendable, Equatable {
     case failed(RecorderError)
 }
 
-/// One recording's capture thread: reads the device, converts, meters, writes the file.
+/// The recording, as a consumer of the capture engine: converts, meters, cuts segments and
+/// writes the file, chunk by chunk, on the capture thread.
 ///
-/// The thread does nothing else. Publishing happens on the recorder's timer, which reads the
-/// counters here (atomics) and the level meter (a mutex taken once per chunk). Control
-/// (pause, resume, stop) is a request the thread picks up between reads, answered through
-/// a condition, so that `pause()` returns only once no more frames will be written.
-final class CaptureSession: @unchecked Sendable {
-    // @unchecked: `pcm`, `writer`, `converter`, the buffers and the segment bookkeeping
-    // (`segment`, `segmentTarget`, the anchors) are used by the capture thread only, after
-    // `start()` and until `finished` is signalled; the control thread touches the writer and
-    // the segment again only after that (in `finalize`). A writer the capture thread replaced
-    // is handed to the serial sync queue and never touched again by the thread. Everything
-    // shared is atomic or behind a lock.
+/// Publishing happens on the recorder's timer, which reads the counters here (atomics) and
+/// the level meter (a mutex taken once per chunk). Control (pause, resume, split, stop) runs
+/// on the capture thread between two chunks (`CaptureEngine.perform`), so that `pause()`
+/// returns only once no more frames will be written, and a split falls between two frames.
+final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
+    // @unchecked: `writer`, `converter` and the segment bookkeeping (`segment`,
+    // `segmentTarget`, the anchors) are used on the capture thread only, after `start()` and
+    // until `finished` is signalled (or while detached, paused, by the control thread alone);
+    // the control thread touches the writer and the segment again only after that (in
+    // `finalize`). A writer replaced at a boundary is handed to the serial sync queue and
+    // never touched again here. Everything shared is atomic or behind a lock.
 
-    private enum Request: Sendable { case none, pause, resume, stop, split }
-
-    let pcm: CapturePCM
-    /// The file being written. Replaced by the capture thread at each segment boundary.
+    let engine: CaptureEngine
+    /// The file being written. Replaced at each segment boundary.
     private(set) var writer: any AudioFileWriter
     /// Creates the next segment's file.
     private let files: SegmentFileFactory
     private let clock: SegmentClock
-    /// Runs on the sync queue after each segment the capture thread closed is finalized.
+    /// Runs on the sync queue after each segment closed at a boundary is finalized.
     private let segmentClosed: @Sendable (Segment, RecorderError?) -> Void
     /// Runs on the capture thread when the first segment's start is known (and its file may
     /// have been renamed to match).
@@ -51,25 +50,26 @@ final class CaptureSession: @unchecked Sendable {
     private var segmentStartXruns = 0
     private var segmentStartLost: Int64 = 0
     private var firstRead = true
-    /// When frame 0 was captured (seconds since 1970), as the earliest of the estimates "read
-    /// time less the frames captured (read, and still in the device's buffer)" over the last
-    /// segment: a read that came late (a busy machine) only makes an estimate later, so the
-    /// minimum is the least delayed one; taking it afresh every segment follows the device
-    /// clock's drift against the wall clock. Times every boundary as `anchor + frames written
-    /// / rate`, and each file's recorded start (its first read's estimate for the first file).
+    /// When the recording's frame 0 was captured (seconds since 1970), as the earliest of the
+    /// estimates "chunk's capture time less the device frames received before it" over the
+    /// last segment: a read that came late (a busy machine) only makes an estimate later, so
+    /// the minimum is the least delayed one; taking it afresh every segment follows the
+    /// device clock's drift against the wall clock. Times every boundary as `anchor + frames
+    /// written / rate`, and each file's recorded start (its first chunk's for the first file:
+    /// with a pre-roll, the first pre-rolled frame's).
     private var anchor = Double.infinity
     private var anchorWindow = Double.infinity
-    /// After a pause: the next read sets the anchor afresh.
+    /// After a pause: the next chunk sets the anchor afresh.
     private var reanchor = false
-    /// The device clock against the monotonic clock, fed by every read.
-    private var drift: ClockDriftEstimator
+    /// Device frames received, for the anchor (capture thread).
+    private var received: Int64 = 0
     let configuration: PCMConfiguration
     let fileRate: Int
     let fileChannels: Int
     /// For `record(forDuration:)`; set before `start()`.
     var frameLimit: Int64?
-    /// The space guard's part here (nil: off): the thread writes up to `spaceLimit` frames
-    /// without asking the filesystem, and measures again (statvfs) only when it gets there, so
+    /// The space guard's part here (nil: off): frames are written up to `spaceLimit`
+    /// without asking the filesystem, and the room is measured again (statvfs) only there, so
     /// no chunk pays for a system call. The recorder's storage monitor moves the limit too.
     let spaceGuard: SpaceGuard?
     /// `framesWritten` up to which the disk is known to have room above the minimum.
@@ -81,11 +81,10 @@ final class CaptureSession: @unchecked Sendable {
     /// Uptime nanoseconds between two syncs (wall clock: an unpaced device delivers an hour
     /// of audio in seconds, and the point is to bound what a crash loses in time).
     private let syncIntervalNanoseconds: UInt64
+    private var lastSync: UInt64 = 0
     private let syncQueue = DispatchQueue(label: "recd.capture.sync")
     /// An fsync is queued or running: never queue another behind it.
     private let syncPending = Atomic<Bool>(false)
-    private let chunkFrames: Int
-    private let buffer: UnsafeMutableRawPointer
 
     // Shared with the timer and the control thread.
     let framesWritten = Atomic<Int64>(0)
@@ -96,23 +95,10 @@ final class CaptureSession: @unchecked Sendable {
     let segmentFramesWritten = Atomic<Int64>(0)
     /// The segment being written, for status (published copy of `segment`).
     let currentSegment: NIOLockedValueBox<Segment>
-    /// The segment `split()` closed.
-    private let splitResult = NIOLockedValueBox<Segment?>(nil)
     /// Finalizing a closed segment failed (disk): the capture thread ends with it.
     private let finalizeFailure = NIOLockedValueBox<RecorderError?>(nil)
     /// Uptime (ns) of the last chunk with a sample that was not exactly zero.
     let lastSignal = Atomic<UInt64>(0)
-    /// Uptime (ns) of the last successful read: the watchdog's proof of progress.
-    let lastProgress = Atomic<UInt64>(0)
-    /// The drift estimate's bit pattern; NaN until there is one.
-    private let driftPartsPerMillion = Atomic<UInt64>(Double.nan.bitPattern)
-    private let request = NIOLockedValueBox<Request>(.none)
-    /// Signalled when the thread has acted on the request in hand, or has ended: what the
-    /// control thread waits on, woken by the answer, not polled. A semaphore, whose timeout is
-    /// on the monotonic clock (a clock step after boot must not make a thread look stuck).
-    private let answered = DispatchSemaphore(value: 0)
-    private let wake = DispatchSemaphore(value: 0)
-    private let resumeError = NIOLockedValueBox<RecorderError?>(nil)
     private let outcome = NIOLockedValueBox<CaptureOutcome?>(nil)
     private let finished = DispatchSemaphore(value: 0)
     /// Signalled once the first segment's start is known (its first frame read, its file named
@@ -125,24 +111,27 @@ final class CaptureSession: @unchecked Sendable {
     private let fileAccess = NIOLockedValueBox<FileAccess>(.captureThread)
     private enum FileAccess { case captureThread, abandoned }
 
-    /// Whether the capture thread has been started.
+    /// Runs (on the capture thread) when the recording ends by itself: frame limit, failure.
+    private var onEnd: (@Sendable (CaptureOutcome) -> Void)?
+
+    /// Whether capture has been started.
     var started: Bool { startedFlag.load(ordering: .acquiring) }
-    /// Whether the capture thread has ended.
+    /// Whether the recording's capture has ended.
     var hasEnded: Bool { isEnded }
     /// The device clock's drift against the monotonic clock (ppm); nil until it is stable.
-    var deviceClockDriftPPM: Double? {
-        let value = Double(bitPattern: driftPartsPerMillion.load(ordering: .relaxed))
-        return value.isNaN ? nil : value
-    }
+    var deviceClockDriftPPM: Double? { engine.deviceClockDriftPPM }
+    /// The device's name, for messages.
+    var deviceName: String { engine.pcm.name }
 
-    init(pcm: CapturePCM, configuration: PCMConfiguration, writer: any AudioFileWriter, segment: Segment,
+    init(engine: CaptureEngine, writer: any AudioFileWriter, segment: Segment,
          files: SegmentFileFactory, clock: SegmentClock,
          segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
          segmentStarted: @escaping @Sendable () -> Void = {},
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
          frameLimit: Int64?, metering: Bool, syncInterval: Double, spaceGuard: SpaceGuard? = nil,
          sixteenBitFile: Bool = false) throws(RecorderError) {
-        self.pcm = pcm
+        let configuration = engine.configuration
+        self.engine = engine
         self.configuration = configuration
         self.writer = writer
         self.segment = segment
@@ -154,16 +143,12 @@ final class CaptureSession: @unchecked Sendable {
         self.fileRate = fileRate
         self.fileChannels = fileChannels
         self.frameLimit = frameLimit
-        self.drift = ClockDriftEstimator(rate: configuration.sampleRate)
         self.meter = metering ? LevelMeter(channels: fileChannels) : nil
         self.syncIntervalNanoseconds = UInt64(Swift.max(0.001, syncInterval) * 1_000_000_000)
-        // Read whole periods when the device paces us; larger chunks when it has more ready
-        // (an unpaced device, or catching up), up to the device buffer.
-        self.chunkFrames = Swift.max(configuration.periodFrames, Swift.min(configuration.bufferFrames, 8192))
         self.spaceGuard = spaceGuard
+        let chunkFrames = engine.maximumChunkFrames
         let upsampling = (fileRate + configuration.sampleRate - 1) / Swift.max(1, configuration.sampleRate)
         self.chunkAllowance = Int64(chunkFrames * Swift.max(1, upsampling) + 1024)
-        self.buffer = .allocate(byteCount: chunkFrames * configuration.bytesPerFrame, alignment: 16)
         if configuration.sampleRate != fileRate || configuration.channels != fileChannels {
             do {
                 converter = try FormatConverter(
@@ -172,7 +157,6 @@ final class CaptureSession: @unchecked Sendable {
                     quality: converterQuality.converterQuality, maxInputFrames: chunkFrames,
                     inputFormat: configuration.sampleFormat, sixteenBitFile: sixteenBitFile)
             } catch {
-                buffer.deallocate()
                 throw RecorderError(.invalidSettings, "cannot convert \(configuration.sampleRate) Hz to \(fileRate) Hz: \(error)")
             }
         } else {
@@ -180,27 +164,30 @@ final class CaptureSession: @unchecked Sendable {
         }
     }
 
-    deinit { buffer.deallocate() }
-
     // MARK: Control (called from the recorder's control queue)
 
-    /// Starts the capture thread. `onEnd` runs (on that thread) when it ends by itself.
-    func start(onEnd: @escaping @Sendable (CaptureOutcome) -> Void) {
-        lastProgress.store(Self.uptime(), ordering: .relaxed)
-        lastSignal.store(Self.uptime(), ordering: .relaxed)
+    /// Attaches the recording to the engine: from the next chunk on (after `preRoll`, which
+    /// runs on the capture thread first and hands over frames the engine kept), every frame
+    /// goes to the file. `onEnd` runs (on the capture thread) when it ends by itself.
+    func start(preRoll: @escaping (RecordingConsumer) -> Void = { _ in },
+               onEnd: @escaping @Sendable (CaptureOutcome) -> Void) throws(RecorderError) {
+        self.onEnd = onEnd
+        lastSignal.store(CaptureEngine.uptime(), ordering: .relaxed)
+        lastSync = CaptureEngine.uptime()
         startedFlag.store(true, ordering: .releasing)
-        DispatchQueue(label: "recd.capture").async { [self] in
-            let result = run()
-            outcome.withLock { $0 = result }
-            acknowledge()
-            markFirstFrameKnown()
-            finished.signal()
-            onEnd(result)
+        do throws(RecorderError) {
+            try engine.attach(self, failure: .failedToBegin) { [self] _ in
+                preRoll(self)
+                return !isEnded
+            }
+        } catch {
+            end(.failed(error), announce: false)
+            throw error
         }
     }
 
     /// Waits until the first frame has been read (the first file then has its final name) or
-    /// the thread has ended; false after `timeout` seconds without either.
+    /// capture has ended; false after `timeout` seconds without either.
     func awaitFirstFrame(timeout: Double) -> Bool {
         if firstFrameMarked.load(ordering: .acquiring) { return true }
         return firstFrameKnown.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success
@@ -210,27 +197,26 @@ final class CaptureSession: @unchecked Sendable {
         if !firstFrameMarked.exchange(true, ordering: .acquiringAndReleasing) { firstFrameKnown.signal() }
     }
 
-    /// Asks the thread to pause; returns once it has stopped the device. Frames written up to
-    /// then are all the file holds until `resume()`.
+    /// Detaches from the engine; returns once no more frames will be written. Frames written up
+    /// to then are all the file holds until `resume()`. The engine stops the device if nobody
+    /// else listens.
     func pause() throws(RecorderError) {
         guard !isEnded else { return }
-        post(.pause)
-        guard awaitAcknowledgement() else {
-            request.withLock { $0 = .none }
-            throw RecorderError(.deviceLost, "capture on '\(pcm.name)' is not responding (stuck in the device driver); "
+        guard engine.detach(self, lastly: { [self] _ in isPaused.store(true, ordering: .releasing) }) else {
+            throw RecorderError(.deviceLost, "capture on '\(deviceName)' is not responding (stuck in the device driver); "
                                 + "stop the recording to keep what was written")
         }
     }
 
-    /// Restarts the device after `pause()`; throws `failedToResume` if it will not start.
+    /// Attaches again after `pause()`; throws `failedToResume` if the device will not start.
     func resume() throws(RecorderError) {
         guard !isEnded else { return }
-        post(.resume)
-        wake.signal()
-        guard awaitAcknowledgement() else {
-            throw RecorderError(.failedToResume, "capture on '\(pcm.name)' is not responding (stuck in the device driver)")
+        try engine.attach(self, failure: .failedToResume) { [self] _ in
+            isPaused.store(false, ordering: .releasing)
+            lastSignal.store(CaptureEngine.uptime(), ordering: .relaxed)  // a pause is not silence
+            reanchor = true  // frames stopped while the clock went on
+            return true
         }
-        if let error = resumeError.withLock({ $0 }) { throw error }
     }
 
     /// Closes the current segment at the last frame written and continues in a new file, with
@@ -238,81 +224,74 @@ final class CaptureSession: @unchecked Sendable {
     /// background), or nil if the current segment is still empty or capture has ended.
     func split() -> Segment? {
         guard !isEnded, !isPaused.load(ordering: .acquiring) else { return nil }
-        splitResult.withLock { $0 = nil }
-        post(.split)
-        guard awaitAcknowledgement() else {
-            request.withLock { $0 = .none }
-            return nil
+        let result: Segment?? = engine.perform { [self] _ in
+            guard !isEnded, segmentFramesWritten.load(ordering: .relaxed) > 0 else { return nil }
+            do throws(RecorderError) {
+                return try rotate(at: boundaryTime(), reason: .split)
+            } catch {
+                end(.failed(error))  // the next chunk detaches it
+                return nil
+            }
         }
-        return splitResult.withLock { $0 }
+        return result ?? nil
     }
 
-    /// Asks the thread to finish (flushing the converter) and waits for it, at most `timeout`
-    /// seconds. A thread still stuck in the driver then is abandoned: it will never touch the
-    /// file again, so the file can be finalized with what was written.
+    /// Detaches from the engine (flushing the converter) and returns how capture ended,
+    /// waiting at most `timeout` seconds. A capture thread still stuck in the driver then is
+    /// abandoned: it will never touch the file again, so the file can be finalized with what
+    /// was written.
     func stop(timeout: Double) -> CaptureOutcome {
-        if !isEnded {
-            let wasPaused = isPaused.load(ordering: .acquiring)
-            request.withLock { $0 = .stop }
-            if wasPaused { wake.signal() }
+        if let outcome = outcome.withLock({ $0 }) { return outcome }
+        if isPaused.load(ordering: .acquiring) {
+            // Detached: nothing else touches the file.
+            end(finish(), announce: false)
+        } else if !engine.detach(self, timeout: timeout, lastly: { [self] _ in
+            if !isEnded { end(finish(), announce: false) }
+        }) {
+            abandon()
+            end(.failed(RecorderError(.deviceLost,
+                "capture on '\(deviceName)' did not stop within \(timeout) s (stuck in the device driver); "
+                + "the file keeps the \(framesWritten.load(ordering: .acquiring)) frames written before")), announce: false)
         }
-        if let outcome = join(timeout: timeout) { return outcome }
-        abandon()
-        return .failed(RecorderError(.deviceLost,
-            "capture on '\(pcm.name)' did not stop within \(timeout) s (stuck in the device driver); "
-            + "the file keeps the \(framesWritten.load(ordering: .acquiring)) frames written before"))
+        return join()
     }
 
-    /// Waits for the thread to end and returns how it ended.
+    /// Waits for capture to end and returns how it ended.
     func join() -> CaptureOutcome {
         finished.wait()
         finished.signal()  // let later callers through too
         return outcome.withLock { $0! }
     }
 
-    /// `join()`, giving up after `timeout` seconds (nil).
-    func join(timeout: Double) -> CaptureOutcome? {
-        guard finished.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success else { return nil }
-        finished.signal()
-        return outcome.withLock { $0! }
-    }
-
-    /// Takes the file away from a thread that does not end: once this returns, the thread
-    /// writes nothing more (it checks under the same lock before every write), and ends
-    /// quietly whenever the driver lets it go. The PCM stays open until then.
+    /// Takes the file away from a capture thread that does not answer: once this returns, the
+    /// thread writes nothing more (it checks under the same lock before every write).
     private func abandon() {
         fileAccess.withLock { $0 = .abandoned }
     }
 
-    /// Hands the thread a request that `awaitAcknowledgement` waits on.
-    private func post(_ next: Request) {
-        // An answer left from an earlier request (one that timed out) is not this one's.
-        while answered.wait(timeout: .now()) == .success {}
-        request.withLock { $0 = next }
-    }
-
-    /// On the capture thread: the request in hand is done (or the thread has ended).
-    private func acknowledge() {
-        answered.signal()
-    }
-
-    /// Waits for the thread to act on the request just posted, unless it ends first (a frame
-    /// limit reached or the device lost at the same moment: ending answers too). False if it
-    /// did neither within 5 s: the thread is stuck in the driver.
-    private func awaitAcknowledgement() -> Bool {
-        if isEnded { return true }
-        return answered.wait(timeout: .now() + .seconds(5)) == .success
+    /// Capture has ended: the first `outcome` stands; `announce` tells the recorder (an end it
+    /// did not ask for).
+    private func end(_ ended: CaptureOutcome, announce: Bool = true) {
+        let first = outcome.withLock { outcome -> Bool in
+            guard outcome == nil else { return false }
+            outcome = ended
+            return true
+        }
+        guard first else { return }
+        markFirstFrameKnown()
+        finished.signal()
+        if announce { onEnd?(ended) }
     }
 
     private var isEnded: Bool { outcome.withLock { $0 != nil } }
 
-    /// Finalizes the file after the thread ended: header, sync, close.
+    /// Finalizes the file after capture ended: header, sync, close.
     func closeFile() throws(RecorderError) {
         syncQueue.sync {}  // no background fsync may run once the descriptor is closed
         do { try writer.close() } catch { throw RecorderError.saving(error) }
     }
 
-    /// The last segment as it ends: its frames, overruns and end, after the thread ended.
+    /// The last segment as it ends: its frames, overruns and end, after capture ended.
     func finalSegment(endedAt: Date, reason: SegmentEnd) -> Segment {
         var last = segment
         last.frames = segmentFramesWritten.load(ordering: .acquiring)
@@ -332,111 +311,92 @@ final class CaptureSession: @unchecked Sendable {
         writer.discard()
     }
 
-    static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    // MARK: On the capture thread
 
-    // MARK: The capture thread
+    /// The device failed: everything received is in the file.
+    func engineFailed(_ error: RecorderError) {
+        end(.failed(error))
+    }
 
-    private func run() -> CaptureOutcome {
+    /// Writes one chunk (or the part of it the frame limit still takes). false once the
+    /// recording has ended: the engine detaches it.
+    func receive(_ chunk: CaptureChunk) -> Bool {
+        guard !isEnded else { return false }
+        xruns.add(chunk.overruns, ordering: .relaxed)
+        framesLost.add(chunk.framesLost, ordering: .relaxed)
+        let estimate = chunk.captureTime - Double(received) / Double(configuration.sampleRate)
+        received += Int64(chunk.frames)
+        anchorWindow = Swift.min(anchorWindow, estimate)
+        if reanchor || anchor == .infinity {
+            reanchor = false
+            anchor = estimate
+            anchorWindow = estimate
+        }
+        if firstRead {
+            // The first segment begins with the first frame.
+            firstRead = false
+            let start = Date(timeIntervalSince1970: anchor)
+            let namedAt = segment.startedAt
+            segment.startedAt = start
+            // A gap ends when audio flows again, not when the device opened.
+            if segment.gapBefore != nil { segment.gapBefore?.end = start }
+            segmentTarget = clock.frames(startingAt: start, follows: false)
+            nameAfterStart(namedAt: namedAt)
+            writer.stampOrigin(origin(startedAt: start))
+            currentSegment.withLock { $0 = segment }
+            segmentStarted()
+            markFirstFrameKnown()
+        }
+        if let failure = finalizeFailure.withLock({ $0 }) {
+            end(.failed(failure))
+            return false
+        }
+        var outOfSpace: RecorderError?
+        if let spaceGuard, framesWritten.load(ordering: .relaxed) + chunkAllowance > spaceLimit.load(ordering: .relaxed) {
+            // Rare: once per budget. Retention may free space first (deleting the oldest).
+            if !refreshSpaceLimit() {
+                // More than the two chunks `refreshSpaceLimit` wants, so that it says yes after.
+                spaceGuard.makeRoom(bytes: Int64(Double(4 * chunkAllowance) * spaceGuard.bytesPerFrame))
+                // This chunk still goes in (the minimum's margin holds it): nothing captured is lost.
+                if !refreshSpaceLimit() { outOfSpace = spaceGuard.insufficientSpace() }
+            }
+        }
+        var frames = chunk.frames
+        if converter == nil, let frameLimit {
+            // At the device's own format, no more than the file takes.
+            frames = Swift.min(frames, Int(Swift.max(0, frameLimit - framesWritten.load(ordering: .relaxed))))
+        }
+        framesCaptured.add(Int64(frames), ordering: .relaxed)
+        let now = CaptureEngine.uptime()
+        let sync = now &- lastSync >= syncIntervalNanoseconds
+        if sync { lastSync = now }
         do {
-            try pcm.start()
+            guard try writeToFile(chunk.samples, frames: frames, sync: sync, readUptime: chunk.readUptime) else {
+                end(.stopped)
+                return false
+            }
+        } catch let error as SndfileError {
+            end(.failed(.saving(error)))
+            return false
+        } catch let error as MPEG4Error {
+            end(.failed(.saving(error)))
+            return false
+        } catch let error as RecorderError {
+            end(.failed(error))
+            return false
         } catch {
-            return .failed(RecorderError(.failedToBegin, "cannot start capture on '\(pcm.name)': \(error.reason)"))
+            end(.failed(RecorderError(.unknown, "writing the recording from '\(deviceName)' failed: \(error)")))
+            return false
         }
-        var lastSync = Self.uptime()
-        while true {
-            switch request.withLock({ request in defer { request = .none }; return request }) {
-            case .none, .resume: break
-            case .stop: return finish()
-            case .split:
-                if segmentFramesWritten.load(ordering: .relaxed) > 0 {
-                    do throws(RecorderError) {
-                        let closed = try rotate(at: boundaryTime(), reason: .split)
-                        splitResult.withLock { $0 = closed }
-                    } catch {
-                        acknowledge()
-                        return .failed(error)
-                    }
-                }
-                acknowledge()
-            case .pause:
-                if let ended = pausedUntilResumed() { return ended }
-            }
-            do {
-                guard try pcm.wait(timeoutMilliseconds: 100) else { continue }
-                let available = try pcm.available()
-                var frames = Swift.min(Swift.max(available, configuration.periodFrames), chunkFrames)
-                if converter == nil, let frameLimit {
-                    // At the device's own format, read no more than the file will take.
-                    frames = Swift.min(frames, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
-                }
-                let got = try pcm.read(into: buffer, frames: frames)
-                let readUptime = Self.uptime()
-                lastProgress.store(readUptime, ordering: .relaxed)
-                if got == 0 { continue }
-                // Frames the device holds beyond this read were captured before now as well.
-                let capturedByNow = framesCaptured.load(ordering: .relaxed) + Int64(got) + Int64(Swift.max(0, available - got))
-                let estimate = Date().timeIntervalSince1970 - Double(capturedByNow) / Double(configuration.sampleRate)
-                if reanchor { drift.restart() }
-                if drift.add(uptimeNanoseconds: readUptime, frames: capturedByNow), let ppm = drift.partsPerMillion {
-                    driftPartsPerMillion.store(ppm.bitPattern, ordering: .relaxed)
-                }
-                anchorWindow = Swift.min(anchorWindow, estimate)
-                if reanchor || anchor == .infinity {
-                    reanchor = false
-                    anchor = estimate
-                    anchorWindow = estimate
-                }
-                if firstRead {
-                    // The first segment begins with the first frame.
-                    firstRead = false
-                    let start = Date(timeIntervalSince1970: anchor)
-                    let namedAt = segment.startedAt
-                    segment.startedAt = start
-                    // A gap ends when audio flows again, not when the device opened.
-                    if segment.gapBefore != nil { segment.gapBefore?.end = start }
-                    segmentTarget = clock.frames(startingAt: start, follows: false)
-                    nameAfterStart(namedAt: namedAt)
-                    writer.stampOrigin(origin(startedAt: start))
-                    currentSegment.withLock { $0 = segment }
-                    segmentStarted()
-                    markFirstFrameKnown()
-                }
-                if let failure = finalizeFailure.withLock({ $0 }) { return .failed(failure) }
-                var outOfSpace: RecorderError?
-                if let spaceGuard, framesWritten.load(ordering: .relaxed) + chunkAllowance > spaceLimit.load(ordering: .relaxed) {
-                    // Rare: once per budget. Retention may free space first (deleting the oldest).
-                    if !refreshSpaceLimit() {
-                        // More than the two chunks `refreshSpaceLimit` wants, so that it says yes after.
-                        spaceGuard.makeRoom(bytes: Int64(Double(4 * chunkAllowance) * spaceGuard.bytesPerFrame))
-                        // This chunk still goes in (the minimum's margin holds it): nothing captured is lost.
-                        if !refreshSpaceLimit() { outOfSpace = spaceGuard.insufficientSpace() }
-                    }
-                }
-                framesCaptured.add(Int64(got), ordering: .relaxed)
-                let now = Self.uptime()
-                let sync = now &- lastSync >= syncIntervalNanoseconds
-                if sync { lastSync = now }
-                guard try writeToFile(frames: got, sync: sync, readUptime: readUptime) else { return .stopped }
-                if let outOfSpace { return .failed(outOfSpace) }
-                if let frameLimit, framesWritten.load(ordering: .relaxed) >= frameLimit {
-                    return .limitReached
-                }
-            } catch let error as ALSAError {
-                do {
-                    try recover(from: error)
-                } catch {
-                    return .failed(.deviceLost(error))
-                }
-            } catch let error as SndfileError {
-                return .failed(.saving(error))
-            } catch let error as MPEG4Error {
-                return .failed(.saving(error))
-            } catch let error as RecorderError {
-                return .failed(error)
-            } catch {
-                return .failed(RecorderError(.unknown, "capture on '\(pcm.name)' failed: \(error)"))
-            }
+        if let outOfSpace {
+            end(.failed(outOfSpace))
+            return false
         }
+        if let frameLimit, framesWritten.load(ordering: .relaxed) >= frameLimit {
+            end(.limitReached)
+            return false
+        }
+        return true
     }
 
     /// Measures free space and moves `spaceLimit` to what fits above the minimum. False when
@@ -502,7 +462,7 @@ final class CaptureSession: @unchecked Sendable {
 
     /// What a file whose first frame was captured at `time` says about its origin.
     private func origin(startedAt time: Date) -> FileOrigin {
-        FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: pcm.name)
+        FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: deviceName)
     }
 
     /// When the frame after the last one written was captured: the next segment's start.
@@ -559,52 +519,6 @@ final class CaptureSession: @unchecked Sendable {
         }
     }
 
-    /// Overrun or suspend: count it, estimate what was lost, restart. Anything else rethrows.
-    private func recover(from error: ALSAError) throws(ALSAError) {
-        if error.code == -EPIPE, let seconds = pcm.overrunDuration() {
-            framesLost.add(Int64(seconds * Double(configuration.sampleRate)), ordering: .relaxed)
-        }
-        try pcm.recover(from: error)
-        if error.code == -EPIPE || error.code == -ESTRPIPE {
-            xruns.add(1, ordering: .relaxed)
-            drift.restart()  // the lost frames broke the count against the clock
-        }
-    }
-
-    /// Stops the device and waits for resume or stop. Returns an outcome if the thread must end.
-    private func pausedUntilResumed() -> CaptureOutcome? {
-        pcm.drop()
-        isPaused.store(true, ordering: .releasing)
-        acknowledge()
-        while true {
-            wake.wait()
-            switch request.withLock({ request in defer { request = .none }; return request }) {
-            case .stop:
-                isPaused.store(false, ordering: .releasing)
-                return finish()
-            case .resume:
-                isPaused.store(false, ordering: .releasing)
-                do {
-                    try pcm.prepare()
-                    try pcm.start()
-                    lastProgress.store(Self.uptime(), ordering: .relaxed)
-                    resumeError.withLock { $0 = nil }
-                    lastSignal.store(Self.uptime(), ordering: .relaxed)  // a pause is not silence
-                    reanchor = true  // frames stopped while the clock went on
-                    acknowledge()
-                    return nil
-                } catch {
-                    let failure = RecorderError(.failedToResume, "cannot restart capture on '\(pcm.name)': \(error.reason)")
-                    resumeError.withLock { $0 = failure }
-                    acknowledge()
-                    return .failed(failure)
-                }
-            case .none, .pause, .split:
-                continue
-            }
-        }
-    }
-
     /// Writes what the converter still holds (stop keeps the tail).
     private func finish() -> CaptureOutcome {
         guard let converter else { return .stopped }
@@ -626,17 +540,17 @@ final class CaptureSession: @unchecked Sendable {
     /// Meters and writes one chunk, unless the file was taken away (false): a stop that timed
     /// out while this thread was stuck in the driver. A chunk with a sample other than zero
     /// moves `lastSignal` to `readUptime`.
-    private func writeToFile(frames: Int, sync: Bool, readUptime: UInt64) throws -> Bool {
+    private func writeToFile(_ buffer: UnsafeRawPointer, frames: Int, sync: Bool, readUptime: UInt64) throws -> Bool {
         try fileAccess.withLock { access in
             guard case .captureThread = access else { return false }
-            if try consume(frames: frames) { lastSignal.store(readUptime, ordering: .relaxed) }
+            if try consume(buffer, frames: frames) { lastSignal.store(readUptime, ordering: .relaxed) }
             if sync { syncFile() }
             return true
         }
     }
 
     /// Meters and writes one chunk; returns whether it had a sample other than zero.
-    private func consume(frames: Int) throws -> Bool {
+    private func consume(_ buffer: UnsafeRawPointer, frames: Int) throws -> Bool {
         let channels = configuration.channels
         let samples = frames * channels
         if let converter {
@@ -644,11 +558,11 @@ final class CaptureSession: @unchecked Sendable {
                 // Metered as the device delivered it, which tells digital silence on the way.
                 let typed = buffer.assumingMemoryBound(to: Int16.self)
                 let silent = meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-                    ?? bufferIsDigitalSilence(frames: frames)
+                    ?? bufferIsDigitalSilence(buffer, frames: frames)
                 try converter.resample(typed, frames: frames) { samples, count in try write(samples, frames: count) }
                 return !silent
             }
-            let silent = bufferIsDigitalSilence(frames: frames)
+            let silent = bufferIsDigitalSilence(buffer, frames: frames)
             try converter.convert(buffer, format: configuration.sampleFormat, frames: frames,
                                   meter: { samples in meter?.measure { $0.add(samples, channels: converter.outputChannels) } },
                                   output: { samples, count in try write(samples, frames: count) })
@@ -659,13 +573,13 @@ final class CaptureSession: @unchecked Sendable {
             let typed = buffer.assumingMemoryBound(to: Int16.self)
             // The meter's pass tells digital silence too; without a meter, a pass of its own.
             let silent = meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-                ?? bufferIsDigitalSilence(frames: frames)
+                ?? bufferIsDigitalSilence(buffer, frames: frames)
             try writeSegmented(frames: frames) { offset, count in
                 try writer.write(typed + offset * channels, frames: count)
             }
             return !silent
         case .int32:
-            let silent = bufferIsDigitalSilence(frames: frames)
+            let silent = bufferIsDigitalSilence(buffer, frames: frames)
             let typed = buffer.assumingMemoryBound(to: Int32.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
                                     scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
@@ -675,7 +589,7 @@ final class CaptureSession: @unchecked Sendable {
             return !silent
         case .float32:
             // A float -0.0 counts as signal here; the meter's magnitudes could not tell it.
-            let silent = bufferIsDigitalSilence(frames: frames)
+            let silent = bufferIsDigitalSilence(buffer, frames: frames)
             let typed = buffer.assumingMemoryBound(to: Float.self)
             meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
             try writeSegmented(frames: frames) { offset, count in
@@ -687,7 +601,7 @@ final class CaptureSession: @unchecked Sendable {
 
     /// The byte scan for digital silence over the chunk in `buffer`, where no 16-bit meter
     /// pass tells it.
-    private func bufferIsDigitalSilence(frames: Int) -> Bool {
+    private func bufferIsDigitalSilence(_ buffer: UnsafeRawPointer, frames: Int) -> Bool {
         Self.isDigitalSilence(buffer, bytes: frames * configuration.bytesPerFrame)
     }
 

@@ -1,0 +1,395 @@
+import ALSA
+import CLinux
+import Dispatch
+import FoundationEssentials
+import Glibc
+import NIOConcurrencyHelpers
+import RecorderModel
+import Synchronization
+
+/// One read from the device, as every consumer receives it: interleaved frames in the
+/// device's format, valid only during the call.
+struct CaptureChunk {
+    let samples: UnsafeRawPointer
+    let frames: Int
+    /// The engine's count of the first frame: frames delivered before it since the device opened.
+    let position: Int64
+    /// When the first frame was captured (seconds since 1970), estimated from this read: its
+    /// time less the frames it and the device's buffer hold. A late read makes it later, so
+    /// consumers keep the least delayed estimate.
+    let captureTime: Double
+    /// Uptime (ns) of the read.
+    let readUptime: UInt64
+    /// Overruns since the chunk before, and the frames they lost (estimated).
+    let overruns: Int
+    let framesLost: Int64
+}
+
+/// What a consumer of the capture engine promises: it takes a chunk on the capture thread
+/// and returns without waiting for anything (no lock another thread holds for long, no disk
+/// sync, no socket). Slow work goes to a thread of its own, with a bounded hand-over.
+protocol CaptureConsumer: AnyObject {
+    /// Capture thread, every chunk in capture order. false: detach me (I am done).
+    func receive(_ chunk: CaptureChunk) -> Bool
+    /// Capture thread: the device failed, no more chunks will come (the engine ended).
+    func engineFailed(_ error: RecorderError)
+}
+
+/// Owns the capture device: opens and reads it on a thread of its own, recovers overruns,
+/// estimates when each frame was captured and the device clock's drift, and hands every
+/// chunk to the consumers attached (level meter, pre-roll ring, recording). With no
+/// consumer attached the device is stopped (not closed); `close()` ends the thread and
+/// releases the device.
+///
+/// Consumers are attached, detached and asked things through `perform`, which runs a block
+/// on the capture thread between two reads: a consumer's state is only ever touched by
+/// that thread, and a block sees the stream at an exact frame.
+final class CaptureEngine: @unchecked Sendable {
+    // @unchecked: `consumers`, `buffer`, `deviceRunning`, `drift` and the anchors are used by
+    // the capture thread only; commands pass through `commands` (a lock); counters are atomic.
+
+    let pcm: CapturePCM
+    let configuration: PCMConfiguration
+    /// Frames delivered since the device opened: the next chunk's position.
+    let framesCaptured = Atomic<Int64>(0)
+    let overruns = Atomic<Int>(0)
+    let framesLost = Atomic<Int64>(0)
+    /// Uptime (ns) of the last successful read, or of the device starting: the watchdog's proof.
+    let lastProgress = Atomic<UInt64>(0)
+    /// Whether the device is running (a consumer is attached).
+    let isRunning = Atomic<Bool>(false)
+    /// The failure that ended the engine, once it has.
+    private let failure = NIOLockedValueBox<RecorderError?>(nil)
+    private let ended = Atomic<Bool>(false)
+    /// When position 0 was captured (seconds since 1970, bit pattern; NaN until the first read).
+    private let anchorBits = Atomic<UInt64>(Double.nan.bitPattern)
+    /// The device clock's drift against the monotonic clock (ppm bit pattern; NaN until stable).
+    private let driftBits = Atomic<UInt64>(Double.nan.bitPattern)
+
+    private var consumers: [any CaptureConsumer] = []
+    private var drift: ClockDriftEstimator
+    /// The least delayed estimate of position 0's time over the current window, and when the
+    /// window began (position). A new window every minute follows the clock's drift.
+    private var anchorWindow = Double.infinity
+    private var anchorWindowStart: Int64 = 0
+    private var reanchor = true
+    private let chunkFrames: Int
+    private let buffer: UnsafeMutableRawPointer
+    private let commands = NIOLockedValueBox<[Command]>([])
+    private let wake = DispatchSemaphore(value: 0)
+    private var closing = false
+    /// Serializes the blocks run once the thread has ended.
+    private let afterEnd = NIOLock()
+
+    private final class Command: @unchecked Sendable {
+        // @unchecked: `body` runs once, on the capture thread; `state` is behind its lock.
+        enum State { case pending, running, done, cancelled }
+        let body: (CaptureEngine) -> Void
+        let state = NIOLockedValueBox<State>(.pending)
+        let done = DispatchSemaphore(value: 0)
+        init(_ body: @escaping (CaptureEngine) -> Void) { self.body = body }
+    }
+
+    init(pcm: CapturePCM, configuration: PCMConfiguration) {
+        self.pcm = pcm
+        self.configuration = configuration
+        self.drift = ClockDriftEstimator(rate: configuration.sampleRate)
+        // Whole periods when the device paces us; larger chunks when it has more ready (an
+        // unpaced device, or catching up), up to the device buffer.
+        self.chunkFrames = Swift.max(configuration.periodFrames, Swift.min(configuration.bufferFrames, 8192))
+        self.buffer = .allocate(byteCount: chunkFrames * configuration.bytesPerFrame, alignment: 16)
+    }
+
+    deinit { buffer.deallocate() }
+
+    /// The most frames one chunk holds.
+    var maximumChunkFrames: Int { chunkFrames }
+
+    /// Whether the thread has ended (device lost, or closed).
+    var hasEnded: Bool { ended.load(ordering: .acquiring) }
+
+    /// When the frame at `position` was captured, by the least delayed estimate so far; nil
+    /// before the first read.
+    func captureTime(ofPosition position: Int64) -> Double? {
+        let anchor = Double(bitPattern: anchorBits.load(ordering: .relaxed))
+        return anchor.isNaN ? nil : anchor + Double(position) / Double(configuration.sampleRate)
+    }
+
+    var deviceClockDriftPPM: Double? {
+        let value = Double(bitPattern: driftBits.load(ordering: .relaxed))
+        return value.isNaN ? nil : value
+    }
+
+    // MARK: Control (any thread but the capture thread)
+
+    /// Starts the capture thread; the device starts when the first consumer is attached.
+    /// `onEnd` runs on that thread when the device fails (not after `close()`).
+    func start(onEnd: @escaping @Sendable (RecorderError) -> Void) {
+        lastProgress.store(Self.uptime(), ordering: .relaxed)
+        CaptureThread.spawn(name: "recd-capture") { [self] in
+            let error = run()
+            if let error {
+                failure.withLock { $0 = error }
+                for consumer in consumers { consumer.engineFailed(error) }
+            }
+            consumers = []
+            // From here blocks run where they are posted, one at a time (`afterEnd`); those
+            // posted before run now, seeing an ended engine, so that nobody waits on them.
+            let waiting = commands.withLock { pending in
+                ended.store(true, ordering: .releasing)
+                defer { pending = [] }
+                return pending
+            }
+            afterEnd.withLock { for command in waiting { execute(command) } }
+            if let error { onEnd(error) }
+        }
+    }
+
+    /// Runs `body` on the capture thread between two reads and returns its result, or nil
+    /// when the thread did not get to it within `timeout` seconds (stuck in the driver): the
+    /// block is then cancelled and never runs. On an ended engine, runs it here.
+    func perform<T>(timeout: Double = 5, _ body: @escaping (CaptureEngine) -> T) -> T? {
+        let result = NIOLockedValueBox<T?>(nil)
+        let command = Command { engine in
+            let value = body(engine)
+            result.withLock { $0 = value }
+        }
+        var posted = false
+        commands.withLock { pending in
+            guard !ended.load(ordering: .acquiring) else { return }
+            pending.append(command)
+            posted = true
+        }
+        guard posted else {
+            afterEnd.withLock { execute(command) }
+            return result.withLock { $0 }
+        }
+        wake.signal()
+        if command.done.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success {
+            return result.withLock { $0 }
+        }
+        let cancelled = command.state.withLock { state -> Bool in
+            guard state == .pending else { return false }
+            state = .cancelled
+            return true
+        }
+        if cancelled { return nil }
+        command.done.wait()  // it is running now: blocks do not wait, so it ends soon
+        return result.withLock { $0 }
+    }
+
+    /// Attaches `consumer` and starts the device if it was stopped. `prepare` runs on the
+    /// capture thread just before, where it may hand the consumer frames the engine kept (the
+    /// pre-roll); false from it: do not attach after all. Throws `failure` (with the reason)
+    /// when the device will not start; the consumer is then not attached.
+    func attach(_ consumer: any CaptureConsumer, failure code: RecorderError.Code = .failedToBegin,
+                timeout: Double = 5, prepare: @escaping (CaptureEngine) -> Bool = { _ in true }) throws(RecorderError) {
+        let outcome: Result<Void, RecorderError>? = perform(timeout: timeout) { engine in
+            if engine.hasEnded {
+                let reason = engine.failure.withLock { $0?.message } ?? "the device was closed"
+                return .failure(RecorderError(code, "capture on '\(engine.pcm.name)' has ended: \(reason)"))
+            }
+            do throws(ALSAError) {
+                try engine.startDevice()
+            } catch {
+                return .failure(RecorderError(code, "cannot start capture on '\(engine.pcm.name)': \(error.reason)"))
+            }
+            if prepare(engine) { engine.consumers.append(consumer) }
+            return .success(())
+        }
+        guard let outcome else {
+            throw RecorderError(code, "capture on '\(pcm.name)' is not responding (stuck in the device driver)")
+        }
+        try outcome.get()
+    }
+
+    /// Detaches `consumer`; `lastly` runs on the capture thread after its last chunk. false:
+    /// the thread did not answer within `timeout` (stuck in the driver).
+    @discardableResult
+    func detach(_ consumer: any CaptureConsumer, timeout: Double = 5,
+                lastly: @escaping (CaptureEngine) -> Void = { _ in }) -> Bool {
+        perform(timeout: timeout) { engine in
+            engine.consumers.removeAll { $0 === consumer }
+            lastly(engine)
+            return true
+        } ?? false
+    }
+
+    /// Ends the thread and lets the device go (when the engine is released). false if the
+    /// thread is stuck in the driver: it ends by itself whenever the driver lets it go.
+    @discardableResult
+    func close(timeout: Double = 5) -> Bool {
+        perform(timeout: timeout) { engine in
+            engine.closing = true
+            engine.consumers = []
+            return true
+        } ?? false
+    }
+
+    static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    // MARK: The capture thread
+
+    private func execute(_ command: Command) {
+        let run = command.state.withLock { state -> Bool in
+            guard state == .pending else { return false }
+            state = .running
+            return true
+        }
+        guard run else { return }
+        command.body(self)
+        command.state.withLock { $0 = .done }
+        command.done.signal()
+    }
+
+    private func startDevice() throws(ALSAError) {
+        guard !isRunning.load(ordering: .relaxed) else { return }
+        if framesCaptured.load(ordering: .relaxed) > 0 || reanchorAfterStop { try pcm.prepare() }
+        try pcm.start()
+        reanchorAfterStop = false
+        reanchor = true  // frames stopped while the clock went on
+        drift.restart()
+        lastProgress.store(Self.uptime(), ordering: .relaxed)
+        isRunning.store(true, ordering: .releasing)
+    }
+
+    /// The device was stopped (dropped) at least once: it needs `prepare` to start again.
+    private var reanchorAfterStop = false
+
+    private func stopDevice() {
+        guard isRunning.load(ordering: .relaxed) else { return }
+        pcm.drop()
+        reanchorAfterStop = true
+        isRunning.store(false, ordering: .releasing)
+    }
+
+    private func runCommands() {
+        let pending = commands.withLock { pending in defer { pending = [] }; return pending }
+        for command in pending { execute(command) }
+    }
+
+    /// The read loop. Returns the device failure that ended it, or nil after `close()`.
+    private func run() -> RecorderError? {
+        while true {
+            runCommands()
+            if closing {
+                stopDevice()
+                return nil
+            }
+            if consumers.isEmpty {
+                // Nobody listens: stop the device (other programs may have it meanwhile, if it shares) and wait.
+                stopDevice()
+                wake.wait()
+                continue
+            }
+            do throws(ALSAError) {
+                guard try pcm.wait(timeoutMilliseconds: 100) else { continue }
+                let available = try pcm.available()
+                let frames = Swift.min(Swift.max(available, configuration.periodFrames), chunkFrames)
+                let got = try pcm.read(into: buffer, frames: frames)
+                let readUptime = Self.uptime()
+                lastProgress.store(readUptime, ordering: .relaxed)
+                if got == 0 { continue }
+                let position = framesCaptured.load(ordering: .relaxed)
+                // Frames the device holds beyond this read were captured before now as well.
+                let capturedByNow = position + Int64(got) + Int64(Swift.max(0, available - got))
+                let rate = Double(configuration.sampleRate)
+                let estimate = Date().timeIntervalSince1970 - Double(capturedByNow) / rate
+                if reanchor { drift.restart() }
+                if drift.add(uptimeNanoseconds: readUptime, frames: capturedByNow), let ppm = drift.partsPerMillion {
+                    driftBits.store(ppm.bitPattern, ordering: .relaxed)
+                }
+                updateAnchor(estimate: estimate, position: position)
+                let lostOverruns = pendingOverruns
+                let lostFrames = pendingLost
+                pendingOverruns = 0
+                pendingLost = 0
+                let chunk = CaptureChunk(samples: buffer, frames: got, position: position,
+                                         captureTime: estimate + Double(position) / rate, readUptime: readUptime,
+                                         overruns: lostOverruns, framesLost: lostFrames)
+                framesCaptured.store(position + Int64(got), ordering: .releasing)
+                var index = 0
+                while index < consumers.count {
+                    if consumers[index].receive(chunk) { index += 1 } else { consumers.remove(at: index) }
+                }
+            } catch {
+                do throws(ALSAError) {
+                    try recover(from: error)
+                } catch {
+                    stopDevice()
+                    return .deviceLost(error)
+                }
+            }
+        }
+    }
+
+    private var pendingOverruns = 0
+    private var pendingLost: Int64 = 0
+
+    /// The anchor (position 0's time) is the least delayed estimate: within a window of a
+    /// minute of frames, the minimum; each new window starts from its own first estimate and
+    /// replaces the anchor once it is a window long, so that the device clock's drift against
+    /// the wall clock is followed. After a restart (an overrun, the device stopped) the count
+    /// no longer matches the clock: start over.
+    private func updateAnchor(estimate: Double, position: Int64) {
+        if reanchor {
+            reanchor = false
+            anchorWindow = estimate
+            anchorWindowStart = position
+            anchorBits.store(estimate.bitPattern, ordering: .relaxed)
+            return
+        }
+        anchorWindow = Swift.min(anchorWindow, estimate)
+        let current = Double(bitPattern: anchorBits.load(ordering: .relaxed))
+        if estimate < current { anchorBits.store(estimate.bitPattern, ordering: .relaxed) }
+        if position - anchorWindowStart >= Int64(configuration.sampleRate) * 60 {
+            anchorBits.store(anchorWindow.bitPattern, ordering: .relaxed)
+            anchorWindow = .infinity
+            anchorWindowStart = position
+        }
+    }
+
+    /// Overrun or suspend: count it, estimate what was lost, restart. Anything else rethrows.
+    private func recover(from error: ALSAError) throws(ALSAError) {
+        var lost: Int64 = 0
+        if error.code == -EPIPE, let seconds = pcm.overrunDuration() {
+            lost = Int64(seconds * Double(configuration.sampleRate))
+        }
+        try pcm.recover(from: error)
+        if error.code == -EPIPE || error.code == -ESTRPIPE {
+            overruns.add(1, ordering: .relaxed)
+            framesLost.add(lost, ordering: .relaxed)
+            pendingOverruns += 1
+            pendingLost += lost
+            drift.restart()  // the lost frames broke the count against the clock
+        }
+    }
+}
+
+/// A thread of its own (not a Dispatch worker: the capture loop blocks in the driver for
+/// as long as it runs, and would keep a worker of the shared pool).
+enum CaptureThread {
+    static func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
+        let box = Unmanaged.passRetained(Body {
+            _ = name.withCString { recd_name_current_thread($0) }
+            body()
+        })
+        var thread = pthread_t()
+        let created = pthread_create(&thread, nil, { argument in
+            let body = Unmanaged<Body>.fromOpaque(argument!).takeRetainedValue()
+            body.run()
+            return nil
+        }, box.toOpaque())
+        guard created == 0 else {
+            // No thread: run where we are rather than never (only when the system is out of threads).
+            box.takeRetainedValue().run()
+            return
+        }
+        pthread_detach(thread)
+    }
+
+    private final class Body: @unchecked Sendable {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+}

@@ -1,0 +1,123 @@
+import ALSA
+import FoundationEssentials
+import NIOConcurrencyHelpers
+import RecorderModel
+import Synchronization
+
+/// The most recent input, in the device's format, kept while listening: what a `start`
+/// puts at the beginning of its file (pre-roll). Allocated once, at its full size.
+final class PreRollRing: CaptureConsumer, @unchecked Sendable {
+    // @unchecked: `storage`, `writeIndex` and `endPosition` are used on the capture thread
+    // only; `heldFrames` is atomic for status.
+
+    let capacityFrames: Int
+    let bytesPerFrame: Int
+    private let storage: UnsafeMutableRawPointer
+    /// Where the next frame goes (frames into `storage`).
+    private var writeIndex = 0
+    /// The engine position after the newest frame held.
+    private var endPosition: Int64 = 0
+    /// Frames held now (at most `capacityFrames`).
+    let heldFrames = Atomic<Int>(0)
+
+    /// Memory the ring takes, in bytes.
+    var bytes: Int { capacityFrames * bytesPerFrame }
+
+    init(seconds: Double, configuration: PCMConfiguration) {
+        capacityFrames = Swift.max(0, Int((seconds * Double(configuration.sampleRate)).rounded()))
+        bytesPerFrame = configuration.bytesPerFrame
+        storage = .allocate(byteCount: Swift.max(1, capacityFrames * bytesPerFrame), alignment: 16)
+        // Touch every page now: the ring's memory is resident from the start, as stated.
+        storage.initializeMemory(as: UInt8.self, repeating: 0, count: Swift.max(1, capacityFrames * bytesPerFrame))
+    }
+
+    deinit { storage.deallocate() }
+
+    func receive(_ chunk: CaptureChunk) -> Bool {
+        guard capacityFrames > 0 else { return true }
+        if chunk.position != endPosition { heldFrames.store(0, ordering: .relaxed) }  // not contiguous (a new engine)
+        var source = chunk.samples
+        var frames = chunk.frames
+        if frames > capacityFrames {
+            source += (frames - capacityFrames) * bytesPerFrame
+            frames = capacityFrames
+        }
+        let first = Swift.min(frames, capacityFrames - writeIndex)
+        (storage + writeIndex * bytesPerFrame).copyMemory(from: source, byteCount: first * bytesPerFrame)
+        if first < frames {
+            storage.copyMemory(from: source + first * bytesPerFrame, byteCount: (frames - first) * bytesPerFrame)
+        }
+        writeIndex = (writeIndex + frames) % capacityFrames
+        endPosition = chunk.position + Int64(chunk.frames)
+        heldFrames.store(Swift.min(capacityFrames, heldFrames.load(ordering: .relaxed) + chunk.frames), ordering: .relaxed)
+        return true
+    }
+
+    func engineFailed(_ error: RecorderError) {}
+
+    /// On the capture thread: hands the newest `frames` (at most what is held) to `consumer`
+    /// as chunks of at most `chunkFrames`, oldest first, timed by the engine's clock. The next
+    /// chunk the engine delivers follows the last of them exactly. Returns the frames handed
+    /// over and the position of the first.
+    func replay(frames wanted: Int, into consumer: any CaptureConsumer, engine: CaptureEngine,
+                chunkFrames: Int) -> (frames: Int, position: Int64) {
+        let held = heldFrames.load(ordering: .relaxed)
+        let frames = Swift.max(0, Swift.min(wanted, held))
+        let firstPosition = endPosition - Int64(frames)
+        guard frames > 0 else { return (0, endPosition) }
+        var index = (writeIndex - frames + capacityFrames) % capacityFrames
+        var position = firstPosition
+        var remaining = frames
+        while remaining > 0 {
+            let count = Swift.min(remaining, capacityFrames - index, chunkFrames)
+            let chunk = CaptureChunk(samples: storage + index * bytesPerFrame, frames: count, position: position,
+                                     captureTime: engine.captureTime(ofPosition: position) ?? Date().timeIntervalSince1970,
+                                     readUptime: CaptureEngine.uptime(), overruns: 0, framesLost: 0)
+            guard consumer.receive(chunk) else { break }
+            index = (index + count) % capacityFrames
+            position += Int64(count)
+            remaining -= count
+        }
+        return (frames - remaining, firstPosition)
+    }
+}
+
+/// Measures the input as the device delivers it, while listening: what the `levels` topic
+/// publishes when no recording meters its own file.
+final class InputMeter: CaptureConsumer, @unchecked Sendable {
+    // @unchecked: the meter is behind its own lock; the format is immutable.
+    let meter: LevelMeter
+    private let configuration: PCMConfiguration
+
+    init(configuration: PCMConfiguration) {
+        self.configuration = configuration
+        meter = LevelMeter(channels: configuration.channels)
+    }
+
+    func receive(_ chunk: CaptureChunk) -> Bool {
+        let channels = configuration.channels
+        let samples = chunk.frames * channels
+        switch configuration.sampleFormat {
+        case .int16:
+            let typed = chunk.samples.assumingMemoryBound(to: Int16.self)
+            meter.measure { _ = $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
+        case .int32:
+            let typed = chunk.samples.assumingMemoryBound(to: Int32.self)
+            meter.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
+                                   scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
+        case .float32:
+            let typed = chunk.samples.assumingMemoryBound(to: Float.self)
+            meter.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
+        }
+        return true
+    }
+
+    func engineFailed(_ error: RecorderError) {}
+}
+
+extension DeviceFormat {
+    init(_ configuration: PCMConfiguration) {
+        self.init(sampleFormat: configuration.sampleFormat.rawValue, sampleRate: configuration.sampleRate,
+                  channels: configuration.channels)
+    }
+}
