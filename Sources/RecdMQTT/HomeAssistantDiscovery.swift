@@ -1,9 +1,10 @@
 import FoundationEssentials
+import RecorderModel
 
 /// Home Assistant MQTT discovery messages for one recorder.
 ///
-/// Entities: "Recording" (a switch when remote control is allowed, else a running binary
-/// sensor), "State", "Elapsed" (duration, s), "Started" (timestamp), "Last file", "Level"
+/// Entities: "Recording" and "Listening" (switches when remote control is allowed, else
+/// running binary sensors), "State", "Elapsed" (duration, s), "Started" (timestamp), "Last file", "Level"
 /// (when telemetry is on), "Free space" (data size, MiB, on the recordings' filesystem) and
 /// "Problem" (a problem binary sensor whose attributes carry the error and warnings). All
 /// share the availability topic.
@@ -67,11 +68,24 @@ public struct HomeAssistantDiscovery: Sendable {
             recording["p"] = "binary_sensor"
             recording["dev_cla"] = "running"
         }
+        var listening: [String: Any] = [
+            "name": "Listening", "uniq_id": "\(id)_listening", "stat_t": topics.listening, "icon": "mdi:ear-hearing",
+        ]
+        if configuration.controlAllowed {
+            listening["p"] = "switch"
+            listening["cmd_t"] = topics.command("listen_switch")
+            listening["pl_on"] = "ON"
+            listening["pl_off"] = "OFF"
+        } else {
+            listening["p"] = "binary_sensor"
+            listening["dev_cla"] = "running"
+        }
         var result: [(String, [String: Any])] = [
             ("recording", recording),
+            ("listening", listening),
             ("state", ["p": "sensor", "name": "State", "uniq_id": "\(id)_state", "stat_t": topics.state,
                        "dev_cla": "enum",
-                       "options": ["idle", "preparing", "recording", "paused", "stopping", "finished", "failed"]]),
+                       "options": RecorderState.Name.allCases.map(\.rawValue)]),
             ("elapsed", ["p": "sensor", "name": "Elapsed", "uniq_id": "\(id)_elapsed", "stat_t": topics.time,
                          "dev_cla": "duration", "unit_of_meas": "s", "stat_cla": "measurement",
                          "sug_dsp_prc": 0]),

@@ -96,6 +96,9 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         queue.sync {
             retained[topics.availability] = Array("online".utf8)
             tokens.append(recorder.state.subscribe(on: queue, delivery: .every) { [weak self] state in self?.stateChanged(state) })
+            tokens.append(recorder.listening.subscribe(on: queue, delivery: .every) { [weak self] listening in
+                self?.setRetained(self?.topics.listening ?? "", Array((listening == nil ? "OFF" : "ON").utf8))
+            })
             tokens.append(recorder.error.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
             tokens.append(recorder.statistics.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
             tokens.append(recorder.warning.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
@@ -204,7 +207,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         setRetained(topics.time, Array(Self.seconds(recorder.currentTime.value).utf8))
         publishProblem()
         switch state {
-        case .recording, .paused: startTelemetry()
+        case .recording, .paused, .listening: startTelemetry()
         default: stopTelemetry()
         }
     }
@@ -278,7 +281,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     /// The methods MQTT takes as commands: every one of the socket's but those that act on a
     /// connection (MQTT publishes the recorder's topics itself).
     static let commandMethods = RecdProtocol.Method.allCases.filter { $0 != .subscribe && $0 != .unsubscribe }
-    static let commandNames = (commandMethods.map(\.rawValue) + ["switch"]).joined(separator: ", ")
+    static let commandNames = (commandMethods.map(\.rawValue) + ["switch", "listen_switch"]).joined(separator: ", ")
 
     /// What a client on the broker may do: everything when `[mqtt] control` is on (the broker's
     /// ACL decides who may publish commands at all), nothing otherwise: recordings' names and
@@ -311,6 +314,17 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                 case "ON": method = .start
                 case "OFF": method = .stop
                 default: throw .invalidParams("switch takes ON or OFF")
+                }
+                params = nil
+            } else if command == "listen_switch" {
+                // Home Assistant's listening switch: `listen` or `unlisten`, by what it finds.
+                if let refusal = MethodTable.refusal(of: .listen, permissions: permissions) { throw refusal }
+                let listening = recorder.listening.value != nil
+                switch text {
+                case "ON" where listening, "OFF" where !listening: reply.ok = true; return
+                case "ON": method = .listen
+                case "OFF": method = .unlisten
+                default: throw .invalidParams("listen_switch takes ON or OFF")
                 }
                 params = nil
             } else {

@@ -88,7 +88,10 @@ public struct MQTTTopics: Sendable {
     public var hook: String { prefix + "/hook" }
     /// Free and used space on the recordings' filesystem in MiB, retained.
     public var storage: String { prefix + "/storage" }
-    /// Commands: `<prefix>/command/<start|stop|pause|resume|split|switch>`.
+    /// `ON` while recd listens (the device open for levels and pre-roll), else `OFF`, retained.
+    public var listening: String { prefix + "/listening" }
+    /// Commands: `<prefix>/command/<method>` (any socket method but subscribe/unsubscribe),
+    /// `switch` (recording ON/OFF) and `listen_switch` (listening ON/OFF).
     public var commands: String { prefix + "/command/+" }
     public func command(_ name: String) -> String { prefix + "/command/" + name }
     /// Every command's answer.

@@ -748,8 +748,8 @@ public final class Recorder: @unchecked Sendable {
             let segment = session.currentSegment.withLock { $0 }
             recording.segment = segment
             recording.path = segment.path
-            // The recording began with its first frame (with a pre-roll, the first pre-rolled one).
-            if segment.index == 1 { recording.startedAt = segment.startedAt }
+            // With a pre-roll the recording began before the start: with the first pre-rolled frame.
+            if segment.index == 1, recording.preRoll.map({ $0.frames > 0 }) == true { recording.startedAt = segment.startedAt }
         }
         current = recording
         startTimers(for: session, rate: recording.sampleRate)
@@ -1246,7 +1246,11 @@ public final class Recorder: @unchecked Sendable {
         logger.error(endsRecording ? "recording could not begin" : "listening could not begin",
                      metadata: ["error.code": "\(failure.code.rawValue)", "error.message": "\(failure.message)"])
         error.send(failure)
-        if endsRecording { state.send(.failed(nil, failure)) }
+        if endsRecording {
+            state.send(.failed(nil, failure))
+            // Listening goes on: the device it holds stays open.
+            if listenPlan != nil { state.send(.listening) }
+        }
         return failure
     }
 

@@ -135,7 +135,22 @@ enum Output {
             rows.append(("format", format(of: recording)))
         }
         rows.append(("device", status.device))
-        if status.state.name == .recording || status.state.name == .paused, !status.levels.channels.isEmpty {
+        if let listening = status.listening {
+            var text = "since " + localTime(listening.since)
+            if let format = listening.deviceFormat { text += ", \(format.sampleFormat) \(format.sampleRate) Hz \(format.channels) ch" }
+            rows.append(("listening", text))
+            if listening.preRollCapacity > 0 {
+                rows.append(("pre-roll", String(printf: "%.1f s of %.1f s held", listening.preRollHeld, listening.preRollCapacity)
+                                         + " (" + size(Int64(listening.preRollBytes)) + ")"))
+            }
+            if let wait = listening.wait {
+                rows.append(("", yellow("waiting for the device: \(wait.error.message)")))
+            }
+        }
+        if let preRoll = status.recording?.preRoll, status.state.isActive {
+            rows.append(("pre-roll", String(printf: "began %.3f s before the start", preRoll.seconds)))
+        }
+        if [.recording, .paused, .listening].contains(status.state.name), !status.levels.channels.isEmpty {
             for (index, channel) in status.levels.channels.enumerated() {
                 rows.append((index == 0 ? "levels" : "", Meter.describe(channel: index, of: status.levels.channels.count, channel)))
             }

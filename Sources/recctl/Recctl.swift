@@ -1,5 +1,6 @@
 import ArgumentParser
 import CBuildInfo
+import Dispatch
 import FoundationEssentials
 import Glibc
 import RecdClient
@@ -39,7 +40,7 @@ struct Recctl: ParsableCommand {
             69 cannot connect to recd.
             """,
         version: RecdVersion.withCommit(String(cString: recd_build_commit())),
-        subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Watch.self,
+        subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Listen.self, Watch.self,
                       List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
 
     /// Lets --socket and --json come before the subcommand too (`recctl --json status`):
@@ -196,11 +197,17 @@ struct Start: ParsableCommand {
     var alignToClock = false
     @Option(help: ArgumentHelp("The files' path below the recordings directory: strftime fields, {name}, {n}.", valueName: "template"))
     var template: String?
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("While recd listens: begin the file with this much of the input from before the start (default: [listen] pre_roll; 0: none).", valueName: "duration"))
+    var preRoll: String?
     @Flag(help: "Wait until the recording ends, showing progress; exit with its outcome.")
     var wait = false
     @OptionGroup var options: ConnectionOptions
 
     func validate() throws {
+        if let preRoll, preRoll != "0", TimeParsing.duration(preRoll) == nil {
+            throw ValidationError("--pre-roll must be \(DurationText.spellings), or 0 for none, not '\(preRoll)'")
+        }
         if let segment, segment != "0", TimeParsing.duration(segment) == nil {
             throw ValidationError("--segment must be \(DurationText.spellings), or 0 for one file, not '\(segment)'")
         }
@@ -220,7 +227,8 @@ struct Start: ParsableCommand {
                     quality: quality, bitRate: bitRate, duration: duration.flatMap(TimeParsing.duration),
                     at: at.flatMap { TimeParsing.time($0) },
                     segmentLength: segment.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 },
-                    alignToClock: alignToClock ? true : nil, fileTemplate: template)
+                    alignToClock: alignToClock ? true : nil, fileTemplate: template,
+                    preRoll: preRoll.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 })
     }
 
     func run() throws {
@@ -237,7 +245,8 @@ struct Start: ParsableCommand {
                         + "(`recctl status` says why)")
         } else {
             let when = recording.scheduledAt.map { " at " + Output.localTime($0) } ?? ""
-            Output.line("recording \(Output.bold(recording.name)) -> \(recording.path)\(when)")
+            let before = recording.preRoll.map { String(printf: " (from %.1f s before)", $0.seconds) } ?? ""
+            Output.line("recording \(Output.bold(recording.name)) -> \(recording.path)\(when)\(before)")
         }
         guard let subscription else { return }
         // Progress is for people: on a pipe only the outcome is printed (or every event with --json).
@@ -267,7 +276,16 @@ struct Stop: ParsableCommand {
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
-        let recording: Recording = try options.callOnRecording(.stop)
+        let answer: StopAnswer = try options.callOnRecording(.stop)
+        let recording: Recording
+        switch answer {
+        case .listening(let result):
+            // Nothing was recording: stop ended listening.
+            if options.json { return Output.printJSON(result) }
+            return Output.line("stopped listening")
+        case .recording(let stopped):
+            recording = stopped
+        }
         if options.json { return Output.printJSON(recording) }
         if recording.path.isEmpty {
             // Stopped while waiting for a device that never came: no file was made.
@@ -275,6 +293,82 @@ struct Stop: ParsableCommand {
         } else {
             Output.line("stopped \(Output.bold(recording.name)) -> \(recording.path) (\(Output.duration(recording.duration)))")
         }
+    }
+}
+
+/// `stop` answers with the recording it stopped, or, when recd was only listening, with the
+/// listening it ended.
+enum StopAnswer: Decodable {
+    case recording(Recording)
+    case listening(ListenResult)
+
+    init(from decoder: Decoder) throws {
+        if let result = try? ListenResult(from: decoder), (try? Recording(from: decoder)) == nil {
+            self = .listening(result)
+        } else {
+            self = .recording(try Recording(from: decoder))
+        }
+    }
+}
+
+struct Listen: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "listen",
+        abstract: "Listen without recording: the input's live level meter (Ctrl-C ends it).",
+        discussion: """
+            recd opens the device and publishes levels as it does while recording, and keeps the last --pre-roll of the input for the next `recctl start` (which then begins the file with it). Ctrl-C ends listening, unless recd was already listening before (`[listen] enabled`, or another client): then it only stops showing it. With --json: one JSON event per line.
+            """)
+
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("Keep this much of the input for the next start (default: [listen] pre_roll; 0: none).", valueName: "duration"))
+    var preRoll: String?
+    @OptionGroup var options: ConnectionOptions
+
+    var params: ListenParams {
+        ListenParams(preRoll: preRoll.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 })
+    }
+
+    func validate() throws {
+        if let preRoll, preRoll != "0", TimeParsing.duration(preRoll) == nil {
+            throw ValidationError("--pre-roll must be \(DurationText.spellings), or 0 for none, not '\(preRoll)'")
+        }
+        if let refusal = params.rangeRefusal() { throw ValidationError(refusal) }
+    }
+
+    func run() throws {
+        let connection = try options.connect()
+        let before: StatusResult = try options.call(connection, .status)
+        let subscription: SubscribeResult = try options.call(
+            connection, .subscribe, SubscribeParams(topics: [.state, .levels, .error, .warning, .listening], interval: 0.1))
+        let result: ListenResult = try options.call(connection, .listen, params)
+        if !options.json, let listening = result.listening {
+            let format = listening.deviceFormat.map { " (\($0.sampleFormat), \($0.sampleRate) Hz, \($0.channels) ch)" } ?? ""
+            let preRoll = listening.preRollCapacity > 0
+                ? String(printf: "; keeping %.1f s", listening.preRollCapacity)
+                    + " (" + Output.size(Int64(listening.preRollBytes)) + ") for the next start"
+                : ""
+            Output.line("listening to \(Output.bold(listening.device))\(format)\(preRoll)")
+        }
+        // Ctrl-C: end listening if this command began it, then exit.
+        let began = before.listening == nil
+        let socket = options.socketPath
+        signal(SIGINT, SIG_IGN)
+        let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        let view = LiveView(format: options.json ? .json : (Output.isTerminal ? .terminal : .json))
+        interrupt.setEventHandler {
+            view.finish()
+            if began, let control = try? RecdConnection(path: socket) {
+                _ = try? control.call(.unlisten, as: ListenResult.self)
+            }
+            Glibc.exit(0)
+        }
+        interrupt.resume()
+        // Ends by itself only when listening does (`unlisten` or `stop` from elsewhere).
+        let final = try options.follow(connection, subscription, in: view, snapshotCounts: false) { state in
+            state != .listening && !state.isActive
+        }
+        interrupt.cancel()
+        if !options.json { Output.line("listening ended (\(final.name.rawValue))") }
     }
 }
 

@@ -49,6 +49,11 @@ struct ParameterRangeTests {
         // Any time: one not in the future starts at once.
         NumericParameter(method: "start", name: "at", context: wav, recctl: ["start", "--format", "wav", "--at"], option: "at",
                          integer: false, documented: { $0.isFinite }),
+        NumericParameter(method: "start", name: "preRoll", context: wav, recctl: ["start", "--format", "wav", "--pre-roll"],
+                         option: "pre-roll", integer: false, documented: { (0...60).contains($0) }),
+        // `recctl listen` runs until Ctrl-C: its option is checked by the same range, over the socket here.
+        NumericParameter(method: "listen", name: "preRoll", context: "",
+                         recctl: nil, option: "pre-roll", integer: false, documented: { (0...60).contains($0) }),
         NumericParameter(method: "subscribe", name: "interval", context: #""topics":["state"]"#,
                          recctl: ["watch", "--until", "idle", "--interval"], option: "interval", integer: false,
                          documented: { (0.01...3600).contains($0) }),
@@ -101,6 +106,7 @@ struct ParameterRangeTests {
             let label = "\(parameter.method) {\(parameter.name): \(value)}"
             let params = parameter.method == "start"
                 ? #"{"name":"v\#(index)",\#(parameter.context),"\#(parameter.name)":\#(value)}"#
+                : parameter.context.isEmpty ? #"{"\#(parameter.name)":\#(value)}"#
                 : #"{\#(parameter.context),"\#(parameter.name)":\#(value)}"#
             let line = #"{"jsonrpc":"2.0","id":\#(index + 1),"method":"\#(parameter.method)","params":\#(params)}"#
             let reply = try? guardian.daemon.connect().exchange(line, timeout: 30)
@@ -140,6 +146,9 @@ struct ParameterRangeTests {
             #expect((result["frameLimit"] as? NSNumber)?.doubleValue == (number * rate).rounded(), "\(label): frameLimit \(result["frameLimit"] ?? "none")")
         case "interval":
             #expect((result["interval"] as? NSNumber)?.doubleValue == number, "\(label): subscribed with \(result["interval"] ?? "nothing")")
+        case "preRoll" where parameter.method == "listen":
+            let listening = result["listening"] as? [String: Any]
+            #expect((listening?["preRollCapacity"] as? NSNumber)?.doubleValue == number, "\(label): listening with \(listening ?? [:])")
         default:
             break
         }
@@ -205,7 +214,7 @@ struct ParameterRangeTests {
 
     // MARK: recctl
 
-    @Test("through recctl's options", arguments: parameters)
+    @Test("through recctl's options", arguments: parameters.filter { $0.recctl != nil })
     func recctl(parameter: NumericParameter) throws {
         let arguments = try #require(parameter.recctl)
         let server = try PulseServer()

@@ -1,0 +1,340 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Sndfile
+import Testing
+
+/// Listening and pre-roll through the real recd and recctl: the device open without a file,
+/// levels before recording, and a start that begins its file with the input from before it —
+/// bit for bit on the paced file device (a known signal at a real clock's pace), through
+/// conversion and segments, with the file's start time at the first pre-rolled frame.
+@Suite("listening and pre-roll")
+struct ListeningTests {
+    let inputs = TemporaryDirectory()
+
+    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
+        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30)
+    }
+
+    /// Stereo 16-bit noise at 48 kHz (a fixed LCG): no two stretches alike, so a file that
+    /// matches the input at one offset matches at no other.
+    func noiseInput(seconds: Int) -> (path: String, samples: [Int16]) {
+        var state: UInt32 = 0x1234_5678
+        var samples = [Int16](repeating: 0, count: seconds * 48000 * 2)
+        for index in samples.indices {
+            state = state &* 1_664_525 &+ 1_013_904_223
+            samples[index] = Int16(truncatingIfNeeded: Int32(bitPattern: state) >> 18)  // about -12 dBFS
+        }
+        let path = inputs.file("noise-\(seconds).raw")
+        Signal.write(samples, to: path)
+        return (path, samples)
+    }
+
+    /// A daemon listening on the paced file device with `preRoll` seconds, once it holds them all.
+    func listeningDaemon(_ input: String, server: PulseServer, preRoll: Double, config: String = "") throws -> (Daemon, RecdConnection) {
+        let daemon = try Daemon(device: TestDevices.pacedFile(input, server: server),
+                                config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n" + config)
+        let client = try daemon.connect()
+        let result: ListenResult = try client.call(.listen, ListenParams(preRoll: preRoll))
+        #expect(result.state == .listening)
+        #expect(result.listening?.preRollCapacity == preRoll)
+        #expect(result.listening?.preRollBytes == Int(preRoll * 48000) * 4, "allocated once, at its size")
+        try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= preRoll } != nil, "the ring fills")
+        return (daemon, client)
+    }
+
+    func samples(of files: [String]) throws -> [Int16] {
+        var all: [Int16] = []
+        for file in files { all += try SoundFileReader(path: file).readAllInt16() }
+        return all
+    }
+
+    @Test func aStartWhileListeningBeginsTheFileWithThePreRollBitForBit() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(seconds: 60)
+        let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 2)
+        let listening = try #require(daemon.waitForStatus { $0.listening != nil }?.listening)
+        #expect(listening.deviceFormat == DeviceFormat(sampleFormat: "int16", sampleRate: 48000, channels: 2))
+
+        let started: Recording = try client.call(.start, StartParams(name: "take", preRoll: 2))
+        let preRoll = try #require(started.preRoll, "the answer says what the file got")
+        #expect(preRoll.frames == 96000 && preRoll.seconds == 2 && preRoll.requested == 2)
+        #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 3 } != nil, "currentTime counts the pre-roll")
+        let stopped: Recording = try client.call(.stop)
+        let recorded = try samples(of: [daemon.recordings + "/take.wav"])
+        #expect(Int64(recorded.count / 2) == stopped.frames)
+        // The file is the input from exactly 2 s × rate frames before the start, to the end.
+        let first = Int(preRoll.firstFrame) * 2
+        try #require(first + recorded.count <= input.samples.count)
+        #expect(recorded.elementsEqual(input.samples[first..<(first + recorded.count)]), "pre-roll and live input, contiguous")
+
+        // The recording ended: still listening, on the same device opening.
+        let after = try #require(daemon.waitForStatus { $0.state == .listening })
+        #expect(after.listening?.since == listening.since)
+        #expect((after.listening?.framesCaptured ?? 0) > preRoll.firstFrame + preRoll.frames)
+    }
+
+    @Test func theFileStartsAtTheFirstPreRolledFramesCaptureTime() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(seconds: 60)
+        let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 1.5)
+        let started: Recording = try client.call(.start, StartParams(name: "timed", preRoll: 1.5))
+        // recd's estimate of when the device's frame 0 was captured, as it stood at the start.
+        let status = try #require(daemon.waitForStatus { $0.state.name == .recording })
+        let preRoll = try #require(started.preRoll)
+        let origin = try #require(status.listening?.firstFrameAt)
+        let expected = origin.addingTimeInterval(Double(preRoll.firstFrame) / 48000)
+        let startedAt = try #require(started.startedAt)
+        #expect(abs(startedAt.timeIntervalSince(expected)) < 0.001, "startedAt \(startedAt), first pre-rolled frame \(expected)")
+        #expect(status.recording?.startedAt == startedAt, "status agrees with start's answer")
+        #expect(startedAt < Date().addingTimeInterval(-1.4), "the file began before the start")
+        #expect(daemon.waitForStatus { $0.currentTime >= 2 } != nil)
+        let _: Recording = try client.call(.stop)
+        // The file says so itself: recctl info reads the start from the WAV's bext chunk.
+        let info = try recctl(daemon, "info", "timed", "--json")
+        #expect(info.status == 0, "\(info.stderr)")
+        let file = try WireCoding.decoder().decode(RecordingFile.self, from: Data(info.stdout.utf8))
+        let readBack = try #require(file.startedAt)
+        #expect(abs(readBack.timeIntervalSince(startedAt)) < 0.001, "file \(readBack), wire \(startedAt)")
+    }
+
+    @Test func preRollThroughResamplingAndSegmentsLosesAndRepeatsNoFrame() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(seconds: 60)
+        let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 2)
+
+        // 1 s segments: joined, they are the input slice from the first pre-rolled frame.
+        let segmented: Recording = try client.call(.start, StartParams(name: "cut", segmentLength: 1, fileTemplate: "cut/{n}", preRoll: 2))
+        #expect(daemon.waitForStatus { $0.currentTime >= 3.5 } != nil)
+        let _: Recording = try client.call(.stop)
+        let files = try FileManager.default.contentsOfDirectory(atPath: daemon.recordings + "/cut")
+            .filter { $0.hasSuffix(".wav") }.sorted { Int($0.dropLast(4))! < Int($1.dropLast(4))! }
+        #expect(files.count >= 4, "\(files)")
+        let joined = try samples(of: files.map { daemon.recordings + "/cut/" + $0 })
+        let first = Int(try #require(segmented.preRoll).firstFrame) * 2
+        #expect(Array(joined.prefix(96000 * 2)).count == 96000 * 2)
+        #expect(joined.elementsEqual(input.samples[first..<(first + joined.count)]), "segments of pre-roll and live input")
+        #expect(try SoundFileReader(path: daemon.recordings + "/cut/1.wav").readAllInt16().count == 48000 * 2,
+                "the first second of pre-roll fills the first segment")
+
+        // Resampled to 16 kHz mono: the file against soxr's conversion of the same input slice
+        // (sox, an independent program): a frame lost or repeated anywhere would shift what follows.
+        #expect(daemon.waitForStatus { $0.state == .listening } != nil)
+        let resampled: Recording = try client.call(.start, StartParams(name: "small", sampleRate: 16000, channels: 1, preRoll: 2))
+        #expect(daemon.waitForStatus { $0.currentTime >= 4 } != nil)
+        let _: Recording = try client.call(.stop)
+        let file = try SoundFileReader(path: daemon.recordings + "/small.wav").readAllInt16()
+        let start = Int(try #require(resampled.preRoll).firstFrame)
+        let slice = Array(input.samples[(start * 2)..<((start + 48000 * 6) * 2)])
+        let slicePath = inputs.file("slice.raw")
+        Signal.write(slice, to: slicePath)
+        let referencePath = inputs.file("reference.raw")
+        let sox = try run("/usr/bin/sox", ["-q", "-t", "raw", "-r", "48000", "-e", "signed-integer", "-b", "16", "-c", "2", slicePath,
+                                           "-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1", referencePath, "rate", "-v", "16000"])
+        #expect(sox.status == 0, "\(sox.stderr)")
+        let reference = try Data(contentsOf: URL(fileURLWithPath: referencePath)).withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+        func snr(lag: Int) -> Double {
+            // Away from both ends, where the filters start and stop.
+            var signal = 0.0, noise = 0.0
+            for index in 1600..<(file.count - 1600) where index + lag >= 0 && index + lag < reference.count {
+                let a = Double(file[index]), b = Double(reference[index + lag])
+                signal += b * b
+                noise += (a - b) * (a - b)
+            }
+            return 10 * log10(signal / max(noise, 1))
+        }
+        let aligned = snr(lag: 0)
+        #expect(aligned > 30, "the file matches the converted input: \(aligned) dB")
+        #expect(aligned > snr(lag: 1) + 10 && aligned > snr(lag: -1) + 10, "and only where it should")
+    }
+
+    @Test func aPreRollLongerThanListeningGivesWhatThereIsFromTheFirstFrame() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(seconds: 60)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
+                                config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n[listen]\npre_roll = \"20 s\"\n")
+        let client = try daemon.connect()
+        let _: ListenResult = try client.call(.listen)
+        try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) > 0.5 } != nil)
+        let started: Recording = try client.call(.start, StartParams(name: "early"))
+        let preRoll = try #require(started.preRoll)
+        #expect(preRoll.requested == 20, "the configured length")
+        #expect(preRoll.seconds > 0.4 && preRoll.seconds < 20, "what there was: \(preRoll.seconds) s")
+        #expect(preRoll.firstFrame == 0, "everything since the device opened")
+        #expect(daemon.waitForStatus { $0.currentTime >= preRoll.seconds + 0.5 } != nil)
+        let _: Recording = try client.call(.stop)
+        let recorded = try samples(of: [daemon.recordings + "/early.wav"])
+        #expect(recorded.elementsEqual(input.samples[0..<recorded.count]), "from the device's first frame")
+
+        // Not listening: a start is as before, without pre-roll; the device closes after it.
+        let ended: ListenResult = try client.call(.unlisten)
+        #expect(ended.state == .idle && ended.listening != nil)
+        let plain: Recording = try client.call(.start, StartParams(name: "plain", duration: 1))
+        #expect(plain.preRoll == nil)
+        let finished = try #require(daemon.waitForStatus { $0.state.name == .finished })
+        #expect(finished.recording?.frames == 48000, "duration counts as before")
+        #expect(finished.listening == nil)
+    }
+
+    @Test func durationCountsFromTheStartNotFromThePreRoll() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(seconds: 60)
+        let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 1)
+        let started: Recording = try client.call(.start, StartParams(name: "timed", duration: 1.5, preRoll: 1))
+        let limit = try #require(started.frameLimit)
+        #expect(limit == Int64(120_000), "pre-roll + duration: \(limit)")
+        let finished = try #require(daemon.waitForStatus(timeout: 30) { $0.state == .listening && $0.lastSegment?.recordingId == started.id })
+        #expect(finished.lastSegment?.frames == 120_000)
+        let recorded = try samples(of: [daemon.recordings + "/timed.wav"])
+        let first = Int(try #require(started.preRoll).firstFrame) * 2
+        #expect(recorded.elementsEqual(input.samples[first..<(first + recorded.count)]))
+    }
+
+    @Test func levelsWhileListeningAndPauseResumeWithoutPreRoll() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"flac\"\n")
+        let client = try daemon.connect()
+        let subscription: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.levels, .state, .listening]))
+        #expect(subscription.snapshot.contains { $0.value == .state(.idle) })
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 1))
+        // The tone, metered while nothing records.
+        var heard = false
+        let deadline = Date().addingTimeInterval(20)
+        while !heard && Date() < deadline {
+            let notification = try client.nextNotification(timeout: 20)
+            if case .levels(let levels) = notification.value, levels.channels.count == 2,
+               levels.channels.allSatisfy({ $0.peak > -30 }) { heard = true }
+        }
+        #expect(heard, "levels while listening")
+        try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 1 } != nil, "the ring fills")
+        let text = try recctl(daemon, "status")
+        #expect(text.stdout.contains("listening"), "\(text.stdout)")
+        #expect(text.stdout.contains("pre-roll"), "\(text.stdout)")
+
+        let started: Recording = try daemon.connect().call(.start, StartParams(name: "paused"))
+        #expect(started.preRoll?.frames == 48000)
+        #expect(daemon.waitForStatus { $0.currentTime >= 1.5 } != nil)
+        let _: StateResult = try daemon.connect().call(.pause)
+        let paused = try #require(daemon.waitForStatus { $0.state.name == .paused })
+        Thread.sleep(forTimeInterval: 0.5)
+        let _: StateResult = try daemon.connect().call(.resume)
+        #expect(daemon.waitForStatus { $0.currentTime >= paused.currentTime + 1 } != nil)
+        let stopped: Recording = try daemon.connect().call(.stop)
+        let frames = try FFmpegTools.decodeInt16(stopped.path).count / 2
+        #expect(Int64(frames) == stopped.frames, "paused without losing the file's count")
+        #expect(daemon.waitForStatus { $0.state == .listening && $0.listening != nil } != nil, "back to listening")
+        // stop with nothing recording ends listening.
+        let stop = try recctl(daemon, "stop")
+        #expect(stop.status == 0 && stop.stdout.contains("stopped listening"), "\(stop.stdout) \(stop.stderr)")
+        #expect(daemon.waitForStatus { $0.state == .idle && $0.listening == nil } != nil)
+    }
+
+    @Test func aLostDeviceWhileListeningIsWaitedForAndListeningResumes() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 1))
+        try #require(daemon.waitForStatus { ($0.listening?.framesCaptured ?? 0) > 24000 } != nil)
+        server.kill()
+        let waiting = try #require(daemon.waitForStatus { $0.listening?.wait != nil })
+        #expect(waiting.state == .listening)
+        try server.restart()
+        try server.tone()
+        let back = try #require(daemon.waitForStatus(timeout: 30) { $0.listening?.wait == nil && ($0.listening?.framesCaptured ?? 0) > 24000 })
+        #expect(back.state == .listening)
+        #expect(daemon.log.contains("listening again"), "\(daemon.log.suffix(2000))")
+        // And a recording started now gets its pre-roll from the device as it came back.
+        let started: Recording = try client.call(.start, StartParams(name: "after", format: .wav))
+        #expect((started.preRoll?.frames ?? 0) > 0)
+        let _: Recording = try client.call(.stop)
+    }
+
+    @Test func sigtermWhileListeningAndWhileRecordingWithPreRollExitsCleanly() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(seconds: 60)
+        let (listener, _) = try listeningDaemon(input.path, server: server, preRoll: 1)
+        #expect(listener.terminate() == 0, "\(listener.log.suffix(2000))")
+
+        let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 2)
+        let started: Recording = try client.call(.start, StartParams(name: "kept", preRoll: 2))
+        #expect(daemon.waitForStatus { $0.currentTime >= 2.5 } != nil)
+        #expect(daemon.terminate() == 0, "\(daemon.log.suffix(2000))")
+        let recorded = try samples(of: [daemon.recordings + "/kept.wav"])
+        #expect(recorded.count / 2 >= 2 * 48000 + 24000, "finalized with its pre-roll and what followed")
+        let first = Int(try #require(started.preRoll).firstFrame) * 2
+        #expect(recorded.elementsEqual(input.samples[first..<(first + recorded.count)]))
+    }
+
+    @Test func recctlListenShowsTheMeterAndCtrlCEndsTheListeningItBegan() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let listen = try BackgroundCommand(Binaries.recctl, ["listen", "--json", "--pre-roll", "3"],
+                                           environment: ["RECD_SOCKET": daemon.socket])
+        let listening = try #require(daemon.waitForStatus { $0.listening != nil }?.listening)
+        #expect(listening.preRollCapacity == 3)
+        #expect(waitUntil { listen.stdoutLines.contains { $0.contains(#""topic":"levels""#) && $0.contains("peak") } },
+                "levels as JSON lines: \(listen.stdout)")
+        listen.process.signal(SIGINT)
+        #expect(listen.wait() == 0, "\(listen.stderr)")
+        #expect(daemon.waitForStatus { $0.state == .idle && $0.listening == nil } != nil, "Ctrl-C ended the listening it began")
+
+        // Listening it did not begin ([listen] or another client) goes on after Ctrl-C.
+        let _: ListenResult = try daemon.connect().call(.listen)
+        let watcher = try BackgroundCommand(Binaries.recctl, ["listen", "--json"], environment: ["RECD_SOCKET": daemon.socket])
+        #expect(waitUntil { watcher.stdoutLines.count >= 2 }, "\(watcher.stdout)")
+        watcher.process.signal(SIGINT)
+        #expect(watcher.wait() == 0)
+        #expect(daemon.waitForStatus { $0.listening != nil } != nil)
+        let range = try recctl(daemon, "listen", "--pre-roll", "61")
+        #expect(range.status != 0 && range.stderr.contains("'preRoll' must be between 0 and 60 seconds"), "\(range.stderr)")
+    }
+
+    @Test func listenAtStartFromTheConfigurationAndOverMQTT() throws {
+        let broker = try MosquittoBroker()
+        let server = try PulseServer()
+        try server.tone()
+        let prefix = "recd/listen"
+        let config = """
+            [listen]
+            enabled = true
+            pre_roll = "3 s"
+            [mqtt]
+            enabled = true
+            host = "127.0.0.1"
+            port = \(broker.port)
+            client_id = "recd-listen"
+            topic_prefix = "\(prefix)"
+            control = true
+
+            """
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["\(prefix)/#", "homeassistant/#"])
+        let daemon = try Daemon(device: TestDevices.paced(server), config: config)
+        let status = try #require(daemon.waitForStatus { $0.listening != nil }, "listening from daemon start")
+        #expect(status.listening?.preRollCapacity == 3)
+        #expect(watcher.first("\(prefix)/listening", where: { $0.payload == "ON" }) != nil)
+        #expect(watcher.first("\(prefix)/state", where: { $0.payload == "listening" }) != nil)
+        // Home Assistant's listening switch, then the command, through the socket's table.
+        let seen = watcher.messages.count
+        try mqttPublish(port: broker.port, topic: "\(prefix)/command/listen_switch", payload: "OFF")
+        #expect(watcher.first("\(prefix)/listening", after: seen, where: { $0.payload == "OFF" }) != nil)
+        #expect(daemon.waitForStatus { $0.state == .idle } != nil)
+        let again = watcher.messages.count
+        try mqttPublish(port: broker.port, topic: "\(prefix)/command/listen", payload: #"{"id":"l1","preRoll":2}"#)
+        let reply = try #require(watcher.first("\(prefix)/reply", after: again) { $0.json?["id"] as? String == "l1" })
+        #expect(reply.json?["ok"] as? Bool == true, "\(reply.payload)")
+        #expect(daemon.waitForStatus { $0.listening?.preRollCapacity == 2 } != nil)
+        let discovery = watcher.messages.first { $0.topic.hasPrefix("homeassistant/") && $0.payload.contains("_listening") }
+        #expect(discovery != nil, "a Home Assistant entity for listening")
+    }
+}
