@@ -48,6 +48,7 @@ memory = load("memory.json")
 start = load("start.json")
 aac = load("aac.json")
 profile = load("profile.json")
+listening = load("listening.json")
 tree = env_file("tree.env")
 default_tone = []
 if os.path.exists(os.path.join(results_dir, "first_frame_default_tone.jsonl")):
@@ -223,6 +224,26 @@ if start:
     how["5"] = (f"`bench/start_latency.py` on `benchpaced`, {start['runs']} runs each: recd `start` "
                 "{format: wav, duration: 0.5} from a connection subscribed to `state` and `currentTime`; "
                 "plain ALSA client `bench/first_frame.c`")
+
+if listening:
+    cpu = listening["cpu"]
+    targets.append(("7a", "CPU per hour listening (meter + 10 s pre-roll) against arecord, same device, same seconds",
+                    "≤ 1.0×", f"{num(cpu['ratio'])}× ({num(cpu['recd_s_per_hour'], 1)} s/h)",
+                    f"arecord {num(cpu['arecord_s_per_hour'], 1)} s/h", "–", cpu["ratio"] is not None and cpu["ratio"] <= 1.0))
+    listen_rss = mib(listening["rss_listening_kib"]["VmRSS"])
+    record_rss = mib(listening["rss_recording_kib"]["peak"])
+    targets.append(("7b", "RSS listening with a 10 s pre-roll; recording with it (peak)", "< 24 MiB each",
+                    f"{num(listen_rss, 1)} MiB; {num(record_rss, 1)} MiB",
+                    f"ring {num(listening['preRollBytes'] / 1048576, 2)} MiB", "–", listen_rss < 24 and record_rss < 24))
+    sl, sc = listening["start_listening"], listening["start_closed"]
+    targets.append(("7c", "start → answer while listening (no device opening) / device closed", "report",
+                    f"{num(sl['answer']['median'] * 1000, 1)} ms / {num(sc['answer']['median'] * 1000, 1)} ms",
+                    f"first frame {num(sl['first_frame']['median'] * 1000, 1)} ms / {num(sc['first_frame']['median'] * 1000, 1)} ms",
+                    "–", True))
+    how["7a"] = how["7b"] = how["7c"] = (
+        f"`bench/listening.py` on `benchpaced` (pink noise playing): recd `listen` with `[listen] pre_roll = \"10 s\"`; "
+        f"CPU over {num(listening['seconds'], 0)} s beside `arecord -D benchpaced -f S16_LE -r 48000 -c 2 -t raw > /dev/null` "
+        f"(CPU-time clocks of both processes); VmRSS from /proc; {listening['runs']} starts each way")
 
 
 # --- the document ---------------------------------------------------------------------

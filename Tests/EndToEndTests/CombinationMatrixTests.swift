@@ -12,8 +12,8 @@ import Testing
 /// itself), so a failure names its cell: "segments by length" with argument `.aac`. Each cell
 /// starts a fresh daemon: some bugs show only in a daemon's first recording of a format.
 /// Cells that need no real time record from the unpaced file device (seconds of audio in
-/// milliseconds); clock alignment, split, pause, device loss, kill -9 and retention record from
-/// the paced PulseAudio device. Inputs are the counter pattern, so a lossless file can be
+/// milliseconds); clock alignment, split, pre-roll, pause, device loss, kill -9 and retention
+/// record from the paced PulseAudio device. Inputs are the counter pattern, so a lossless file can be
 /// compared with the input sample for sample.
 @Suite("combination matrix: format × feature")
 struct CombinationMatrixTests {
@@ -127,6 +127,31 @@ struct CombinationMatrixTests {
         #expect(files.reduce(0) { $0 + $1.frames } == 144_000, "\(cell): \(files.map(\.frames))")
         let samples = try readBack(files, format: format, cell: cell)
         expectInput(samples, input.samples, format: format, frames: 144_000, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
+    @Test("pre-roll while listening, with segments and a duration", arguments: formats)
+    func preRollWhileListening(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × pre-roll"
+        let server = try PulseServer()
+        let input = writeCounterInput(inputs, seconds: 30)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
+                                config: "[recording]\nsample_rate = 48000\nchannels = 2\n")
+        let client = try daemon.connect()
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 1))
+        try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 1 } != nil, "\(cell): the ring never filled")
+        let started: Recording = try client.call(.start, StartParams(name: "pre", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 1.5, segmentLength: 1, preRoll: 1))
+        let preRoll = try #require(started.preRoll, "\(cell): no pre-roll")
+        #expect(preRoll.frames == 48000, "\(cell): \(preRoll)")
+        let ended = try #require(daemon.waitForStatus { $0.lastSegment?.recordingId == started.id && $0.state == .listening },
+                                 "\(cell): never ended")
+        #expect(ended.error == nil, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let files = try sessionFiles(daemon, started)
+        // The duration counts from the start: 1 s of pre-roll + 1.5 s, in 1 s segments.
+        #expect(files.map(\.frames) == [48000, 48000, 24000], "\(cell): \(files.map(\.file)) \(files.map(\.frames))")
+        let samples = try readBack(files, format: format, cell: cell)
+        expectInput(samples, Array(input.samples[Int(preRoll.firstFrame * 2)...]), format: format, frames: 120_000, cell: cell)
         try expectOnlyListedFiles(daemon, cell: cell)
     }
 

@@ -31,11 +31,14 @@ struct MethodTableTests {
             "name": .string("x"), "format": .string("wav"), "sampleRate": .number(48000), "channels": .number(2),
             "bitDepth": .number(16), "quality": .string("high"), "bitRate": .number(64000), "duration": .number(1),
             "at": .string("2026-11-22T10:00:00Z"), "segmentLength": .number(3600), "alignToClock": .bool(true),
-            "fileTemplate": .string("{name}/%Y%m%dT%H%M%SZ")]
+            "fileTemplate": .string("{name}/%Y%m%dT%H%M%SZ"), "preRoll": .number(2.5)]
         #expect(Set(all.keys) == RecdProtocol.Method.start.parameterNames)
         let start = try decodeParams(StartParams.self, .object(all))
         #expect(start?.name == "x")
         #expect(start?.duration == 1)
+        #expect(start?.preRoll == 2.5)
+        #expect(RecdProtocol.Method.listen.parameterNames == ["preRoll"])
+        #expect(try decodeParams(ListenParams.self, .object(["preRoll": .number(3)]))?.preRoll == 3)
         #expect(throws: RPCError.self) { try decodeParams(StartParams.self, .object(["sampleRate": .string("fast")])) }
     }
 }

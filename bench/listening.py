@@ -1,0 +1,111 @@
+"""7. Listening on the paced PulseAudio device (48 kHz stereo 16-bit, meter + 10 s pre-roll):
+recd's CPU per hour against `arecord -D DEVICE -f S16_LE -r 48000 -c 2 -t raw > /dev/null` over
+the same seconds (both at once, on the same device); recd's RSS listening, and recording with
+the pre-roll; and the start → first file frame latency while listening (no device opening in
+the path) against a start with the device closed.
+
+usage: listening.py BINDIR WORKDIR DEVICE SECONDS RUNS OUT.json
+(ALSA_CONFIG_PATH and PULSE_SERVER in the environment define the paced DEVICE.)"""
+
+import os
+import subprocess
+import sys
+import time
+
+from lib import Recd, cpu_clock, memory_kib, save, summary
+
+bindir, workdir, device, seconds, runs, out = sys.argv[1:7]
+seconds = float(seconds)
+runs = int(runs)
+env = dict(os.environ)
+
+CONFIG = """\
+[recording]
+format = "flac"
+sample_rate = 48000
+channels = 2
+bit_depth = 16
+[listen]
+pre_roll = "10 s"
+[metering]
+time_interval = 0.005
+"""
+results = {"seconds": seconds, "runs": runs, "device": device}
+
+
+def start_latency(recd, name, listening):
+    """Seconds from sending `start` to its answer (which comes once the first frame is in the
+    file), and to the first currentTime > 0 notification."""
+    client = recd.client()
+    try:
+        client.call("subscribe", {"topics": ["currentTime"], "interval": 0.01})
+        client.notifications.clear()
+        sent = time.monotonic()
+        result = client.call("start", {"name": name, "preRoll": 0} if listening else {"name": name})
+        answered = time.monotonic() - sent
+        while True:
+            note = client.next_notification()
+            if note["topic"] == "currentTime" and note["value"] > 0:
+                first = time.monotonic() - sent
+                break
+        client.call("cancel")
+        return answered, first, result
+    finally:
+        client.close()
+
+
+with Recd(bindir, workdir, device, CONFIG, env, name="recd-listen") as recd:
+    client = recd.client()
+    client.call("listen")
+    # Warm: the ring full, the device running steadily.
+    deadline = time.monotonic() + 60
+    while client.call("status")["listening"]["preRollHeld"] < 10 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    status = client.call("status")["listening"]
+    results["preRollBytes"] = status["preRollBytes"]
+    arecord = subprocess.Popen(["arecord", "-q", "-D", device, "-f", "S16_LE", "-r", "48000", "-c", "2", "-t", "raw"],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1)  # arecord's own start-up is not part of the window
+    recd_before, arecord_before = cpu_clock(recd.pid), cpu_clock(arecord.pid)
+    time.sleep(seconds)
+    recd_cpu, arecord_cpu = cpu_clock(recd.pid) - recd_before, cpu_clock(arecord.pid) - arecord_before
+    arecord.terminate()
+    arecord.wait()
+    results["cpu"] = {
+        "recd_s_per_hour": recd_cpu / seconds * 3600,
+        "arecord_s_per_hour": arecord_cpu / seconds * 3600,
+        "ratio": recd_cpu / arecord_cpu if arecord_cpu > 0 else None,
+    }
+    results["rss_listening_kib"] = memory_kib(recd.pid)
+
+    # Recording with the pre-roll: the file begins 10 s back; RSS at its peak over 30 s.
+    started = client.call("start", {"name": "with-pre-roll"})
+    results["recording_pre_roll_seconds"] = started["preRoll"]["seconds"]
+    peak = 0
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        peak = max(peak, memory_kib(recd.pid)["VmRSS"])
+        time.sleep(0.25)
+    results["rss_recording_kib"] = dict(memory_kib(recd.pid), peak=peak)
+    client.call("stop")
+
+    # Start latency while listening (the device is open) ...
+    listening = [start_latency(recd, f"l{index}", True) for index in range(runs)]
+    client.call("unlisten")
+    client.close()
+    # ... and with the device closed (opened by the start).
+    closed = [start_latency(recd, f"c{index}", False) for index in range(runs)]
+    results["start_listening"] = {"answer": summary([a for a, _, _ in listening]),
+                                  "first_frame": summary([f for _, f, _ in listening])}
+    results["start_closed"] = {"answer": summary([a for a, _, _ in closed]),
+                               "first_frame": summary([f for _, f, _ in closed])}
+
+save(out, results)
+cpu = results["cpu"]
+print(f"CPU listening: recd {cpu['recd_s_per_hour']:.2f} s/h, arecord {cpu['arecord_s_per_hour']:.2f} s/h, "
+      f"ratio {cpu['ratio']:.2f} (target <= 1.0)")
+print(f"RSS listening with 10 s pre-roll ({results['preRollBytes']} bytes): {results['rss_listening_kib']['VmRSS'] / 1024:.1f} MiB; "
+      f"recording with the pre-roll: peak {results['rss_recording_kib']['peak'] / 1024:.1f} MiB (target < 24 MiB each)")
+for key in ("start_listening", "start_closed"):
+    print(f"{key}: answer median {results[key]['answer']['median'] * 1000:.1f} ms, "
+          f"first frame median {results[key]['first_frame']['median'] * 1000:.1f} ms")
