@@ -52,34 +52,28 @@ public struct HomeAssistantDiscovery: Sendable {
         ["avty_t": topics.availability, "qos": Int(configuration.qos)]
     }
 
+    /// A switch sending ON/OFF to `command` when remote control is allowed, else a running
+    /// binary sensor.
+    private func onOff(_ entity: [String: Any], command: String) -> [String: Any] {
+        var entity = entity
+        if configuration.controlAllowed {
+            entity.merge(["p": "switch", "cmd_t": topics.command(command), "pl_on": "ON", "pl_off": "OFF"]) { $1 }
+        } else {
+            entity.merge(["p": "binary_sensor", "dev_cla": "running"]) { $1 }
+        }
+        return entity
+    }
+
     func components() -> [(key: String, config: [String: Any])] {
         let id = configuration.objectID
         let activeStates = "['preparing', 'recording', 'paused', 'stopping']"
-        var recording: [String: Any] = [
+        let recording = onOff([
             "name": "Recording", "uniq_id": "\(id)_recording", "stat_t": topics.state,
             "val_tpl": "{{ 'ON' if value in \(activeStates) else 'OFF' }}", "icon": "mdi:record-rec",
-        ]
-        if configuration.controlAllowed {
-            recording["p"] = "switch"
-            recording["cmd_t"] = topics.command("switch")
-            recording["pl_on"] = "ON"
-            recording["pl_off"] = "OFF"
-        } else {
-            recording["p"] = "binary_sensor"
-            recording["dev_cla"] = "running"
-        }
-        var listening: [String: Any] = [
+        ], command: "switch")
+        let listening = onOff([
             "name": "Listening", "uniq_id": "\(id)_listening", "stat_t": topics.listening, "icon": "mdi:ear-hearing",
-        ]
-        if configuration.controlAllowed {
-            listening["p"] = "switch"
-            listening["cmd_t"] = topics.command("listen_switch")
-            listening["pl_on"] = "ON"
-            listening["pl_off"] = "OFF"
-        } else {
-            listening["p"] = "binary_sensor"
-            listening["dev_cla"] = "running"
-        }
+        ], command: "listen_switch")
         var result: [(String, [String: Any])] = [
             ("recording", recording),
             ("listening", listening),

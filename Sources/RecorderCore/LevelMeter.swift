@@ -1,3 +1,4 @@
+import ALSA
 import FoundationEssentials
 import Glibc
 import NIOConcurrencyHelpers
@@ -239,6 +240,27 @@ final class LevelMeter: Sendable {
     @discardableResult
     func measure<Result>(_ body: (inout LevelAccumulator) -> Result) -> Result {
         state.withLock { body(&$0.accumulator) }
+    }
+
+    /// Measures interleaved frames in a device sample format (`channels` of them each).
+    /// Returns whether every sample was zero for 16-bit input (its pass tells it for free),
+    /// nil for the other formats (a float -0.0 counts as signal, which magnitudes cannot tell).
+    @discardableResult
+    func measure(_ samples: UnsafeRawPointer, frames: Int, format: SampleFormat) -> Bool? {
+        let count = frames * channels
+        switch format {
+        case .int16:
+            let typed = samples.assumingMemoryBound(to: Int16.self)
+            return measure { $0.add(UnsafeBufferPointer(start: typed, count: count), channels: channels) }
+        case .int32:
+            let typed = samples.assumingMemoryBound(to: Int32.self)
+            measure { $0.add(UnsafeBufferPointer(start: typed, count: count), channels: channels,
+                             scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
+        case .float32:
+            let typed = samples.assumingMemoryBound(to: Float.self)
+            measure { $0.add(UnsafeBufferPointer(start: typed, count: count), channels: channels) }
+        }
+        return nil
     }
 
     /// The levels since the last call, in dBFS; then starts a new interval.

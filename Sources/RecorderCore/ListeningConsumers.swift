@@ -95,20 +95,7 @@ final class InputMeter: CaptureConsumer, @unchecked Sendable {
     }
 
     func receive(_ chunk: CaptureChunk) -> Bool {
-        let channels = configuration.channels
-        let samples = chunk.frames * channels
-        switch configuration.sampleFormat {
-        case .int16:
-            let typed = chunk.samples.assumingMemoryBound(to: Int16.self)
-            meter.measure { _ = $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-        case .int32:
-            let typed = chunk.samples.assumingMemoryBound(to: Int32.self)
-            meter.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
-                                   scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
-        case .float32:
-            let typed = chunk.samples.assumingMemoryBound(to: Float.self)
-            meter.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-        }
+        meter.measure(chunk.samples, frames: chunk.frames, format: configuration.sampleFormat)
         return true
     }
 

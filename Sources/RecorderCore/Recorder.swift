@@ -137,7 +137,7 @@ public final class Recorder: @unchecked Sendable {
     public let retentionDeletion = Observed<RetentionDeletion?>(nil)
 
     let logger: Logger
-    private let control = DispatchQueue(label: "recd.recorder.control")
+    let control = DispatchQueue(label: "recd.recorder.control")
     private let timerQueue = DispatchQueue(label: "recd.recorder.timer")
     private let configurationState: NIOLockedValueBox<RecorderConfiguration>
     private let periods: NIOLockedValueBox<(currentTime: Double, levels: Double)>
@@ -145,38 +145,38 @@ public final class Recorder: @unchecked Sendable {
     /// The engine that owns the device, for the watchdog and `listeningStatus()`.
     let activeEngine = NIOLockedValueBox<CaptureEngine?>(nil)
     /// What listening attached to the engine, for `listeningStatus()` and the levels timer.
-    private let listeningParts = NIOLockedValueBox<(ring: PreRollRing?, meter: InputMeter?)>((nil, nil))
+    let listeningParts = NIOLockedValueBox<(ring: PreRollRing?, meter: InputMeter?)>((nil, nil))
     /// A recording's timers publish levels (its file's): the listening meter stays quiet.
-    private let recordingPublishes = Atomic<Bool>(false)
+    let recordingPublishes = Atomic<Bool>(false)
     /// Where free space is measured and retention runs, off the control and capture paths.
     let storageQueue = DispatchQueue(label: "recd.recorder.storage")
     let storageMonitor = NIOLockedValueBox(StorageMonitorState())
     let retentionLock = NIOLock()
     private var storageTimer: DispatchSourceTimer?
 
-    private var session: RecordingConsumer?
+    var session: RecordingConsumer?
     /// The capture engine: open while listening or recording (control queue).
-    private var engine: CaptureEngine?
+    var engine: CaptureEngine?
     /// Listening's settings while it is on (control queue).
-    private var listenPlan: ListenPlan?
-    private var listenTimer: DispatchSourceTimer?
+    var listenPlan: ListenPlan?
+    var listenTimer: DispatchSourceTimer?
     /// Set once the daemon is shutting down: no recording may start after the last `stop`.
-    private var refusingRecordings = false
-    private var current: Recording?
+    var refusingRecordings = false
+    var current: Recording?
     private var timers: [DispatchSourceTimer] = []
     private var startTimer: DispatchSourceTimer?
     /// The recording (session) under way: what every one of its segments is made with.
-    private var plan: SessionPlan?
-    private var retryTimer: DispatchSourceTimer?
+    var plan: SessionPlan?
+    var retryTimer: DispatchSourceTimer?
     /// The devices this recorder has opened at least once: known to exist, so waited for when
     /// they are missing (see `start`).
-    private var openedDevices: Set<String> = []
+    var openedDevices: Set<String> = []
     /// What the recording's ended capture sessions add up to; shared with the sync queue that
     /// announces segments and the timer queue that publishes.
-    private let ledger = NIOLockedValueBox(SessionLedger())
+    let ledger = NIOLockedValueBox(SessionLedger())
 
     /// Listening, as asked: how much pre-roll, since when, and the device's wait.
-    private struct ListenPlan {
+    struct ListenPlan {
         var preRoll: Double
         var since: Date
         var configuration: RecorderConfiguration
@@ -184,7 +184,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// A recording's settings as they were when it started, for the segments after a gap.
-    private struct SessionPlan {
+    struct SessionPlan {
         var settings: RecordingSettings
         var segments: SegmentSettings
         var configuration: RecorderConfiguration
@@ -199,7 +199,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// Totals over the capture sessions a recording has had (one per device opening).
-    private struct SessionLedger {
+    struct SessionLedger {
         var frames: Int64 = 0
         var xruns = 0
         var framesLost: Int64 = 0
@@ -447,7 +447,7 @@ public final class Recorder: @unchecked Sendable {
 
     // MARK: On the control queue
 
-    private func onControl<T>(_ body: () throws(RecorderError) -> T) throws(RecorderError) -> T {
+    func onControl<T>(_ body: () throws(RecorderError) -> T) throws(RecorderError) -> T {
         let result: Result<T, RecorderError> = control.sync { Result { () throws(RecorderError) in try body() } }
         return try result.get()
     }
@@ -546,7 +546,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// Opens and configures the capture device for `settings` (listening: the default settings).
-    private static func openDevice(_ configuration: RecorderConfiguration,
+    static func openDevice(_ configuration: RecorderConfiguration,
                                    _ settings: RecordingSettings) throws(ALSAError) -> (CapturePCM, PCMConfiguration) {
         let pcm = try CapturePCM(name: configuration.device)
         let pcmConfiguration = try pcm.configure(
@@ -566,7 +566,7 @@ public final class Recorder: @unchecked Sendable {
 
     /// The file format, rate and channels for a recording, from its settings and what the
     /// device delivers (the first time it opens).
-    private func makeFiles(id: String, name: String, plan: SessionPlan,
+    func makeFiles(id: String, name: String, plan: SessionPlan,
                            device: PCMConfiguration) throws(RecorderError) -> SegmentFileFactory {
         let settings = plan.settings
         let fileRate = settings.sampleRate ?? settings.format.fileRate(forDeviceRate: device.sampleRate)
@@ -583,7 +583,7 @@ public final class Recorder: @unchecked Sendable {
             channels: fileChannels)
     }
 
-    private func makeSession(engine: CaptureEngine, writer: any AudioFileWriter,
+    func makeSession(engine: CaptureEngine, writer: any AudioFileWriter,
                              segment: Segment, files: SegmentFileFactory, plan: SessionPlan,
                              frameLimit: Int64?) throws(RecorderError) -> RecordingConsumer {
         try RecordingConsumer(
@@ -644,7 +644,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// Publishes the segment the capture thread is writing now (after a boundary or split).
-    private func updateCurrentSegment(of session: RecordingConsumer) {
+    func updateCurrentSegment(of session: RecordingConsumer) {
         guard session === self.session, var recording = current else { return }
         let segment = session.currentSegment.withLock { $0 }
         guard recording.segment != segment else { return }
@@ -706,7 +706,7 @@ public final class Recorder: @unchecked Sendable {
     /// Starts the capture thread and the publication timers, and publishes `recording` once the
     /// first file has its final name (a template with a time in it names the file after its
     /// first frame), so that `start` answers with the path the file will keep.
-    private func startCapture(_ session: RecordingConsumer, recording: Recording, preRoll: Bool) -> Recording {
+    func startCapture(_ session: RecordingConsumer, recording: Recording, preRoll: Bool) -> Recording {
         var recording = recording
         let taken = NIOLockedValueBox<PreRoll?>(nil)
         var replay: (RecordingConsumer) -> Void = { _ in }
@@ -830,7 +830,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// Publishes the end of a recording: finished, or failed with `failure`.
-    private func end(_ recording: Recording, failure: RecorderError?) -> (Recording, RecorderError?) {
+    func end(_ recording: Recording, failure: RecorderError?) -> (Recording, RecorderError?) {
         var recording = recording
         recording.endedAt = Date()
         plan = nil
@@ -850,379 +850,6 @@ public final class Recorder: @unchecked Sendable {
         return (recording, failure)
     }
 
-    // MARK: Listening
-
-    /// Opens the device and keeps hearing it without a file: levels are published, and the
-    /// last `preRoll` seconds (the configured length when nil) are kept for the next `start`.
-    /// While recording, listening joins the recording's device; the recording ended, recd goes
-    /// back to listening. A device that is missing (or goes away) is waited for, as a
-    /// recording waits, when `waitForDevice` is on. Listening again changes the pre-roll.
-    @discardableResult
-    public func listen(preRoll: Double? = nil) throws(RecorderError) -> ListeningStatus {
-        try onControl { () throws(RecorderError) in
-            if refusingRecordings { throw RecorderError(.invalidState, "cannot listen: recd is shutting down") }
-            let configuration = self.configuration
-            let preRoll = preRoll ?? configuration.preRoll
-            if let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
-                throw RecorderError(.invalidSettings, refusal)
-            }
-            if var listenPlan {
-                // Already listening: a new length replaces the ring (what it held is dropped).
-                if listenPlan.preRoll != preRoll {
-                    listenPlan.preRoll = preRoll
-                    self.listenPlan = listenPlan
-                    if let engine { attachListening(to: engine) }
-                    publishListening()
-                }
-                return currentListeningStatus() ?? listening.value!
-            }
-            listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration)
-            if let engine {
-                attachListening(to: engine)
-            } else if !state.value.isActive {
-                do throws(ALSAError) {
-                    let engine = try openEngine(configuration, configuration.defaultSettings)
-                    attachListening(to: engine)
-                } catch {
-                    let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
-                    guard configuration.waitForDevice, Self.mayComeBack(error), !unknown else {
-                        listenPlan = nil
-                        throw fail(.opening(error), endsRecording: false)
-                    }
-                    logger.warning("capture device missing; listening waits for it", metadata: ["error.message": "\(error)"])
-                    scheduleListeningRetry(error: .opening(error), since: Date(), attempts: 1)
-                }
-            }
-            // While a recording waits for its device, its attempts open it for both.
-            startListeningTimer(configuration)
-            if !state.value.isActive {
-                levels.send(Levels(channels: Array(repeating: .silence, count: engine?.configuration.channels ?? 0), clipCount: 0))
-                state.send(.listening)
-            }
-            publishListening()
-            logger.info("listening", metadata: ["device.name": "\(configuration.device)", "preRoll.seconds": "\(preRoll)"])
-            return currentListeningStatus() ?? listening.value!
-        }
-    }
-
-    /// Stops listening: the pre-roll is dropped, and the device closes unless a recording
-    /// uses it (it then closes when the recording ends). Returns what listening was.
-    @discardableResult
-    public func unlisten() throws(RecorderError) -> ListeningStatus {
-        try onControl { () throws(RecorderError) in
-            guard listenPlan != nil, let last = currentListeningStatus() else {
-                throw RecorderError(.invalidState, "cannot stop listening: recd is not listening (state \(state.value.name.rawValue))")
-            }
-            endListening()
-            logger.info("listening stopped", metadata: ["device.name": "\(last.device)"])
-            return last
-        }
-    }
-
-    /// Listening's figures now (pre-roll held, frames captured); nil when not listening. Any
-    /// thread, without waiting for the recorder's queue.
-    public func currentListeningStatus() -> ListeningStatus? {
-        guard var status = listening.value else { return nil }
-        guard status.wait == nil, let engine = activeEngine.withLock({ $0 }) else { return status }
-        let ring = listeningParts.withLock { $0.ring }
-        let rate = Double(engine.configuration.sampleRate)
-        status.preRollHeld = Double(ring?.heldFrames.load(ordering: .relaxed) ?? 0) / rate
-        status.framesCaptured = engine.framesCaptured.load(ordering: .acquiring)
-        status.firstFrameAt = engine.captureTime(ofPosition: 0).map { Date(timeIntervalSince1970: $0) }
-        status.xruns = engine.overruns.load(ordering: .relaxed)
-        return status
-    }
-
-    private func endListening() {
-        listenPlan = nil
-        listenTimer?.cancel()
-        listenTimer = nil
-        if let engine, let parts = Optional(listeningParts.withLock { $0 }) {
-            if let ring = parts.ring { engine.detach(ring, timeout: configuration.stopTimeout) }
-            if let meter = parts.meter { engine.detach(meter, timeout: configuration.stopTimeout) }
-        }
-        listeningParts.withLock { $0 = (nil, nil) }
-        if case .waitingForDevice = state.value {} else if !state.value.isActive { cancelRetry() }
-        listening.send(nil)
-        if case .listening = state.value {
-            levels.send(.none)
-            state.send(.idle)
-        }
-        closeEngineIfUnused()
-    }
-
-    /// Attaches listening's meter and a new pre-roll ring to `engine` (replacing any before).
-    private func attachListening(to engine: CaptureEngine) {
-        guard let listenPlan else { return }
-        let old = listeningParts.withLock { $0 }
-        let ring = listenPlan.preRoll > 0 ? PreRollRing(seconds: listenPlan.preRoll, configuration: engine.configuration) : nil
-        let meter = listenPlan.configuration.meteringEnabled ? InputMeter(configuration: engine.configuration) : nil
-        for consumer in [old.ring as (any CaptureConsumer)?, old.meter].compactMap({ $0 }) {
-            engine.detach(consumer, timeout: listenPlan.configuration.stopTimeout)
-        }
-        do throws(RecorderError) {
-            if let ring { try engine.attach(ring, timeout: listenPlan.configuration.stopTimeout) }
-            if let meter { try engine.attach(meter, timeout: listenPlan.configuration.stopTimeout) }
-        } catch {
-            logger.error("listening could not start capture", metadata: ["error.message": "\(error.message)"])
-        }
-        listeningParts.withLock { $0 = (ring, meter) }
-        self.listenPlan?.wait = nil
-    }
-
-    /// Publishes listening as it stands (after it began, waits, resumes or changes).
-    private func publishListening() {
-        guard let listenPlan else { return listening.send(nil) }
-        let engine = self.engine
-        let ring = listeningParts.withLock { $0.ring }
-        listening.send(ListeningStatus(
-            device: listenPlan.configuration.device, deviceFormat: engine.map { DeviceFormat($0.configuration) },
-            since: listenPlan.since, preRollCapacity: listenPlan.preRoll, preRollBytes: ring?.bytes ?? 0,
-            preRollHeld: 0, framesCaptured: engine?.framesCaptured.load(ordering: .relaxed) ?? 0,
-            firstFrameAt: nil, xruns: 0, wait: listenPlan.wait))
-    }
-
-    /// Levels while listening, from the input meter, at the configured interval; quiet while
-    /// a recording publishes its own.
-    private func startListeningTimer(_ configuration: RecorderConfiguration) {
-        listenTimer?.cancel()
-        listenTimer = nil
-        guard configuration.meteringEnabled else { return }
-        listenTimer = makeTimer(interval: configuration.levelsInterval) { [weak self] in
-            guard let self, let meter = listeningParts.withLock({ $0.meter }) else { return }
-            let measured = meter.meter.takeLevels()
-            if !recordingPublishes.load(ordering: .acquiring) { levels.send(measured) }
-        }
-    }
-
-    /// Opens the device and starts an engine on it (the device itself starts with its first consumer).
-    private func openEngine(_ configuration: RecorderConfiguration,
-                            _ settings: RecordingSettings) throws(ALSAError) -> CaptureEngine {
-        let (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
-        openedDevices.insert(configuration.device)
-        let engine = CaptureEngine(pcm: pcm, configuration: pcmConfiguration)
-        let failed = ObjectIdentifier(engine)
-        engine.start { [weak self] error in
-            guard let self else { return }
-            control.async { self.engineFailed(failed, error: error) }
-        }
-        self.engine = engine
-        activeEngine.withLock { $0 = engine }
-        return engine
-    }
-
-    /// The device failed under the engine. A recording was told first (its consumer) and
-    /// waits, if it may, with its own attempts, which reopen the device for listening too;
-    /// listening alone waits with attempts of its own.
-    private func engineFailed(_ failed: ObjectIdentifier, error failure: RecorderError) {
-        guard let engine, ObjectIdentifier(engine) == failed else { return }
-        self.engine = nil
-        activeEngine.withLock { $0 = nil }
-        listeningParts.withLock { $0 = (nil, nil) }
-        guard let listenPlan else { return }
-        let since = Date()
-        if case .waitingForDevice = state.value {
-            self.listenPlan?.wait = DeviceWait(error: failure, since: since, retryAt: since, attempts: 0)
-            publishListening()
-            return
-        }
-        guard !state.value.isActive else { return }
-        guard listenPlan.configuration.waitForDevice else {
-            logger.error("capture device lost; listening ends", metadata: ["error.message": "\(failure.message)"])
-            error.send(failure)
-            endListening()
-            return
-        }
-        logger.warning("capture device lost; listening waits for it", metadata: ["error.message": "\(failure.message)"])
-        scheduleListeningRetry(error: failure, since: since, attempts: 0)
-    }
-
-    private func scheduleListeningRetry(error failure: RecorderError, since: Date, attempts: Int) {
-        let maximum = listenPlan?.configuration.maximumRetryInterval ?? 1.5
-        let delay = Swift.min(maximum, 0.1 * Double(1 << Swift.min(attempts, 20)))
-        listenPlan?.wait = DeviceWait(error: failure, since: since, retryAt: Date().addingTimeInterval(delay), attempts: attempts)
-        publishListening()
-        cancelRetry()
-        let timer = DispatchSource.makeTimerSource(queue: control)
-        timer.schedule(deadline: .now() + .nanoseconds(Int(delay * 1_000_000_000)), leeway: .milliseconds(10))
-        timer.setEventHandler { [weak self] in self?.retryListening() }
-        timer.resume()
-        retryTimer = timer
-    }
-
-    /// One attempt to open the device again for listening alone.
-    private func retryListening() {
-        cancelRetry()
-        guard let listenPlan, let wait = listenPlan.wait, engine == nil, !state.value.isActive else { return }
-        do throws(ALSAError) {
-            let engine = try openEngine(listenPlan.configuration, listenPlan.configuration.defaultSettings)
-            attachListening(to: engine)
-            publishListening()
-            logger.notice("capture device is back; listening again", metadata: ["device.name": "\(engine.pcm.name)"])
-        } catch {
-            guard Self.mayComeBack(error) else {
-                logger.error("capture device cannot be opened; listening ends", metadata: ["error.message": "\(error)"])
-                self.error.send(.opening(error))
-                endListening()
-                return
-            }
-            scheduleListeningRetry(error: .opening(error), since: wait.since, attempts: wait.attempts + 1)
-        }
-    }
-
-    /// A recording has ended (or never began): back to listening if recd listens, else the
-    /// device closes.
-    private func returnToListeningOrClose() {
-        guard listenPlan != nil else { return closeEngineIfUnused() }
-        if engine == nil, listenPlan?.wait != nil, retryTimer == nil, let wait = listenPlan?.wait {
-            // The recording's attempts ended with it: listening keeps waiting on its own.
-            scheduleListeningRetry(error: wait.error, since: wait.since, attempts: wait.attempts)
-        }
-        if case .listening = state.value {} else { state.send(.listening) }
-    }
-
-    /// Closes the device when neither a recording nor listening needs it.
-    private func closeEngineIfUnused() {
-        guard listenPlan == nil, session == nil, let engine else { return }
-        if case .waitingForDevice = state.value { return }
-        engine.close(timeout: configuration.stopTimeout)
-        self.engine = nil
-        activeEngine.withLock { $0 = nil }
-    }
-
-    // MARK: Waiting for a device
-
-    /// `start` found no device: the recording exists, waiting for it, with no file yet.
-    private func startWaiting(id: String, name: String, plan: SessionPlan, error: RecorderError) -> Recording {
-        let configuration = plan.configuration
-        let settings = plan.settings
-        // Until the device opens, the format is what was asked for (the device may change it).
-        let rate = settings.sampleRate ?? configuration.captureSampleRate ?? 48000
-        let channels = settings.channels ?? configuration.captureChannels ?? 2
-        let recording = Recording(
-            id: id, name: name, path: "", format: settings.format, sampleRate: rate, channels: channels,
-            bitDepth: settings.effectiveBitDepth, quality: settings.quality, device: configuration.device,
-            deviceFormat: DeviceFormat(sampleFormat: settings.preferredCaptureFormat.rawValue, sampleRate: rate, channels: channels),
-            startedAt: Date(), segmentSettings: plan.segments)
-        var plan = plan
-        let since = Date()
-        plan.gapStart = since
-        self.plan = plan
-        current = recording
-        ledger.withLock { $0 = SessionLedger(gaps: [Gap(start: since, position: 0, error: error)]) }
-        self.error.send(nil)
-        clearSilenceWarning()
-        currentTime.send(0)
-        statistics.send(CaptureStatistics(gaps: ledger.withLock { $0.gaps }))
-        self.recording.send(recording)
-        logger.warning("capture device missing; waiting for it", metadata: [
-            "recording.id": "\(id)", "error.message": "\(error.message)"])
-        scheduleRetry(recording, error: error, since: since, attempts: 1)
-        return recording
-    }
-
-    /// Publishes the wait and arms the next attempt: 0.1 s, doubling, at most `maximumRetryInterval`.
-    private func scheduleRetry(_ recording: Recording, error: RecorderError, since: Date, attempts: Int) {
-        let maximum = plan?.configuration.maximumRetryInterval ?? 1.5
-        let delay = Swift.min(maximum, 0.1 * Double(1 << Swift.min(attempts, 20)))
-        let wait = DeviceWait(error: error, since: since, retryAt: Date().addingTimeInterval(delay), attempts: attempts)
-        state.send(.waitingForDevice(recording, wait))
-        cancelRetry()
-        let timer = DispatchSource.makeTimerSource(queue: control)
-        timer.schedule(deadline: .now() + .nanoseconds(Int(delay * 1_000_000_000)), leeway: .milliseconds(10))
-        timer.setEventHandler { [weak self] in self?.retryDevice() }
-        timer.resume()
-        retryTimer = timer
-    }
-
-    private func cancelRetry() {
-        retryTimer?.cancel()
-        retryTimer = nil
-    }
-
-    /// One attempt to open the device again; on success, capture continues in a new segment.
-    private func retryDevice() {
-        cancelRetry()
-        guard case .waitingForDevice(var recording, let wait) = state.value, var plan else { return }
-        let engine: CaptureEngine
-        do throws(ALSAError) {
-            engine = try openEngine(plan.configuration, listenPlan == nil ? plan.settings : plan.configuration.defaultSettings)
-        } catch {
-            let failure = RecorderError.opening(error)
-            guard Self.mayComeBack(error) else {
-                _ = end(recording, failure: failure)
-                return
-            }
-            scheduleRetry(recording, error: failure, since: wait.since, attempts: wait.attempts + 1)
-            return
-        }
-        let now = Date()
-        do throws(RecorderError) {
-            let files: SegmentFileFactory
-            if let existing = plan.files {
-                files = existing
-            } else {
-                // The first opening of a device that was missing at the start decides the format.
-                files = try makeFiles(id: recording.id, name: recording.name, plan: plan, device: engine.configuration)
-                plan.files = files
-                recording.sampleRate = files.sampleRate
-                recording.channels = files.channels
-                if let duration = plan.duration {
-                    plan.frameLimit = Int64((duration * Double(files.sampleRate)).rounded())
-                    recording.frameLimit = plan.frameLimit
-                }
-            }
-            recording.deviceFormat = DeviceFormat(engine.configuration)
-            if listenPlan != nil { attachListening(to: engine) }
-            let gap = ledger.withLock { ledger -> Gap? in
-                guard !ledger.gaps.isEmpty else { return nil }
-                ledger.gaps[ledger.gaps.count - 1].end = now
-                return ledger.gaps.last
-            }
-            let (writer, segment) = try files.create(index: plan.nextIndex, startedAt: now, gapBefore: gap)
-            let written = ledger.withLock { $0.frames }
-            let remaining = plan.frameLimit.map { $0 - written }
-            let session: RecordingConsumer
-            do throws(RecorderError) {
-                session = try makeSession(engine: engine, writer: writer, segment: segment,
-                                          files: files, plan: plan, frameLimit: remaining)
-            } catch {
-                try? writer.close()
-                unlink(segment.partialPath)
-                throw error
-            }
-            plan.nextIndex += 1
-            plan.gapStart = nil
-            self.plan = plan
-            recording.segment = segment
-            recording.path = segment.path
-            if recording.startedAt == nil { recording.startedAt = now }
-            self.session = session
-            activeSession.withLock { $0 = session }
-            current = recording
-            levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
-            logger.notice("capture device is back; recording continues", metadata: [
-                "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
-                "gap.seconds": "\(gap.map { String(printf: "%.3f", $0.duration) } ?? "")"])
-            _ = startCapture(session, recording: recording, preRoll: false)
-        } catch {
-            _ = end(recording, failure: error)
-        }
-    }
-
-    /// `stop` while waiting: the recording ends with what its segments hold.
-    private func endWaiting() -> Recording {
-        cancelRetry()
-        guard var recording = current else { return state.value.recording! }
-        let now = Date()
-        ledger.withLock { ledger in
-            if !ledger.gaps.isEmpty, ledger.gaps[ledger.gaps.count - 1].end == nil { ledger.gaps[ledger.gaps.count - 1].end = now }
-        }
-        recording.frames = ledger.withLock { $0.frames }
-        publishTotals(rate: recording.sampleRate)
-        return end(recording, failure: nil).0
-    }
-
     /// A prepared recording that will not start after all: close and delete its file.
     private func discardPrepared() {
         guard let session, let recording = current else { return }
@@ -1235,14 +862,14 @@ public final class Recorder: @unchecked Sendable {
         returnToListeningOrClose()
     }
 
-    private func clearSession() {
+    func clearSession() {
         session = nil
         current = nil
         activeSession.withLock { $0 = nil }
     }
 
     /// Records a failure before anything was captured.
-    private func fail(_ failure: RecorderError, endsRecording: Bool = true) -> RecorderError {
+    func fail(_ failure: RecorderError, endsRecording: Bool = true) -> RecorderError {
         logger.error(endsRecording ? "recording could not begin" : "listening could not begin",
                      metadata: ["error.code": "\(failure.code.rawValue)", "error.message": "\(failure.message)"])
         error.send(failure)
@@ -1280,7 +907,7 @@ public final class Recorder: @unchecked Sendable {
         }
     }
 
-    private func makeTimer(interval: Double, _ handler: @escaping @Sendable () -> Void) -> DispatchSourceTimer {
+    func makeTimer(interval: Double, _ handler: @escaping @Sendable () -> Void) -> DispatchSourceTimer {
         let timer = DispatchSource.makeTimerSource(queue: timerQueue)
         let nanoseconds = Int(Swift.max(0.001, interval) * 1_000_000_000)
         timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds),
@@ -1317,7 +944,7 @@ public final class Recorder: @unchecked Sendable {
     }
 
     /// Publishes the totals when no capture session runs (between sessions, at the end).
-    private func publishTotals(rate: Int) {
+    func publishTotals(rate: Int) {
         let totals = ledger.withLock { $0 }
         currentTime.send(Double(totals.frames) / Double(rate))
         statistics.send(CaptureStatistics(xruns: totals.xruns, framesLost: totals.framesLost,

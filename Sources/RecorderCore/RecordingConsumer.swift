@@ -568,35 +568,18 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
                                   output: { samples, count in try write(samples, frames: count) })
             return !silent
         }
-        switch configuration.sampleFormat {
-        case .int16:
-            let typed = buffer.assumingMemoryBound(to: Int16.self)
-            // The meter's pass tells digital silence too; without a meter, a pass of its own.
-            let silent = meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-                ?? bufferIsDigitalSilence(buffer, frames: frames)
-            try writeSegmented(frames: frames) { offset, count in
-                try writer.write(typed + offset * channels, frames: count)
+        // The meter's 16-bit pass tells digital silence too; otherwise (or without a meter) a
+        // byte scan of its own.
+        let silent = meter?.measure(buffer, frames: frames, format: configuration.sampleFormat)
+            ?? bufferIsDigitalSilence(buffer, frames: frames)
+        try writeSegmented(frames: frames) { offset, count in
+            switch configuration.sampleFormat {
+            case .int16: try writer.write(buffer.assumingMemoryBound(to: Int16.self) + offset * channels, frames: count)
+            case .int32: try writer.write(buffer.assumingMemoryBound(to: Int32.self) + offset * channels, frames: count)
+            case .float32: try writer.write(buffer.assumingMemoryBound(to: Float.self) + offset * channels, frames: count)
             }
-            return !silent
-        case .int32:
-            let silent = bufferIsDigitalSilence(buffer, frames: frames)
-            let typed = buffer.assumingMemoryBound(to: Int32.self)
-            meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels,
-                                    scale: 1 / 2_147_483_648, clipLimit: Int32.max - 255) }
-            try writeSegmented(frames: frames) { offset, count in
-                try writer.write(typed + offset * channels, frames: count)
-            }
-            return !silent
-        case .float32:
-            // A float -0.0 counts as signal here; the meter's magnitudes could not tell it.
-            let silent = bufferIsDigitalSilence(buffer, frames: frames)
-            let typed = buffer.assumingMemoryBound(to: Float.self)
-            meter?.measure { $0.add(UnsafeBufferPointer(start: typed, count: samples), channels: channels) }
-            try writeSegmented(frames: frames) { offset, count in
-                try writer.write(typed + offset * channels, frames: count)
-            }
-            return !silent
         }
+        return !silent
     }
 
     /// The byte scan for digital silence over the chunk in `buffer`, where no 16-bit meter

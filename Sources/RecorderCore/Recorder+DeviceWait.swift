@@ -1,0 +1,149 @@
+import ALSA
+import Dispatch
+import FoundationEssentials
+import Glibc
+import NIOConcurrencyHelpers
+import RecorderModel
+
+/// Waiting for a device: a recording whose device is missing at `start`, or went away, keeps
+/// trying to open it (0.1 s, doubling, at most `maximumRetryInterval`) and continues in a new
+/// segment when it opens. On the recorder's control queue.
+extension Recorder {
+    /// `start` found no device: the recording exists, waiting for it, with no file yet.
+    func startWaiting(id: String, name: String, plan: SessionPlan, error: RecorderError) -> Recording {
+        let configuration = plan.configuration
+        let settings = plan.settings
+        // Until the device opens, the format is what was asked for (the device may change it).
+        let rate = settings.sampleRate ?? configuration.captureSampleRate ?? 48000
+        let channels = settings.channels ?? configuration.captureChannels ?? 2
+        let recording = Recording(
+            id: id, name: name, path: "", format: settings.format, sampleRate: rate, channels: channels,
+            bitDepth: settings.effectiveBitDepth, quality: settings.quality, device: configuration.device,
+            deviceFormat: DeviceFormat(sampleFormat: settings.preferredCaptureFormat.rawValue, sampleRate: rate, channels: channels),
+            startedAt: Date(), segmentSettings: plan.segments)
+        var plan = plan
+        let since = Date()
+        plan.gapStart = since
+        self.plan = plan
+        current = recording
+        ledger.withLock { $0 = SessionLedger(gaps: [Gap(start: since, position: 0, error: error)]) }
+        self.error.send(nil)
+        clearSilenceWarning()
+        currentTime.send(0)
+        statistics.send(CaptureStatistics(gaps: ledger.withLock { $0.gaps }))
+        self.recording.send(recording)
+        logger.warning("capture device missing; waiting for it", metadata: [
+            "recording.id": "\(id)", "error.message": "\(error.message)"])
+        scheduleRetry(recording, error: error, since: since, attempts: 1)
+        return recording
+    }
+
+    /// Publishes the wait and arms the next attempt: 0.1 s, doubling, at most `maximumRetryInterval`.
+    func scheduleRetry(_ recording: Recording, error: RecorderError, since: Date, attempts: Int) {
+        let wait = armRetry(error: error, since: since, attempts: attempts,
+                            maximum: plan?.configuration.maximumRetryInterval) { $0.retryDevice() }
+        state.send(.waitingForDevice(recording, wait))
+    }
+
+    /// Arms the one retry timer (replacing any): `attempt` runs on the control queue after
+    /// 0.1 s, doubling with `attempts`, at most `maximum` (1.5 s when nil). Returns the wait to publish.
+    func armRetry(error: RecorderError, since: Date, attempts: Int, maximum: Double?,
+                          _ attempt: @escaping @Sendable (Recorder) -> Void) -> DeviceWait {
+        let delay = Swift.min(maximum ?? 1.5, 0.1 * Double(1 << Swift.min(attempts, 20)))
+        cancelRetry()
+        let timer = DispatchSource.makeTimerSource(queue: control)
+        timer.schedule(deadline: .now() + .nanoseconds(Int(delay * 1_000_000_000)), leeway: .milliseconds(10))
+        timer.setEventHandler { [weak self] in if let self { attempt(self) } }
+        timer.resume()
+        retryTimer = timer
+        return DeviceWait(error: error, since: since, retryAt: Date().addingTimeInterval(delay), attempts: attempts)
+    }
+
+    func cancelRetry() {
+        retryTimer?.cancel()
+        retryTimer = nil
+    }
+
+    /// One attempt to open the device again; on success, capture continues in a new segment.
+    func retryDevice() {
+        cancelRetry()
+        guard case .waitingForDevice(var recording, let wait) = state.value, var plan else { return }
+        let engine: CaptureEngine
+        do throws(ALSAError) {
+            engine = try openEngine(plan.configuration, listenPlan == nil ? plan.settings : plan.configuration.defaultSettings)
+        } catch {
+            let failure = RecorderError.opening(error)
+            guard Self.mayComeBack(error) else {
+                _ = end(recording, failure: failure)
+                return
+            }
+            scheduleRetry(recording, error: failure, since: wait.since, attempts: wait.attempts + 1)
+            return
+        }
+        let now = Date()
+        do throws(RecorderError) {
+            let files: SegmentFileFactory
+            if let existing = plan.files {
+                files = existing
+            } else {
+                // The first opening of a device that was missing at the start decides the format.
+                files = try makeFiles(id: recording.id, name: recording.name, plan: plan, device: engine.configuration)
+                plan.files = files
+                recording.sampleRate = files.sampleRate
+                recording.channels = files.channels
+                if let duration = plan.duration {
+                    plan.frameLimit = Int64((duration * Double(files.sampleRate)).rounded())
+                    recording.frameLimit = plan.frameLimit
+                }
+            }
+            recording.deviceFormat = DeviceFormat(engine.configuration)
+            if listenPlan != nil { attachListening(to: engine) }
+            let gap = ledger.withLock { ledger -> Gap? in
+                guard !ledger.gaps.isEmpty else { return nil }
+                ledger.gaps[ledger.gaps.count - 1].end = now
+                return ledger.gaps.last
+            }
+            let (writer, segment) = try files.create(index: plan.nextIndex, startedAt: now, gapBefore: gap)
+            let written = ledger.withLock { $0.frames }
+            let remaining = plan.frameLimit.map { $0 - written }
+            let session: RecordingConsumer
+            do throws(RecorderError) {
+                session = try makeSession(engine: engine, writer: writer, segment: segment,
+                                          files: files, plan: plan, frameLimit: remaining)
+            } catch {
+                try? writer.close()
+                unlink(segment.partialPath)
+                throw error
+            }
+            plan.nextIndex += 1
+            plan.gapStart = nil
+            self.plan = plan
+            recording.segment = segment
+            recording.path = segment.path
+            if recording.startedAt == nil { recording.startedAt = now }
+            self.session = session
+            activeSession.withLock { $0 = session }
+            current = recording
+            levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
+            logger.notice("capture device is back; recording continues", metadata: [
+                "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
+                "gap.seconds": "\(gap.map { String(printf: "%.3f", $0.duration) } ?? "")"])
+            _ = startCapture(session, recording: recording, preRoll: false)
+        } catch {
+            _ = end(recording, failure: error)
+        }
+    }
+
+    /// `stop` while waiting: the recording ends with what its segments hold.
+    func endWaiting() -> Recording {
+        cancelRetry()
+        guard var recording = current else { return state.value.recording! }
+        let now = Date()
+        ledger.withLock { ledger in
+            if !ledger.gaps.isEmpty, ledger.gaps[ledger.gaps.count - 1].end == nil { ledger.gaps[ledger.gaps.count - 1].end = now }
+        }
+        recording.frames = ledger.withLock { $0.frames }
+        publishTotals(rate: recording.sampleRate)
+        return end(recording, failure: nil).0
+    }
+}

@@ -1,0 +1,242 @@
+import ALSA
+import Dispatch
+import FoundationEssentials
+import NIOConcurrencyHelpers
+import RecorderModel
+
+/// Listening: the device open without a file. The capture engine delivers to a level meter
+/// and a pre-roll ring; a recording started meanwhile takes the same engine and begins its
+/// file with the ring's frames (`startCapture`). On the recorder's control queue.
+extension Recorder {
+    /// Opens the device and keeps hearing it without a file: levels are published, and the
+    /// last `preRoll` seconds (the configured length when nil) are kept for the next `start`.
+    /// While recording, listening joins the recording's device; the recording ended, recd goes
+    /// back to listening. A device that is missing (or goes away) is waited for, as a
+    /// recording waits, when `waitForDevice` is on. Listening again changes the pre-roll.
+    @discardableResult
+    public func listen(preRoll: Double? = nil) throws(RecorderError) -> ListeningStatus {
+        try onControl { () throws(RecorderError) in
+            if refusingRecordings { throw RecorderError(.invalidState, "cannot listen: recd is shutting down") }
+            let configuration = self.configuration
+            let preRoll = preRoll ?? configuration.preRoll
+            if let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
+                throw RecorderError(.invalidSettings, refusal)
+            }
+            if var listenPlan {
+                // Already listening: a new length replaces the ring (what it held is dropped).
+                if listenPlan.preRoll != preRoll {
+                    listenPlan.preRoll = preRoll
+                    self.listenPlan = listenPlan
+                    if let engine { attachListening(to: engine) }
+                    publishListening()
+                }
+                return currentListeningStatus() ?? listening.value!
+            }
+            listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration)
+            if let engine {
+                attachListening(to: engine)
+            } else if !state.value.isActive {
+                do throws(ALSAError) {
+                    let engine = try openEngine(configuration, configuration.defaultSettings)
+                    attachListening(to: engine)
+                } catch {
+                    let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
+                    guard configuration.waitForDevice, Self.mayComeBack(error), !unknown else {
+                        listenPlan = nil
+                        throw fail(.opening(error), endsRecording: false)
+                    }
+                    logger.warning("capture device missing; listening waits for it", metadata: ["error.message": "\(error)"])
+                    scheduleListeningRetry(error: .opening(error), since: Date(), attempts: 1)
+                }
+            }
+            // While a recording waits for its device, its attempts open it for both.
+            startListeningTimer(configuration)
+            if !state.value.isActive {
+                levels.send(Levels(channels: Array(repeating: .silence, count: engine?.configuration.channels ?? 0), clipCount: 0))
+                state.send(.listening)
+            }
+            publishListening()
+            logger.info("listening", metadata: ["device.name": "\(configuration.device)", "preRoll.seconds": "\(preRoll)"])
+            return currentListeningStatus() ?? listening.value!
+        }
+    }
+
+    /// Stops listening: the pre-roll is dropped, and the device closes unless a recording
+    /// uses it (it then closes when the recording ends). Returns what listening was.
+    @discardableResult
+    public func unlisten() throws(RecorderError) -> ListeningStatus {
+        try onControl { () throws(RecorderError) in
+            guard listenPlan != nil, let last = currentListeningStatus() else {
+                throw RecorderError(.invalidState, "cannot stop listening: recd is not listening (state \(state.value.name.rawValue))")
+            }
+            endListening()
+            logger.info("listening stopped", metadata: ["device.name": "\(last.device)"])
+            return last
+        }
+    }
+
+    /// Listening's figures now (pre-roll held, frames captured); nil when not listening. Any
+    /// thread, without waiting for the recorder's queue.
+    public func currentListeningStatus() -> ListeningStatus? {
+        guard var status = listening.value else { return nil }
+        guard status.wait == nil, let engine = activeEngine.withLock({ $0 }) else { return status }
+        let ring = listeningParts.withLock { $0.ring }
+        let rate = Double(engine.configuration.sampleRate)
+        status.preRollHeld = Double(ring?.heldFrames.load(ordering: .relaxed) ?? 0) / rate
+        status.framesCaptured = engine.framesCaptured.load(ordering: .acquiring)
+        status.firstFrameAt = engine.captureTime(ofPosition: 0).map { Date(timeIntervalSince1970: $0) }
+        status.xruns = engine.overruns.load(ordering: .relaxed)
+        return status
+    }
+
+    func endListening() {
+        listenPlan = nil
+        listenTimer?.cancel()
+        listenTimer = nil
+        if let engine, let parts = Optional(listeningParts.withLock { $0 }) {
+            if let ring = parts.ring { engine.detach(ring, timeout: configuration.stopTimeout) }
+            if let meter = parts.meter { engine.detach(meter, timeout: configuration.stopTimeout) }
+        }
+        listeningParts.withLock { $0 = (nil, nil) }
+        if case .waitingForDevice = state.value {} else if !state.value.isActive { cancelRetry() }
+        listening.send(nil)
+        if case .listening = state.value {
+            levels.send(.none)
+            state.send(.idle)
+        }
+        closeEngineIfUnused()
+    }
+
+    /// Attaches listening's meter and a new pre-roll ring to `engine` (replacing any before).
+    func attachListening(to engine: CaptureEngine) {
+        guard let listenPlan else { return }
+        let old = listeningParts.withLock { $0 }
+        let ring = listenPlan.preRoll > 0 ? PreRollRing(seconds: listenPlan.preRoll, configuration: engine.configuration) : nil
+        let meter = listenPlan.configuration.meteringEnabled ? InputMeter(configuration: engine.configuration) : nil
+        for consumer in [old.ring as (any CaptureConsumer)?, old.meter].compactMap({ $0 }) {
+            engine.detach(consumer, timeout: listenPlan.configuration.stopTimeout)
+        }
+        do throws(RecorderError) {
+            if let ring { try engine.attach(ring, timeout: listenPlan.configuration.stopTimeout) }
+            if let meter { try engine.attach(meter, timeout: listenPlan.configuration.stopTimeout) }
+        } catch {
+            logger.error("listening could not start capture", metadata: ["error.message": "\(error.message)"])
+        }
+        listeningParts.withLock { $0 = (ring, meter) }
+        self.listenPlan?.wait = nil
+    }
+
+    /// Publishes listening as it stands (after it began, waits, resumes or changes).
+    func publishListening() {
+        guard let listenPlan else { return listening.send(nil) }
+        let engine = self.engine
+        let ring = listeningParts.withLock { $0.ring }
+        listening.send(ListeningStatus(
+            device: listenPlan.configuration.device, deviceFormat: engine.map { DeviceFormat($0.configuration) },
+            since: listenPlan.since, preRollCapacity: listenPlan.preRoll, preRollBytes: ring?.bytes ?? 0,
+            preRollHeld: 0, framesCaptured: engine?.framesCaptured.load(ordering: .relaxed) ?? 0,
+            firstFrameAt: nil, xruns: 0, wait: listenPlan.wait))
+    }
+
+    /// Levels while listening, from the input meter, at the configured interval; quiet while
+    /// a recording publishes its own.
+    func startListeningTimer(_ configuration: RecorderConfiguration) {
+        listenTimer?.cancel()
+        listenTimer = nil
+        guard configuration.meteringEnabled else { return }
+        listenTimer = makeTimer(interval: configuration.levelsInterval) { [weak self] in
+            guard let self, let meter = listeningParts.withLock({ $0.meter }) else { return }
+            let measured = meter.meter.takeLevels()
+            if !recordingPublishes.load(ordering: .acquiring) { levels.send(measured) }
+        }
+    }
+
+    /// Opens the device and starts an engine on it (the device itself starts with its first consumer).
+    func openEngine(_ configuration: RecorderConfiguration,
+                            _ settings: RecordingSettings) throws(ALSAError) -> CaptureEngine {
+        let (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
+        openedDevices.insert(configuration.device)
+        let engine = CaptureEngine(pcm: pcm, configuration: pcmConfiguration)
+        let failed = ObjectIdentifier(engine)
+        engine.start { [weak self] error in
+            guard let self else { return }
+            control.async { self.engineFailed(failed, error: error) }
+        }
+        self.engine = engine
+        activeEngine.withLock { $0 = engine }
+        return engine
+    }
+
+    /// The device failed under the engine. A recording was told first (its consumer) and
+    /// waits, if it may, with its own attempts, which reopen the device for listening too;
+    /// listening alone waits with attempts of its own.
+    func engineFailed(_ failed: ObjectIdentifier, error failure: RecorderError) {
+        guard let engine, ObjectIdentifier(engine) == failed else { return }
+        self.engine = nil
+        activeEngine.withLock { $0 = nil }
+        listeningParts.withLock { $0 = (nil, nil) }
+        guard let listenPlan else { return }
+        let since = Date()
+        if case .waitingForDevice = state.value {
+            self.listenPlan?.wait = DeviceWait(error: failure, since: since, retryAt: since, attempts: 0)
+            publishListening()
+            return
+        }
+        guard !state.value.isActive else { return }
+        guard listenPlan.configuration.waitForDevice else {
+            logger.error("capture device lost; listening ends", metadata: ["error.message": "\(failure.message)"])
+            error.send(failure)
+            endListening()
+            return
+        }
+        logger.warning("capture device lost; listening waits for it", metadata: ["error.message": "\(failure.message)"])
+        scheduleListeningRetry(error: failure, since: since, attempts: 0)
+    }
+
+    func scheduleListeningRetry(error failure: RecorderError, since: Date, attempts: Int) {
+        let wait = armRetry(error: failure, since: since, attempts: attempts,
+                            maximum: listenPlan?.configuration.maximumRetryInterval) { $0.retryListening() }
+        listenPlan?.wait = wait
+        publishListening()
+    }
+
+    /// One attempt to open the device again for listening alone.
+    func retryListening() {
+        cancelRetry()
+        guard let listenPlan, let wait = listenPlan.wait, engine == nil, !state.value.isActive else { return }
+        do throws(ALSAError) {
+            let engine = try openEngine(listenPlan.configuration, listenPlan.configuration.defaultSettings)
+            attachListening(to: engine)
+            publishListening()
+            logger.notice("capture device is back; listening again", metadata: ["device.name": "\(engine.pcm.name)"])
+        } catch {
+            guard Self.mayComeBack(error) else {
+                logger.error("capture device cannot be opened; listening ends", metadata: ["error.message": "\(error)"])
+                self.error.send(.opening(error))
+                endListening()
+                return
+            }
+            scheduleListeningRetry(error: .opening(error), since: wait.since, attempts: wait.attempts + 1)
+        }
+    }
+
+    /// A recording has ended (or never began): back to listening if recd listens, else the
+    /// device closes.
+    func returnToListeningOrClose() {
+        guard listenPlan != nil else { return closeEngineIfUnused() }
+        if engine == nil, listenPlan?.wait != nil, retryTimer == nil, let wait = listenPlan?.wait {
+            // The recording's attempts ended with it: listening keeps waiting on its own.
+            scheduleListeningRetry(error: wait.error, since: wait.since, attempts: wait.attempts)
+        }
+        if case .listening = state.value {} else { state.send(.listening) }
+    }
+
+    /// Closes the device when neither a recording nor listening needs it.
+    func closeEngineIfUnused() {
+        guard listenPlan == nil, session == nil, let engine else { return }
+        if case .waitingForDevice = state.value { return }
+        engine.close(timeout: configuration.stopTimeout)
+        self.engine = nil
+        activeEngine.withLock { $0 = nil }
+    }
+}
