@@ -70,6 +70,23 @@ say "recctl ls"
 say "recctl info demo"
 "$bin/recctl" info demo
 
+say "recctl listen --pre-roll 5: the device open without a file (levels, and the last 5 s kept)"
+# Not a terminal here: its events go to a file, one JSON line each. Ctrl-C (SIGINT) ends it.
+"$bin/recctl" listen --pre-roll 5 >"$work/listen.jsonl" &
+listen_pid=$!
+sleep 6
+"$bin/recctl" status
+
+say "recctl start take --format flac --pre-roll 5: the file begins 5 s before the start"
+"$bin/recctl" start take --format flac --pre-roll 5
+sleep 2
+"$bin/recctl" stop
+kill -INT "$listen_pid"
+wait "$listen_pid" && echo "recctl listen ended; $(grep -c '"levels"' "$work/listen.jsonl") level events in $work/listen.jsonl"
+
+say "recctl info take: its start is the first pre-rolled frame's"
+"$bin/recctl" info take
+
 if command -v sndfile-info >/dev/null; then
     say "The file, as libsndfile reads it"
     # Its summary only (unindented lines): the FLAC header above it repeats Channels and Frames.

@@ -120,7 +120,9 @@ enum Output {
             rows.append(("waiting", yellow("\(wait.error.code.rawValue): \(wait.error.message)")))
             rows.append(("", "since " + localTime(wait.since) + ", " + retry(wait)))
         }
-        if let recording = status.recording {
+        // While listening, the last recording (finished) is `recctl ls`'s business.
+        let recording = status.state.name == .listening ? nil : status.recording
+        if let recording {
             rows.append(("elapsed", duration(status.currentTime)))
             let writing = status.state.isActive && status.state.name != .waitingForDevice
             if !recording.path.isEmpty {
@@ -136,9 +138,9 @@ enum Output {
         }
         rows.append(("device", status.device))
         if let listening = status.listening {
-            var text = "since " + localTime(listening.since)
+            var text = "listening since " + localTime(listening.since)
             if let format = listening.deviceFormat { text += ", \(format.sampleFormat) \(format.sampleRate) Hz \(format.channels) ch" }
-            rows.append(("listening", text))
+            rows.append(("input", text))
             if listening.preRollCapacity > 0 {
                 rows.append(("pre-roll", String(printf: "%.1f s of %.1f s held", listening.preRollHeld, listening.preRollCapacity)
                                          + " (" + size(Int64(listening.preRollBytes)) + ")"))
@@ -157,10 +159,10 @@ enum Output {
             if status.levels.clipCount > 0 { rows.append(("clipped", red("\(status.levels.clipCount) samples"))) }
         }
         rows.append(("xruns", "\(status.statistics.xruns)" + (status.statistics.framesLost > 0 ? " (\(status.statistics.framesLost) frames lost)" : "")))
-        if status.recording != nil, let drift = status.statistics.deviceClockDriftPPM {
+        if recording != nil, let drift = status.statistics.deviceClockDriftPPM {
             rows.append(("clock", clockDrift(drift)))
         }
-        if status.recording != nil, status.statistics.segmentsClosed > 0 || !status.statistics.gaps.isEmpty {
+        if recording != nil, status.statistics.segmentsClosed > 0 || !status.statistics.gaps.isEmpty {
             var session = "\(status.statistics.segmentsClosed) segment(s) closed"
             let gaps = status.statistics.gaps
             if !gaps.isEmpty {

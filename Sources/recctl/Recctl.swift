@@ -363,12 +363,24 @@ struct Listen: ParsableCommand {
             Glibc.exit(0)
         }
         interrupt.resume()
-        // Ends by itself only when listening does (`unlisten` or `stop` from elsewhere).
-        let final = try options.follow(connection, subscription, in: view, snapshotCounts: false) { state in
-            state != .listening && !state.isActive
+        // Ends by itself only when listening does (`unlisten`, or `stop` with nothing recording,
+        // from elsewhere): a recording started and stopped meanwhile leaves it listening.
+        for update in subscription.snapshot { view.apply([update.value], seq: update.seq, timestamp: update.timestamp) }
+        while true {
+            let notification: ChangedNotification.Params
+            do {
+                notification = try connection.nextNotification()
+            } catch {
+                view.finish()
+                options.report(error)
+                throw Exit.cannotConnect
+            }
+            view.apply([notification.value], seq: notification.seq, timestamp: notification.timestamp)
+            if case .listening(nil) = notification.value { break }
         }
         interrupt.cancel()
-        if !options.json { Output.line("listening ended (\(final.name.rawValue))") }
+        view.finish()
+        if !options.json { Output.line("listening ended") }
     }
 }
 

@@ -285,6 +285,14 @@ struct ListeningTests {
         #expect(listening.preRollCapacity == 3)
         #expect(waitUntil { listen.stdoutLines.contains { $0.contains(#""topic":"levels""#) && $0.contains("peak") } },
                 "levels as JSON lines: \(listen.stdout)")
+        // A recording started and stopped meanwhile leaves it listening, and recctl with it.
+        let _: Recording = try daemon.connect().call(.start, StartParams(name: "between", format: .wav))
+        #expect(daemon.waitForStatus { $0.currentTime >= 0.3 } != nil)
+        let _: Recording = try daemon.connect().call(.stop)
+        #expect(daemon.waitForStatus { $0.state == .listening } != nil)
+        let lines = listen.stdoutLines.count
+        #expect(waitUntil { listen.stdoutLines.count > lines + 2 }, "recctl listen goes on showing levels")
+        #expect(listen.process.isRunning, "\(listen.stdout.suffix(500))")
         listen.process.signal(SIGINT)
         #expect(listen.wait() == 0, "\(listen.stderr)")
         #expect(daemon.waitForStatus { $0.state == .idle && $0.listening == nil } != nil, "Ctrl-C ended the listening it began")
