@@ -56,11 +56,12 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
     func engineFailed(_ error: RecorderError) {}
 
     /// On the capture thread: hands the newest `frames` (at most what is held) to `consumer`
-    /// as chunks of at most `chunkFrames`, oldest first, timed by the engine's clock. The next
+    /// as chunks of at most `chunkFrames`, oldest first, timed by `captureTime` (the engine's
+    /// estimate for a position). The next
     /// chunk the engine delivers follows the last of them exactly. Returns the frames handed
     /// over and the position of the first.
-    func replay(frames wanted: Int, into consumer: any CaptureConsumer, engine: CaptureEngine,
-                chunkFrames: Int) -> (frames: Int, position: Int64) {
+    func replay(frames wanted: Int, into consumer: any CaptureConsumer, chunkFrames: Int,
+                captureTime: (Int64) -> Double?) -> (frames: Int, position: Int64) {
         let held = heldFrames.load(ordering: .relaxed)
         let frames = Swift.max(0, Swift.min(wanted, held))
         let firstPosition = endPosition - Int64(frames)
@@ -71,7 +72,7 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
         while remaining > 0 {
             let count = Swift.min(remaining, capacityFrames - index, chunkFrames)
             let chunk = CaptureChunk(samples: storage + index * bytesPerFrame, frames: count, position: position,
-                                     captureTime: engine.captureTime(ofPosition: position) ?? Date().timeIntervalSince1970,
+                                     captureTime: captureTime(position) ?? Date().timeIntervalSince1970,
                                      readUptime: CaptureEngine.uptime(), overruns: 0, framesLost: 0)
             guard consumer.receive(chunk) else { break }
             index = (index + count) % capacityFrames

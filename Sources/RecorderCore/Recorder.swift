@@ -720,8 +720,8 @@ public final class Recorder: @unchecked Sendable {
                 if let limit = session.frameLimit {
                     session.frameLimit = limit + Int64((Double(frames) * Double(session.fileRate) / deviceRate).rounded())
                 }
-                let (got, first) = ring.replay(frames: frames, into: session, engine: engine,
-                                               chunkFrames: engine.maximumChunkFrames)
+                let (got, first) = ring.replay(frames: frames, into: session, chunkFrames: engine.maximumChunkFrames,
+                                               captureTime: engine.captureTime(ofPosition:))
                 taken.withLock { $0 = PreRoll(requested: wanted, seconds: Double(got) / deviceRate,
                                               frames: Int64(got), firstFrame: first) }
             }
