@@ -19,7 +19,10 @@ seconds = float(seconds)
 runs = int(runs)
 env = dict(os.environ)
 
-CONFIG = """\
+# [capture] period_time: recd's default (10 ms: level updates and first frames that soon), or
+# BENCH_LISTEN_PERIOD seconds, to see what the wake-up rate costs against arecord's default.
+PERIOD = os.environ.get("BENCH_LISTEN_PERIOD")
+CONFIG = (f"[capture]\nperiod_time = {PERIOD}\n" if PERIOD else "") + """\
 [recording]
 format = "flac"
 sample_rate = 48000
@@ -30,7 +33,7 @@ pre_roll = "10 s"
 [metering]
 time_interval = 0.005
 """
-results = {"seconds": seconds, "runs": runs, "device": device}
+results = {"seconds": seconds, "runs": runs, "device": device, "period_time": float(PERIOD) if PERIOD else 0.01}
 
 
 def start_latency(recd, name, listening):
