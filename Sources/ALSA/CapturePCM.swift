@@ -52,6 +52,10 @@ public struct PCMConfiguration: Sendable, Equatable {
 public final class CapturePCM {
     public let name: String
     private let handle: OpaquePointer
+    /// Frames per period once configured: what `wait(timeoutMilliseconds:orReadable:)` waits for.
+    private var periodFrames = 1
+    /// The PCM's poll descriptors and one more (the caller's), kept between waits.
+    private var pollDescriptors: [pollfd] = []
 
     /// Opens `name` (`default`, `hw:1,0`, `plughw:…`, `pulse`, `dsnoop:…`) for capture.
     public init(name: String) throws(ALSAError) {
@@ -116,6 +120,7 @@ public final class CapturePCM {
         dir = 0
         try check(snd_pcm_hw_params_get_period_size(params, &period, &dir), "snd_pcm_hw_params_get_period_size", name)
         try check(snd_pcm_hw_params_get_buffer_size(params, &buffer), "snd_pcm_hw_params_get_buffer_size", name)
+        periodFrames = max(1, Int(period))
         return PCMConfiguration(
             sampleFormat: format, sampleRate: Int(rate), channels: Int(channelCount),
             periodFrames: Int(period), bufferFrames: Int(buffer))
@@ -131,6 +136,42 @@ public final class CapturePCM {
         let result = snd_pcm_wait(handle, timeoutMilliseconds)
         try check(result, "snd_pcm_wait", name)
         return result > 0
+    }
+
+    /// `wait(timeoutMilliseconds:)` that also returns when `descriptor` (an eventfd another
+    /// thread writes to) is readable, so that the capture thread can be woken between two
+    /// periods. `true` when a period can be read; `false` on timeout or when woken. Errors as
+    /// `snd_pcm_wait` reports them (overrun, suspend, the device gone).
+    public func wait(timeoutMilliseconds: Int32, orReadable descriptor: Int32) throws(ALSAError) -> Bool {
+        // As snd_pcm_wait: no poll when a period is there already.
+        let available = snd_pcm_avail_update(handle)
+        if available < 0 { throw ALSAError(code: Int32(available), function: "snd_pcm_avail_update", device: name) }
+        if available >= periodFrames { return true }
+        let count = Int(snd_pcm_poll_descriptors_count(handle))
+        guard count > 0 else { return try wait(timeoutMilliseconds: timeoutMilliseconds) }
+        if pollDescriptors.count != count + 1 { pollDescriptors = Array(repeating: pollfd(), count: count + 1) }
+        let filled = pollDescriptors.withUnsafeMutableBufferPointer { fds in
+            Int(snd_pcm_poll_descriptors(handle, fds.baseAddress, UInt32(count)))
+        }
+        if filled < 0 { throw ALSAError(code: Int32(filled), function: "snd_pcm_poll_descriptors", device: name) }
+        pollDescriptors[filled] = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        let ready = pollDescriptors.withUnsafeMutableBufferPointer { fds in poll(fds.baseAddress, nfds_t(filled + 1), timeoutMilliseconds) }
+        if ready < 0 {
+            if errno == EINTR { return false }
+            throw ALSAError(code: -errno, function: "poll", device: name)
+        }
+        if ready == 0 { return false }
+        var events: UInt16 = 0
+        let demangled = pollDescriptors.withUnsafeMutableBufferPointer { fds in
+            snd_pcm_poll_descriptors_revents(handle, fds.baseAddress, UInt32(filled), &events)
+        }
+        try check(demangled, "snd_pcm_poll_descriptors_revents", name)
+        if events & UInt16(POLLERR | POLLNVAL) != 0 {
+            // snd_pcm_wait tells which error from the PCM's state (overrun, suspend, gone).
+            try check(snd_pcm_wait(handle, 0), "snd_pcm_wait", name)
+            throw ALSAError(code: -EIO, function: "poll", device: name)
+        }
+        return events & UInt16(POLLIN) != 0
     }
 
     /// Frames ready to be read now.

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 
 // <stdio.h>, glibc 2.28 and later.
 extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
@@ -27,6 +28,11 @@ static inline int recd_limit_malloc_arenas(int count) {
 
 // <pthread.h>, a GNU extension.
 extern int pthread_setname_np(pthread_t thread, const char *name);
+
+/// A non-blocking, close-on-exec eventfd: a counter another thread writes to wake a poll.
+static inline int recd_wake_descriptor(void) {
+    return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
 
 /// Names the calling thread as `top -H`, `ps -L` and /proc show it (at most 15 bytes).
 static inline int recd_name_current_thread(const char *name) {

@@ -77,6 +77,9 @@ final class CaptureEngine: @unchecked Sendable {
     private let buffer: UnsafeMutableRawPointer
     private let commands = NIOLockedValueBox<[Command]>([])
     private let wake = DispatchSemaphore(value: 0)
+    /// Written by `perform`, watched beside the PCM's descriptors: a control block runs at once,
+    /// not after the next period.
+    private let wakeDescriptor = recd_wake_descriptor()
     private var closing = false
     /// Serializes the blocks run once the thread has ended.
     private let afterEnd = NIOLock()
@@ -100,7 +103,10 @@ final class CaptureEngine: @unchecked Sendable {
         self.buffer = .allocate(byteCount: chunkFrames * configuration.bytesPerFrame, alignment: 16)
     }
 
-    deinit { buffer.deallocate() }
+    deinit {
+        buffer.deallocate()
+        if wakeDescriptor >= 0 { Glibc.close(wakeDescriptor) }
+    }
 
     /// The most frames one chunk holds.
     var maximumChunkFrames: Int { chunkFrames }
@@ -165,6 +171,10 @@ final class CaptureEngine: @unchecked Sendable {
             return result.withLock { $0 }
         }
         wake.signal()
+        if wakeDescriptor >= 0 {
+            var one: UInt64 = 1
+            _ = Glibc.write(wakeDescriptor, &one, 8)
+        }
         if command.done.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success {
             return result.withLock { $0 }
         }
@@ -264,6 +274,10 @@ final class CaptureEngine: @unchecked Sendable {
     }
 
     private func runCommands() {
+        if wakeDescriptor >= 0 {
+            var count: UInt64 = 0
+            _ = Glibc.read(wakeDescriptor, &count, 8)  // non-blocking: clears what `perform` wrote
+        }
         let pending = commands.withLock { pending in defer { pending = [] }; return pending }
         for command in pending { execute(command) }
     }
@@ -283,7 +297,9 @@ final class CaptureEngine: @unchecked Sendable {
                 continue
             }
             do throws(ALSAError) {
-                guard try pcm.wait(timeoutMilliseconds: 100) else { continue }
+                let ready = wakeDescriptor >= 0 ? try pcm.wait(timeoutMilliseconds: 100, orReadable: wakeDescriptor)
+                                                : try pcm.wait(timeoutMilliseconds: 100)
+                guard ready else { continue }
                 let available = try pcm.available()
                 let frames = Swift.min(Swift.max(available, configuration.periodFrames), chunkFrames)
                 let got = try pcm.read(into: buffer, frames: frames)

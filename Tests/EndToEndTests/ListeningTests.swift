@@ -290,9 +290,11 @@ struct ListeningTests {
         #expect(daemon.waitForStatus { $0.currentTime >= 0.3 } != nil)
         let _: Recording = try daemon.connect().call(.stop)
         #expect(daemon.waitForStatus { $0.state == .listening } != nil)
-        let lines = listen.stdoutLines.count
-        #expect(waitUntil { listen.stdoutLines.count > lines + 2 }, "recctl listen goes on showing levels")
-        #expect(listen.process.isRunning, "\(listen.stdout.suffix(500))")
+        // It printed the recording's end and then listening again, and is still there.
+        let states = { listen.stdoutLines.filter { $0.contains(#""topic":"state""#) } }
+        #expect(waitUntil { states().contains { $0.contains(#""finished""#) } && (states().last?.contains(#""listening""#) ?? false) },
+                "\(listen.stdout.suffix(800))")
+        #expect(listen.process.isRunning, "recctl listen goes on after the recording: \(listen.stdout.suffix(500))")
         listen.process.signal(SIGINT)
         #expect(listen.wait() == 0, "\(listen.stderr)")
         #expect(daemon.waitForStatus { $0.state == .idle && $0.listening == nil } != nil, "Ctrl-C ended the listening it began")
