@@ -112,7 +112,9 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     private enum FileAccess { case captureThread, abandoned }
 
     /// Runs (on the capture thread) when the recording ends by itself: frame limit, failure.
-    private var onEnd: (@Sendable (CaptureOutcome) -> Void)?
+    /// Taken (and so released) when capture ends: the recorder's closure holds this consumer,
+    /// and kept here for longer it would keep it, its engine and the device open forever.
+    private let onEnd = NIOLockedValueBox<(@Sendable (CaptureOutcome) -> Void)?>(nil)
 
     /// Whether capture has been started.
     var started: Bool { startedFlag.load(ordering: .acquiring) }
@@ -171,7 +173,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// goes to the file. `onEnd` runs (on the capture thread) when it ends by itself.
     func start(preRoll: @escaping (RecordingConsumer) -> Void = { _ in },
                onEnd: @escaping @Sendable (CaptureOutcome) -> Void) throws(RecorderError) {
-        self.onEnd = onEnd
+        self.onEnd.withLock { $0 = onEnd }
         lastSignal.store(CaptureEngine.uptime(), ordering: .relaxed)
         lastSync = CaptureEngine.uptime()
         startedFlag.store(true, ordering: .releasing)
@@ -280,7 +282,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         guard first else { return }
         markFirstFrameKnown()
         finished.signal()
-        if announce { onEnd?(ended) }
+        let callback = onEnd.withLock { callback in defer { callback = nil }; return callback }
+        if announce { callback?(ended) }
     }
 
     private var isEnded: Bool { outcome.withLock { $0 != nil } }

@@ -310,6 +310,52 @@ struct ListeningTests {
         #expect(range.status != 0 && range.stderr.contains("'preRoll' must be between 0 and 60 seconds"), "\(range.stderr)")
     }
 
+    /// Threads of the daemon with this name (`/proc/PID/task/*/comm`): libpulse's client
+    /// thread (`threaded-ml`) exists exactly while a `pulse` PCM is open.
+    func threads(named name: String, of daemon: Daemon) -> Int {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.process.pid)/task")) ?? []
+        return tasks.filter {
+            (try? String(contentsOfFile: "/proc/\(daemon.process.pid)/task/\($0)/comm", encoding: .utf8))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) == name
+        }.count
+    }
+
+    func descriptors(of daemon: Daemon) -> Int {
+        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.process.pid)/fd")) ?? []).count
+    }
+
+    @Test func theDeviceClosesAfterEveryRecordingAndWhenListeningEnds() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"wav\"\n")
+        let client = try daemon.connect()
+        #expect(threads(named: "threaded-ml", of: daemon) == 0)
+        let baseline = descriptors(of: daemon)
+        // Recordings one after another, each through its own opening: closed after each.
+        for index in 0..<6 {
+            let _: Recording = try client.call(.start, StartParams(name: "take\(index)"))
+            #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 0.2 } != nil)
+            #expect(threads(named: "threaded-ml", of: daemon) == 1, "one device opening while recording")
+            let _: Recording = try client.call(.stop)
+            #expect(waitUntil(timeout: 10) { threads(named: "threaded-ml", of: daemon) == 0 },
+                    "the device closed after recording \(index): \(threads(named: "threaded-ml", of: daemon)) open")
+        }
+        #expect(waitUntil(timeout: 10) { descriptors(of: daemon) <= baseline + 1 }, "descriptors back to \(baseline): \(descriptors(of: daemon))")
+        // Listening holds one opening, which recordings share; unlisten closes it.
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 1))
+        for index in 0..<3 {
+            let _: Recording = try client.call(.start, StartParams(name: "shared\(index)"))
+            #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 0.2 } != nil)
+            let _: Recording = try client.call(.stop)
+            #expect(daemon.waitForStatus { $0.state == .listening } != nil)
+            #expect(threads(named: "threaded-ml", of: daemon) == 1, "recordings while listening share its opening")
+            #expect(threads(named: "recd-capture", of: daemon) == 1)
+        }
+        let _: ListenResult = try client.call(.unlisten)
+        #expect(waitUntil(timeout: 10) { threads(named: "threaded-ml", of: daemon) == 0 && threads(named: "recd-capture", of: daemon) == 0 },
+                "unlisten closed the device")
+    }
+
     @Test func listenAtStartFromTheConfigurationAndOverMQTT() throws {
         let broker = try MosquittoBroker()
         let server = try PulseServer()
