@@ -557,6 +557,8 @@ final class Outbox: Sendable {
         /// Whether the loop's flusher will flush `pending`.
         var flushScheduled = false
         var finished = false
+        /// The channel has closed: nothing queued will be written, and nobody waits for it.
+        var closed = false
         /// Uptime (ns) of the last write the socket took, or of the first byte queued since.
         var lastProgress: UInt64 = 0
         var roomWaiters: [CheckedContinuation<Void, Never>] = []
@@ -568,6 +570,18 @@ final class Outbox: Sendable {
         self.limit = limit
         self.flusher = flusher
         self.writer = writer
+        // A write that never completes (the channel closed with bytes still pending) must not
+        // keep a waiter, and with it the connection and the server's shutdown, forever.
+        channel.closeFuture.whenComplete { [self] _ in channelClosed() }
+    }
+
+    private func channelClosed() {
+        let waiters = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+            state.closed = true
+            defer { state.roomWaiters = []; state.writtenWaiters = [] }
+            return state.roomWaiters + state.writtenWaiters
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     var queuedBytes: Int { state.withLockedValue { $0.bytes } }
@@ -648,9 +662,17 @@ final class Outbox: Sendable {
         await wait(in: \.roomWaiters) { $0.bytes > limit }
     }
 
-    /// Nothing more will be queued (what is sent later is dropped).
+    /// Nothing more will be queued (what is sent later is dropped). What was queued for the
+    /// caller to flush (an inline answer whose read never completed: the client left, or its
+    /// handler went with the pipeline) is flushed now, so that `waitUntilWritten` ends.
     func finish() {
-        state.withLockedValue { $0.finished = true }
+        let flushNow = state.withLockedValue { state -> Bool in
+            state.finished = true
+            guard state.pending != nil, !state.flushScheduled else { return false }
+            state.flushScheduled = true
+            return true
+        }
+        if flushNow { channel.eventLoop.execute { self.flush() } }
     }
 
     /// Returns once everything queued is written, or the channel failed.
@@ -662,7 +684,7 @@ final class Outbox: Sendable {
                       while condition: (State) -> Bool) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let wait = state.withLockedValue { state in
-                guard condition(state) else { return false }
+                guard !state.closed, condition(state) else { return false }
                 state[keyPath: waiters].append(continuation)
                 return true
             }
@@ -673,7 +695,7 @@ final class Outbox: Sendable {
     /// Whether something waits unwritten and the socket has taken nothing for `seconds`.
     func isStalled(for seconds: Double) -> Bool {
         state.withLockedValue { state in
-            state.bytes > 0 && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
+            !state.closed && state.bytes > 0 && DispatchTime.now().uptimeNanoseconds &- state.lastProgress > UInt64(seconds * 1e9)
         }
     }
 }

@@ -27,6 +27,48 @@ struct ControlServerTests {
         }
     }
 
+    // MARK: Clients that leave badly
+
+    /// Connections that vanish in every bad way while notifications flow (gone with answers
+    /// unread, pipelined requests left unanswered, subscribed at 100 Hz and never reading)
+    /// give back their descriptors once gone, and SIGTERM still ends recd promptly: a
+    /// connection whose last answer could never be written once kept shutdown waiting forever.
+    @Test func clientsThatLeaveBadlyLetGoAndSigtermStillEndsRecd() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let _: Recording = try daemon.connect().call(.start, StartParams(name: "busy", format: .wav))
+        #expect(daemon.waitForStatus { $0.currentTime > 0.2 } != nil)
+        func descriptors() -> Int {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.process.pid)/fd")) ?? []).count
+        }
+        let baseline = descriptors()
+        let subscribeAll = #"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"interval":0.01}}"# + "\n"
+        let status = #"{"jsonrpc":"2.0","id":2,"method":"status"}"# + "\n"
+        var stalled: [RecdConnection] = []
+        for round in 0..<60 {
+            let client = try daemon.connect()
+            switch round % 4 {
+            case 0: try client.send(subscribeAll + status)  // gone at once, answers unread
+            case 1: try client.send(String(repeating: status, count: 20))  // pipelined, never read
+            case 2:
+                try client.send(status)
+                client.interrupt()  // both directions shut while the answer is on its way
+            default:
+                try client.send(subscribeAll)  // subscribed at 100 Hz, never reading: kept open
+                stalled.append(client)
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.5)  // the stalled ones fall behind: part of the scenario
+        stalled.removeAll()  // and now they leave too
+        #expect(waitUntil(timeout: 30) { descriptors() <= baseline + 2 },
+                "descriptors back to about \(baseline): \(descriptors())")
+        // Some that never read are still there at shutdown.
+        for _ in 0..<10 { stalled.append(try daemon.connect()); try stalled.last!.send(subscribeAll) }
+        #expect(daemon.terminate(timeout: 30) == 0, "recd ended on SIGTERM\n\(daemon.log.suffix(1500))")
+        #expect(try SoundFileReader(path: daemon.recordings + "/busy.wav").readAllInt16().count > 0, "the recording was finalized")
+    }
+
     // MARK: JSON-RPC 2.0 (the specification's section 7, method names adapted)
 
     @Test func theSpecificationsExamplesGetTheSpecificationsAnswers() throws {
