@@ -4,8 +4,9 @@ null sink and a 440 Hz tone played into it):
 
   alone        one FLAC 48 kHz stereo recording, nothing else
   subscribers  the same, in 30 s segments, with 20 clients subscribed to state, currentTime,
-               levels and recording at 20 Hz; the PulseAudio server is stopped for 10 s every
-               20 minutes (the device is lost and comes back)
+               levels and recording at 20 Hz, listening with a 10 s pre-roll from the daemon's
+               start ([listen]); the PulseAudio server is stopped for 10 s every 20 minutes
+               (the device is lost and comes back, for the recording and for listening)
   churn        start/pause/resume/stop/cancel/rename cycles, some with a duration; 50
                subscribers that come and go (random topics and intervals, some unsubscribe and
                subscribe again, some close with unread data); garbage clients (bad JSON, an
@@ -53,11 +54,11 @@ RATE = 48000
 SEGMENT_SECONDS = 30
 LOADS = ("alone", "subscribers", "churn")
 TARGET_RSS_MIB_PER_H = 0.05
-ALL_TOPICS = ["state", "currentTime", "error", "levels", "recording", "segment", "warning"]
+ALL_TOPICS = ["state", "currentTime", "error", "levels", "recording", "segment", "warning", "listening"]
 
 CONFIG = {
     "alone": "",
-    "subscribers": "[metering]\nlevels_interval = 0.05\ntime_interval = 0.05\n",
+    "subscribers": "[metering]\nlevels_interval = 0.05\ntime_interval = 0.05\n\n[listen]\nenabled = true\npre_roll = \"10 s\"\n",
     "churn": "[metering]\nlevels_interval = 0.05\ntime_interval = 0.05\n\n[server]\nmax_clients = 200\n",
 }
 
