@@ -50,6 +50,11 @@ final class CaptureEngine: @unchecked Sendable {
 
     let pcm: CapturePCM
     let configuration: PCMConfiguration
+    /// Tells engines apart for callbacks that run after one may be gone (an address may be reused).
+    let serial = CaptureEngine.serials.add(1, ordering: .relaxed).newValue
+    private static let serials = Atomic<UInt64>(0)
+    /// `close()` asked: the thread ends at its next turn even if the block that says so timed out.
+    private let closeRequested = Atomic<Bool>(false)
     /// Frames delivered since the device opened: the next chunk's position.
     let framesCaptured = Atomic<Int64>(0)
     let overruns = Atomic<Int>(0)
@@ -229,7 +234,8 @@ final class CaptureEngine: @unchecked Sendable {
     /// thread is stuck in the driver: it ends by itself whenever the driver lets it go.
     @discardableResult
     func close(timeout: Double = 5) -> Bool {
-        perform(timeout: timeout) { engine in
+        closeRequested.store(true, ordering: .releasing)
+        return perform(timeout: timeout) { engine in
             engine.closing = true
             engine.consumers = []
             return true
@@ -286,7 +292,7 @@ final class CaptureEngine: @unchecked Sendable {
     private func run() -> RecorderError? {
         while true {
             runCommands()
-            if closing {
+            if closing || closeRequested.load(ordering: .acquiring) {
                 stopDevice()
                 return nil
             }
@@ -397,8 +403,9 @@ enum CaptureThread {
             return nil
         }, box.toOpaque())
         guard created == 0 else {
-            // No thread: run where we are rather than never (only when the system is out of threads).
-            box.takeRetainedValue().run()
+            // No thread of its own (the system is out of them): a Dispatch worker, as before.
+            let body = box.takeRetainedValue()
+            DispatchQueue(label: name).async { body.run() }
             return
         }
         pthread_detach(thread)

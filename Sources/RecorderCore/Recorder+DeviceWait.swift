@@ -97,7 +97,6 @@ extension Recorder {
                 }
             }
             recording.deviceFormat = DeviceFormat(engine.configuration)
-            if listenPlan != nil { attachListening(to: engine) }
             let gap = ledger.withLock { ledger -> Gap? in
                 guard !ledger.gaps.isEmpty else { return nil }
                 ledger.gaps[ledger.gaps.count - 1].end = now

@@ -35,10 +35,13 @@ extension Recorder {
             listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration)
             if let engine {
                 attachListening(to: engine)
-            } else if !state.value.isActive {
+            } else if case .waitingForDevice(_, let wait) = state.value {
+                // The recording's attempts open the device for both; if it ends first,
+                // listening goes on waiting with attempts of its own.
+                listenPlan?.wait = wait
+            } else {
                 do throws(ALSAError) {
-                    let engine = try openEngine(configuration, configuration.defaultSettings)
-                    attachListening(to: engine)
+                    _ = try openEngine(configuration, configuration.defaultSettings)
                 } catch {
                     let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
                     guard configuration.waitForDevice, Self.mayComeBack(error), !unknown else {
@@ -49,7 +52,6 @@ extension Recorder {
                     scheduleListeningRetry(error: .opening(error), since: Date(), attempts: 1)
                 }
             }
-            // While a recording waits for its device, its attempts open it for both.
             startListeningTimer(configuration)
             if !state.value.isActive {
                 levels.send(Levels(channels: Array(repeating: .silence, count: engine?.configuration.channels ?? 0), clipCount: 0))
@@ -116,14 +118,18 @@ extension Recorder {
         for consumer in [old.ring as (any CaptureConsumer)?, old.meter].compactMap({ $0 }) {
             engine.detach(consumer, timeout: listenPlan.configuration.stopTimeout)
         }
+        listeningParts.withLock { $0 = (ring, meter) }
         do throws(RecorderError) {
             if let ring { try engine.attach(ring, timeout: listenPlan.configuration.stopTimeout) }
             if let meter { try engine.attach(meter, timeout: listenPlan.configuration.stopTimeout) }
+            self.listenPlan?.wait = nil
         } catch {
+            // The device would not start (or the engine ended meanwhile: its end is on its way).
             logger.error("listening could not start capture", metadata: ["error.message": "\(error.message)"])
+            let now = Date()
+            self.listenPlan?.wait = DeviceWait(error: error, since: now, retryAt: now, attempts: 0)
         }
-        listeningParts.withLock { $0 = (ring, meter) }
-        self.listenPlan?.wait = nil
+        publishListening()
     }
 
     /// Publishes listening as it stands (after it began, waits, resumes or changes).
@@ -152,26 +158,29 @@ extension Recorder {
     }
 
     /// Opens the device and starts an engine on it (the device itself starts with its first consumer).
+    /// While listening, listening's meter and ring are attached to it at once: whoever opens
+    /// the device (listening, a recording, an attempt after a loss) opens it for both.
     func openEngine(_ configuration: RecorderConfiguration,
-                            _ settings: RecordingSettings) throws(ALSAError) -> CaptureEngine {
+                    _ settings: RecordingSettings) throws(ALSAError) -> CaptureEngine {
         let (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
         openedDevices.insert(configuration.device)
         let engine = CaptureEngine(pcm: pcm, configuration: pcmConfiguration)
-        let failed = ObjectIdentifier(engine)
+        let failed = engine.serial
         engine.start { [weak self] error in
             guard let self else { return }
             control.async { self.engineFailed(failed, error: error) }
         }
         self.engine = engine
         activeEngine.withLock { $0 = engine }
+        if listenPlan != nil { attachListening(to: engine) }
         return engine
     }
 
     /// The device failed under the engine. A recording was told first (its consumer) and
     /// waits, if it may, with its own attempts, which reopen the device for listening too;
     /// listening alone waits with attempts of its own.
-    func engineFailed(_ failed: ObjectIdentifier, error failure: RecorderError) {
-        guard let engine, ObjectIdentifier(engine) == failed else { return }
+    func engineFailed(_ failed: UInt64, error failure: RecorderError) {
+        guard let engine, engine.serial == failed else { return }
         self.engine = nil
         activeEngine.withLock { $0 = nil }
         listeningParts.withLock { $0 = (nil, nil) }
@@ -182,7 +191,6 @@ extension Recorder {
             publishListening()
             return
         }
-        guard !state.value.isActive else { return }
         guard listenPlan.configuration.waitForDevice else {
             logger.error("capture device lost; listening ends", metadata: ["error.message": "\(failure.message)"])
             error.send(failure)
@@ -203,11 +211,14 @@ extension Recorder {
     /// One attempt to open the device again for listening alone.
     func retryListening() {
         cancelRetry()
-        guard let listenPlan, let wait = listenPlan.wait, engine == nil, !state.value.isActive else { return }
+        guard let listenPlan, let wait = listenPlan.wait else { return }
+        if let engine {
+            // Opened meanwhile (a recording's start): listening is on it already, or joins now.
+            if listeningParts.withLock({ $0.ring == nil && $0.meter == nil }) { attachListening(to: engine) }
+            return
+        }
         do throws(ALSAError) {
             let engine = try openEngine(listenPlan.configuration, listenPlan.configuration.defaultSettings)
-            attachListening(to: engine)
-            publishListening()
             logger.notice("capture device is back; listening again", metadata: ["device.name": "\(engine.pcm.name)"])
         } catch {
             guard Self.mayComeBack(error) else {
@@ -223,10 +234,13 @@ extension Recorder {
     /// A recording has ended (or never began): back to listening if recd listens, else the
     /// device closes.
     func returnToListeningOrClose() {
-        guard listenPlan != nil else { return closeEngineIfUnused() }
-        if engine == nil, listenPlan?.wait != nil, retryTimer == nil, let wait = listenPlan?.wait {
-            // The recording's attempts ended with it: listening keeps waiting on its own.
-            scheduleListeningRetry(error: wait.error, since: wait.since, attempts: wait.attempts)
+        guard let listenPlan else { return closeEngineIfUnused() }
+        if engine == nil, retryTimer == nil {
+            // No device and nobody trying to open it (the recording's attempts ended with it):
+            // listening waits with attempts of its own.
+            let wait = listenPlan.wait
+            scheduleListeningRetry(error: wait?.error ?? RecorderError(.deviceLost, "the capture device is not open"),
+                                   since: wait?.since ?? Date(), attempts: wait?.attempts ?? 0)
         }
         if case .listening = state.value {} else { state.send(.listening) }
     }

@@ -411,8 +411,8 @@ public final class Recorder: @unchecked Sendable {
         }
     }
 
-    /// Whether capture is making progress: true unless a recording is running and its capture
-    /// thread has not read from the device for `maximumSilence`. The watchdog asks this.
+    /// Whether capture is making progress: true unless the device is running (listening or
+    /// recording) and the capture thread has not read from it for `maximumSilence`. The watchdog asks this.
     public func captureIsHealthy(maximumSilence: Duration) -> Bool {
         activeEngine.withLock { engine in
             guard let engine, engine.isRunning.load(ordering: .acquiring), !engine.hasEnded else { return true }
@@ -500,7 +500,13 @@ public final class Recorder: @unchecked Sendable {
             }
         }
         let pcmConfiguration = engine.configuration
-        let files = try makeFiles(id: id, name: name, plan: plan, device: pcmConfiguration)
+        let files: SegmentFileFactory
+        do throws(RecorderError) {
+            files = try makeFiles(id: id, name: name, plan: plan, device: pcmConfiguration)
+        } catch {
+            closeEngineIfUnused()
+            throw error
+        }
         plan.files = files
         let writer: any AudioFileWriter
         let segment: Segment

@@ -204,7 +204,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// else listens.
     func pause() throws(RecorderError) {
         guard !isEnded else { return }
-        guard engine.detach(self, lastly: { [self] _ in isPaused.store(true, ordering: .releasing) }) else {
+        guard engine.detach(self, lastly: { [self] _ in if !isEnded { isPaused.store(true, ordering: .releasing) } }) else {
             throw RecorderError(.deviceLost, "capture on '\(deviceName)' is not responding (stuck in the device driver); "
                                 + "stop the recording to keep what was written")
         }

@@ -258,6 +258,54 @@ struct ListeningTests {
         let _: Recording = try client.call(.stop)
     }
 
+    @Test func listeningComesBackAfterADeviceLossDuringAPausedRecording() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"wav\"\n")
+        let client = try daemon.connect()
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 1))
+        let _: Recording = try client.call(.start, StartParams(name: "held"))
+        #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 0.3 } != nil)
+        let _: StateResult = try client.call(.pause)
+        server.kill()
+        #expect(daemon.waitForStatus { $0.listening?.wait != nil } != nil, "listening waits for the device")
+        try server.restart()
+        try server.tone()
+        let back = try #require(daemon.waitForStatus(timeout: 30) {
+            $0.listening?.wait == nil && ($0.listening?.framesCaptured ?? 0) > 24000 && $0.state.name == .paused
+        }, "listening is back while the recording stays paused")
+        #expect(back.listening?.deviceFormat != nil)
+        let stopped: Recording = try client.call(.stop)
+        #expect(stopped.frames > 0, "the paused recording keeps what it had")
+        #expect(daemon.waitForStatus { $0.state == .listening && $0.listening?.wait == nil } != nil)
+    }
+
+    @Test func aRecordingThatWaitsForTheDeviceOpensItForListeningToo() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"wav\"\n")
+        let client = try daemon.connect()
+        // Opened once (so known), then gone: listening and the recording both wait for it.
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 1))
+        try #require(daemon.waitForStatus { ($0.listening?.framesCaptured ?? 0) > 4800 } != nil)
+        server.kill()
+        #expect(daemon.waitForStatus { $0.listening?.wait != nil } != nil)
+        let waiting: Recording = try client.call(.start, StartParams(name: "late"))
+        #expect(waiting.segment == nil, "the recording waits for the device")
+        try server.restart()
+        try server.tone()
+        let both = try #require(daemon.waitForStatus(timeout: 30) {
+            $0.state.name == .recording && $0.currentTime >= 0.3 && $0.listening?.wait == nil
+                && ($0.listening?.preRollHeld ?? 0) > 0.2
+        }, "one opening for the recording and for listening")
+        #expect(both.listening?.deviceFormat != nil)
+        let _: Recording = try client.call(.stop)
+        let after = try #require(daemon.waitForStatus { $0.state == .listening })
+        let captured = after.listening?.framesCaptured ?? 0
+        #expect(daemon.waitForStatus { ($0.listening?.framesCaptured ?? 0) > captured + 4800 } != nil,
+                "still hearing after the recording")
+    }
+
     @Test func sigtermWhileListeningAndWhileRecordingWithPreRollExitsCleanly() throws {
         let server = try PulseServer()
         try server.tone()
