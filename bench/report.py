@@ -125,6 +125,9 @@ SUMMARY_ROWS = [
     ("4b", "RSS growth over 24 recorded hours", "< 1 MiB"),
     ("5", "start request → first frame (paced device); bound: → first currentTime > 0 notification", "< 20 ms"),
     ("6", "CPU s per recorded hour: AAC 48 kHz stereo 128 kbit/s (.m4a)", "≤ 1.0× ffmpeg"),
+    ("7a", "CPU per hour listening (meter + 10 s pre-roll) against arecord", "≤ 1.0×"),
+    ("7b", "RSS listening with a 10 s pre-roll; recording with it (peak)", "< 24 MiB each"),
+    ("7c", "start → answer while listening / device closed", "report"),
 ]
 
 
