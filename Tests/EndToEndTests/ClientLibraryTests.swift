@@ -66,36 +66,49 @@ struct ClientLibraryTests {
         }
         // Bounds, not windows: the follower is a task of the same pool as every other test, and
         // under ThreadSanitizer with all suites at once it once waited more than 20 s to run.
-        #expect(await eventually(timeout: Self.bound) { connections() == 1 })
+        // Every check says what the follower had and what recd logged: a failure here once
+        // came only from a full ThreadSanitizer run, and its output named no line.
+        func context(_ daemon: Daemon?) -> String {
+            "received: \(received.withLock { $0 })\nrecd log:\n\(daemon?.log ?? "")"
+        }
+        #expect(await eventually(timeout: Self.bound) { connections() == 1 }, "\(context(first))")
         let snapshot = received.withLock { $0.first }
         if case .connected(let updates) = snapshot {
-            #expect(updates.map(\.value) == [.state(.idle)])
+            #expect(updates.map(\.value) == [.state(.idle)], "\(context(first))")
         } else {
             Issue.record("first change: \(String(describing: snapshot))")
         }
 
-        let started = try await client.start(StartParams(name: "async", duration: 0.5))
+        let started: Recording
+        do { started = try await client.start(StartParams(name: "async", duration: 0.5)) } catch {
+            Issue.record("start: \(error)\n\(context(first))"); return
+        }
         #expect(started.name == "async")
-        #expect(await eventually(timeout: Self.bound) { states().contains(.finished) }, "\(states())")
-        #expect(states().starts(with: [.preparing, .recording]))
+        #expect(await eventually(timeout: Self.bound) { states().contains(.finished) }, "\(context(first))")
+        #expect(states().starts(with: [.preparing, .recording]), "\(context(first))")
         let status = try await client.status()
-        #expect(status.recording?.frames == 24000)
+        #expect(status.recording?.frames == 24000, "\(status)\n\(context(first))")
 
         // recd goes away and comes back on the same socket: the sequence says so and goes on.
-        #expect(first?.terminate() == 0, "\(first?.log ?? "")")
+        let exit = first?.terminate()
+        #expect(exit == 0, "exit \(exit.map(String.init) ?? "none in 30 s")\n\(context(first))")
         first = nil
         #expect(await eventually(timeout: Self.bound) {
             received.withLock { $0.contains { if case .disconnected = $0 { true } else { false } } }
-        })
+        }, "\(context(nil))")
         let second = try daemon(socket: socket, recordings: recordings, device: TestDevices.file(input.path))
-        #expect(await eventually(timeout: Self.bound) { connections() == 2 }, "\(received.withLock { $0 })")
-        let again = try await client.start(StartParams(name: "async-2", duration: 0.5))
+        #expect(await eventually(timeout: Self.bound) { connections() == 2 }, "\(context(second))")
+        let again: Recording
+        do { again = try await client.start(StartParams(name: "async-2", duration: 0.5)) } catch {
+            Issue.record("second start: \(error)\n\(context(second))"); return
+        }
         #expect(again.name == "async-2")
-        #expect(await eventually(timeout: Self.bound) { states().filter { $0 == .finished }.count == 2 }, "\(states())")
+        #expect(await eventually(timeout: Self.bound) { states().filter { $0 == .finished }.count == 2 }, "\(context(second))")
 
         // A refused call throws the daemon's error.
-        await #expect(throws: ClientError.self) { try await client.stop() }
-        #expect(second.terminate() == 0, "\(second.log)")
+        await #expect(throws: ClientError.self, "\(context(second))") { try await client.stop() }
+        let secondExit = second.terminate()
+        #expect(secondExit == 0, "exit \(secondExit.map(String.init) ?? "none in 30 s")\n\(context(second))")
     }
 
     @Test func pythonExampleStartsWatchesAndStops() throws {
