@@ -135,6 +135,29 @@ public final class RecdConnection {
         try readLine(deadline: timeout.map { Date().addingTimeInterval($0) })
     }
 
+    /// Fills `destination` with the next bytes on the connection (after any line already
+    /// buffered): false at the end of the stream before the first byte, `closed` in the middle.
+    public func readExactly(into destination: UnsafeMutableRawBufferPointer) throws(ClientError) -> Bool {
+        var filled = min(buffer.count, destination.count)
+        if filled > 0 {
+            buffer.withUnsafeBytes { destination.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: filled) }
+            buffer.removeFirst(filled)
+        }
+        while filled < destination.count {
+            let count = read(fd, destination.baseAddress! + filled, destination.count - filled)
+            if count < 0 {
+                if errno == EINTR || errno == EAGAIN { continue }
+                throw .closed
+            }
+            if count == 0 {
+                if filled == 0 { return false }
+                throw .closed
+            }
+            filled += count
+        }
+        return true
+    }
+
     /// Half-closes the connection: the daemon sees end of input.
     public func shutdownWriting() { shutdown(fd, Int32(SHUT_WR)) }
 

@@ -11,17 +11,25 @@ public protocol SubscriptionHost: Sendable {
     func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult
 }
 
+/// A way in that can carry audio (the socket's connections): `tap` turns it into a stream.
+public protocol TapHost: Sendable {
+    func openTap(_ params: TapParams, recorder: Recorder) throws(RPCError) -> TapResult
+}
+
 /// What a method handler works with: the recorder, and whoever asked.
 public struct RequestContext: Sendable {
     public let recorder: Recorder
     public let version: String
     /// nil for a way in without subscriptions.
     public let subscriptions: (any SubscriptionHost)?
+    /// nil for a way in that cannot carry audio.
+    public let taps: (any TapHost)?
 
-    public init(recorder: Recorder, version: String, subscriptions: (any SubscriptionHost)?) {
+    public init(recorder: Recorder, version: String, subscriptions: (any SubscriptionHost)?, taps: (any TapHost)? = nil) {
         self.recorder = recorder
         self.version = version
         self.subscriptions = subscriptions
+        self.taps = taps
     }
 }
 
@@ -129,6 +137,15 @@ public enum MethodTable {
                 let last = try recorderCall { () throws(RecorderError) in try context.recorder.unlisten() }
                 return ListenResult(state: context.recorder.state.value, listening: last)
             }
+        case .tap:
+            .blocking { context, params throws(RPCError) in
+                let params = try decodeParams(TapParams.self, params) ?? TapParams()
+                if let refusal = params.rangeRefusal() { throw .invalidParams(refusal) }
+                guard let host = context.taps else {
+                    throw .invalidRequest("taps are for socket connections: audio cannot go over MQTT")
+                }
+                return try host.openTap(params, recorder: context.recorder)
+            }
         case .cancel:
             .blocking { context, _ throws(RPCError) in
                 try recorderCall { () throws(RecorderError) in try context.recorder.cancel() }
@@ -205,7 +222,7 @@ public enum MethodTable {
             statistics: recorder.statistics.value, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
             lastSegment: recorder.closedSegment.value, storage: recorder.storage.value,
-            listening: recorder.currentListeningStatus())
+            listening: recorder.currentListeningStatus(), taps: Optional(recorder.currentTaps()).flatMap { $0.isEmpty ? nil : $0 })
     }
 
     /// `recordings.delete` and `.rename` leave the file being recorded alone.
@@ -242,7 +259,7 @@ public enum MethodTable {
         }
     }
 
-    private static func recorderCall<T>(_ body: () throws(RecorderError) -> T) throws(RPCError) -> T {
+    static func recorderCall<T>(_ body: () throws(RecorderError) -> T) throws(RPCError) -> T {
         do {
             return try body()
         } catch {
@@ -250,7 +267,7 @@ public enum MethodTable {
         }
     }
 
-    static func rpcError(_ error: RecorderError) -> RPCError {
+    public static func rpcError(_ error: RecorderError) -> RPCError {
         RPCError(code: RPCErrorCode.recorderError, message: error.message, data: .init(code: error.code.rawValue))
     }
 

@@ -58,6 +58,11 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public var socketGID: gid_t?
     public var controlUIDs: Set<uid_t> = []
     public var controlGIDs: Set<gid_t> = []
+    /// Who may hear the input (`tap`) besides root, recd's user and recd's group.
+    public var tapUsers: [String] = []
+    public var tapGroups: [String] = []
+    public var tapUIDs: Set<uid_t> = []
+    public var tapGIDs: Set<gid_t> = []
 
     public var mqtt = MQTTSettings()
     public var hooks = HookSettings()
@@ -190,6 +195,14 @@ public struct DaemonConfiguration: Equatable, Sendable {
         try reader.read("server.control_groups") { (value: [String]) throws(ConfigurationError) in
             controlGIDs = try reader.groupIDs("server.control_groups", value)
             controlGroups = value
+        }
+        try reader.read("server.tap_users") { (value: [String]) throws(ConfigurationError) in
+            tapUIDs = try reader.userIDs("server.tap_users", value)
+            tapUsers = value
+        }
+        try reader.read("server.tap_groups") { (value: [String]) throws(ConfigurationError) in
+            tapGIDs = try reader.groupIDs("server.tap_groups", value)
+            tapGroups = value
         }
         try applyStorageAndRetention(reader)
         try applyMQTTAndHooks(reader)

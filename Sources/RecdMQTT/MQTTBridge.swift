@@ -279,8 +279,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     // MARK: Commands (on commandQueue)
 
     /// The methods MQTT takes as commands: every one of the socket's but those that act on a
-    /// connection (MQTT publishes the recorder's topics itself).
-    static let commandMethods = RecdProtocol.Method.allCases.filter { $0 != .subscribe && $0 != .unsubscribe }
+    /// connection (MQTT publishes the recorder's topics itself; a tap's audio needs a socket).
+    static let commandMethods = RecdProtocol.Method.allCases.filter { $0 != .subscribe && $0 != .unsubscribe && $0 != .tap }
     static let commandNames = (commandMethods.map(\.rawValue) + ["switch", "listen_switch"]).joined(separator: ", ")
 
     /// What a client on the broker may do: everything when `[mqtt] control` is on (the broker's

@@ -14,12 +14,15 @@ public enum Method: String, Sendable, CaseIterable, Codable {
     case recordingsRename = "recordings.rename"
     case devicesList = "devices.list"
     case version
+    /// Turn the connection into a stream of the input's audio (see protocol.md, "Taps").
+    case tap
 
     /// What the caller must be allowed to do. Everyone who can connect may observe.
     public var permission: Permission {
         switch self {
         case .start, .pause, .resume, .stop, .cancel, .split, .listen, .unlisten, .recordingsDelete, .recordingsRename: .control
         case .status, .subscribe, .unsubscribe, .recordingsList, .recordingsInfo, .devicesList, .version: .observe
+        case .tap: .tap
         }
     }
 
@@ -28,6 +31,7 @@ public enum Method: String, Sendable, CaseIterable, Codable {
         switch self {
         case .start: StartParams.names
         case .listen: memberNames(of: ListenParams(preRoll: 0))
+        case .tap: memberNames(of: TapParams(rate: 0, channels: 0, encoding: .s16le, preRoll: 0))
         case .subscribe: SubscribeParams.names
         case .unsubscribe: memberNames(of: UnsubscribeParams(subscription: ""))
         case .recordingsInfo, .recordingsDelete: memberNames(of: RecordingNameParams(name: ""))
@@ -48,6 +52,8 @@ public enum Permission: String, Sendable, Codable {
     case observe
     /// start, pause, resume, stop, cancel, split, listen, unlisten, delete, rename.
     case control
+    /// tap: hear the input (audio is more sensitive than state).
+    case tap
 }
 
 /// No params / an empty result.
@@ -196,6 +202,47 @@ public struct ListenParams: Codable, Sendable, Equatable {
     }
 }
 
+/// `tap`: the audio a client wants. Unset members take the recording settings' rate and
+/// channels, and 16-bit samples.
+public struct TapParams: Codable, Sendable, Equatable {
+    public var rate: Int?
+    public var channels: Int?
+    public var encoding: TapEncoding?
+    /// Seconds of input from before the tap to begin with (at most what listening holds).
+    public var preRoll: Double?
+
+    public init(rate: Int? = nil, channels: Int? = nil, encoding: TapEncoding? = nil, preRoll: Double? = nil) {
+        self.rate = rate
+        self.channels = channels
+        self.encoding = encoding
+        self.preRoll = preRoll
+    }
+
+    public func rangeRefusal() -> String? {
+        if let rate, let refusal = Limits.refusal("rate", rate, Limits.sampleRate, "Hz") { return refusal }
+        if let channels, let refusal = Limits.refusal("channels", channels, Limits.channels) { return refusal }
+        if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") { return refusal }
+        return nil
+    }
+}
+
+/// `tap`'s answer, the last line of JSON on the connection: chunks follow (`TapChunkHeader`).
+public struct TapResult: Codable, Sendable, Equatable {
+    /// The tap's id in `status`.
+    public var tap: Int
+    public var format: TapFormat
+    /// Bytes of the header before each chunk.
+    public var headerBytes: Int
+    /// Seconds of pre-roll the stream begins with.
+    public var preRoll: Double
+    public init(tap: Int, format: TapFormat, headerBytes: Int = TapChunkHeader.size, preRoll: Double) {
+        self.tap = tap
+        self.format = format
+        self.headerBytes = headerBytes
+        self.preRoll = preRoll
+    }
+}
+
 /// `listen`, `unlisten` and `stop` while only listening: the state, and listening as it is
 /// (or was, for `unlisten`).
 public struct ListenResult: Codable, Sendable, Equatable {
@@ -269,12 +316,15 @@ public struct StatusResult: Codable, Sendable, Equatable {
     public var storage: StorageStatus?
     /// While listening: the device's format, the pre-roll held and its memory; nil otherwise.
     public var listening: ListeningStatus?
+    /// The taps open, and what each client was sent; nil when there are none.
+    public var taps: [TapStatus]?
 
     public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
                 device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String,
                 warning: RecorderWarning? = nil, lastSegment: Segment? = nil, storage: StorageStatus? = nil,
-                listening: ListeningStatus? = nil) {
+                listening: ListeningStatus? = nil, taps: [TapStatus]? = nil) {
         self.listening = listening
+        self.taps = taps
         self.storage = storage
         self.warning = warning
         self.lastSegment = lastSegment

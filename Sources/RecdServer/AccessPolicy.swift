@@ -17,21 +17,34 @@ public struct PeerCredentials: Sendable, Equatable {
 
 /// Decides what a peer may do: everyone who can connect may observe; control needs root, the
 /// daemon's own uid, a listed uid, or membership (primary or supplementary) of a listed group.
+/// Hearing the input (`tap`) is a permission of its own, as audio is more sensitive than state:
+/// root, the daemon's uid, members of the daemon's group, and the uids and groups listed for it.
 public struct AccessPolicy: Sendable, Equatable {
     public var controlUIDs: Set<uid_t>
     public var controlGIDs: Set<gid_t>
+    public var tapUIDs: Set<uid_t>
+    public var tapGIDs: Set<gid_t>
     public var daemonUID: uid_t
+    public var daemonGID: gid_t
 
-    public init(controlUIDs: Set<uid_t> = [], controlGIDs: Set<gid_t> = [], daemonUID: uid_t = getuid()) {
+    public init(controlUIDs: Set<uid_t> = [], controlGIDs: Set<gid_t> = [], tapUIDs: Set<uid_t> = [],
+                tapGIDs: Set<gid_t> = [], daemonUID: uid_t = getuid(), daemonGID: gid_t = getgid()) {
         self.controlUIDs = controlUIDs
         self.controlGIDs = controlGIDs
+        self.tapUIDs = tapUIDs
+        self.tapGIDs = tapGIDs
         self.daemonUID = daemonUID
+        self.daemonGID = daemonGID
     }
 
     public func permissions(of peer: PeerCredentials) -> Set<Permission> {
-        if peer.uid == 0 || peer.uid == daemonUID || controlUIDs.contains(peer.uid) { return [.observe, .control] }
-        if !controlGIDs.isEmpty, !controlGIDs.isDisjoint(with: Self.groups(of: peer)) { return [.observe, .control] }
-        return [.observe]
+        if peer.uid == 0 || peer.uid == daemonUID { return [.observe, .control, .tap] }
+        var permissions: Set<Permission> = [.observe]
+        // Groups are looked up (NSS) only when a group could grant something.
+        let groups = Self.groups(of: peer)
+        if controlUIDs.contains(peer.uid) || !controlGIDs.isDisjoint(with: groups) { permissions.insert(.control) }
+        if tapUIDs.contains(peer.uid) || !tapGIDs.union([daemonGID]).isDisjoint(with: groups) { permissions.insert(.tap) }
+        return permissions
     }
 
     /// The peer's primary group and the supplementary groups its user is listed in.

@@ -41,7 +41,7 @@ struct ConnectionContext: Sendable {
 /// Everything it writes goes through one `Outbox`, which counts what the socket has not taken;
 /// `quiesce()` ends reading, and the connection closes once every answer already due has been
 /// written.
-final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
+final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Sendable {
     let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
     let peer: PeerCredentials
     private let context: ConnectionContext
@@ -61,6 +61,9 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
         /// comes first); nil when none are being held.
         var heldBack: [(subscription: String, line: ByteBuffer)]?
         var closing = false
+        /// Set by `tap`: the connection carries that tap's audio once its answer is out, and
+        /// reads no more requests.
+        var tap: (id: Int, stream: TapStream)?
     }
 
     /// A class, changed in place: a copy out of `subscriptions` and back would duplicate its
@@ -139,8 +142,16 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
         stopAnsweringInline()
-        state.withLockedValue { $0.closing = true; $0.subscriptions.removeAll() }
+        let tap = state.withLockedValue { state in
+            state.closing = true
+            state.subscriptions.removeAll()
+            return state.tap?.id
+        }
         context.hub.remove(self)
+        if let tap {
+            let recorder = context.recorder
+            _ = try? await context.blocking.run { recorder.closeTap(id: tap) }
+        }
     }
 
     /// Stops reading requests; answers to those already read are still written, and
@@ -189,10 +200,18 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
         inline.withLockedValue { $0.permissions = permissions }
         defer { stopAnsweringInline() }
         do {
-            for try await line in inbound {
+            var lines = inbound.makeAsyncIterator()
+            while let line = try await lines.next() {
                 let keepOpen = await handle(line: line, permissions: permissions)
                 forwardedLineAnswered()
                 guard keepOpen else { return }
+                if state.withLockedValue({ $0.tap != nil }) {
+                    // A stream from here on: what the client writes is ignored; its end (or the
+                    // connection's) ends the tap.
+                    stopAnsweringInline()
+                    while try await lines.next() != nil {}
+                    return
+                }
                 // Backpressure: no next request while the client leaves its answers unread.
                 await outbox.waitForRoom()
             }
@@ -352,7 +371,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
         }
         let handler = MethodTable.handler(for: request.method)
         logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(request.id?.description ?? "-")"])
-        let requestContext = RequestContext(recorder: context.recorder, version: context.version, subscriptions: self)
+        let requestContext = RequestContext(recorder: context.recorder, version: context.version, subscriptions: self, taps: self)
         if let encoded = handler.encoded {
             guard !request.isNotification else { return .answered(nil) }
             if let json = encoded(requestContext, context.results) { return .answered(ResponseLine.success(id: request.id, result: json)) }
@@ -382,6 +401,34 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
         let policy = context.policy
         let peer = peer
         return (try? await context.lookups.runIfActive { policy.permissions(of: peer) }) ?? [.observe]
+    }
+
+    // MARK: Taps (called by the dispatch table)
+
+    func openTap(_ params: TapParams, recorder: Recorder) throws(RPCError) -> TapResult {
+        let refusal: RPCError? = state.withLockedValue { state in
+            if state.tap != nil { return .invalidRequest("this connection is a tap already") }
+            if !state.subscriptions.isEmpty {
+                return .invalidRequest("a connection with subscriptions cannot become a tap; tap on a connection of its own")
+            }
+            return nil
+        }
+        if let refusal { throw refusal }
+        let stream = TapStream(outbox: outbox, allocator: channel.channel.allocator, limit: context.outboundLimit) { [weak self] error in
+            // The tap ended (recd stops, the device is gone): what is queued goes out, then the end.
+            guard let self else { return }
+            if let error { self.logger.info("tap ended", metadata: ["error.message": "\(error.message)"]) }
+            self.channel.channel.close(mode: .input, promise: nil)
+        }
+        let opened: Recorder.OpenedTap
+        do throws(RecorderError) {
+            opened = try recorder.openTap(rate: params.rate, channels: params.channels, encoding: params.encoding ?? .s16le,
+                                          preRoll: params.preRoll ?? 0, pid: peer.pid, sink: stream)
+        } catch {
+            throw MethodTable.rpcError(error)
+        }
+        state.withLockedValue { $0.tap = (opened.id, stream) }
+        return TapResult(tap: opened.id, format: opened.format, preRoll: opened.preRollSeconds)
     }
 
     // MARK: Subscriptions (called by the dispatch table)
@@ -504,6 +551,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, Sendable {
                 enqueue(count: line.readableBytes, state: &state) { $0.writeImmutableBuffer(line) }
             }
             state.heldBack = nil
+            state.tap?.stream.answered()
         }
     }
 

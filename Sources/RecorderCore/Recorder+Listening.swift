@@ -15,7 +15,12 @@ extension Recorder {
     /// recording waits, when `waitForDevice` is on. Listening again changes the pre-roll.
     @discardableResult
     public func listen(preRoll: Double? = nil) throws(RecorderError) -> ListeningStatus {
-        try onControl { () throws(RecorderError) in
+        try onControl { () throws(RecorderError) in try beginListening(preRoll: preRoll, requested: true) }
+    }
+
+    /// `listen` on the control queue; `requested` false: for taps only (see `openTap`).
+    func beginListening(preRoll: Double?, requested: Bool) throws(RecorderError) -> ListeningStatus {
+        do {
             if refusingRecordings { throw RecorderError(.invalidState, "cannot listen: recd is shutting down") }
             let configuration = self.configuration
             let preRoll = preRoll ?? configuration.preRoll
@@ -23,8 +28,12 @@ extension Recorder {
                 throw RecorderError(.invalidSettings, refusal)
             }
             if var listenPlan {
+                if requested && !listenPlan.requested {
+                    listenPlan.requested = true
+                    self.listenPlan = listenPlan
+                }
                 // Already listening: a new length replaces the ring (what it held is dropped).
-                if listenPlan.preRoll != preRoll {
+                if requested, listenPlan.preRoll != preRoll {
                     listenPlan.preRoll = preRoll
                     self.listenPlan = listenPlan
                     if let engine { attachListening(to: engine) }
@@ -32,7 +41,7 @@ extension Recorder {
                 }
                 return currentListeningStatus() ?? listening.value!
             }
-            listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration)
+            listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration, requested: requested)
             if let engine {
                 attachListening(to: engine)
             } else if case .waitingForDevice(_, let wait) = state.value {
@@ -68,8 +77,14 @@ extension Recorder {
     @discardableResult
     public func unlisten() throws(RecorderError) -> ListeningStatus {
         try onControl { () throws(RecorderError) in
-            guard listenPlan != nil, let last = currentListeningStatus() else {
+            guard listenPlan?.requested == true, let last = currentListeningStatus() else {
                 throw RecorderError(.invalidState, "cannot stop listening: recd is not listening (state \(state.value.name.rawValue))")
+            }
+            if !tapGroups.withLockedValue({ $0.isEmpty }) {
+                // Taps still hear the device: it stays open for them, and closes with the last.
+                listenPlan?.requested = false
+                logger.info("listening stopped; the device stays open for the taps", metadata: ["device.name": "\(last.device)"])
+                return last
             }
             endListening()
             logger.info("listening stopped", metadata: ["device.name": "\(last.device)"])
@@ -100,6 +115,7 @@ extension Recorder {
             if let meter = parts.meter { engine.detach(meter, timeout: configuration.stopTimeout) }
         }
         listeningParts.withLock { $0 = (nil, nil) }
+        endTaps(error: nil)
         if case .waitingForDevice = state.value {} else if !state.value.isActive { cancelRetry() }
         listening.send(nil)
         if case .listening = state.value {
@@ -172,7 +188,10 @@ extension Recorder {
         }
         self.engine = engine
         activeEngine.withLock { $0 = engine }
-        if listenPlan != nil { attachListening(to: engine) }
+        if listenPlan != nil {
+            attachListening(to: engine)
+            attachTaps(to: engine)
+        }
         return engine
     }
 
@@ -184,6 +203,7 @@ extension Recorder {
         self.engine = nil
         activeEngine.withLock { $0 = nil }
         listeningParts.withLock { $0 = (nil, nil) }
+        detachTaps()
         guard let listenPlan else { return }
         let since = Date()
         if case .waitingForDevice = state.value {
@@ -194,6 +214,7 @@ extension Recorder {
         guard listenPlan.configuration.waitForDevice else {
             logger.error("capture device lost; listening ends", metadata: ["error.message": "\(failure.message)"])
             error.send(failure)
+            endTaps(error: failure)
             endListening()
             return
         }

@@ -159,6 +159,9 @@ public final class Recorder: @unchecked Sendable {
     var engine: CaptureEngine?
     /// Listening's settings while it is on (control queue).
     var listenPlan: ListenPlan?
+    /// The taps and their clients (changed on the control queue; read by `status`).
+    let tapGroups = NIOLockedValueBox<[TapGroup]>([])
+    var nextTapID = 1
     var listenTimer: DispatchSourceTimer?
     /// Set once the daemon is shutting down: no recording may start after the last `stop`.
     var refusingRecordings = false
@@ -181,6 +184,9 @@ public final class Recorder: @unchecked Sendable {
         var since: Date
         var configuration: RecorderConfiguration
         var wait: DeviceWait?
+        /// A client (or `[listen] enabled`) asked to listen; false while the device is open
+        /// only for taps: listening ends with the last tap.
+        var requested = true
     }
 
     /// A recording's settings as they were when it started, for the segments after a gap.

@@ -40,7 +40,7 @@ struct Recctl: ParsableCommand {
             69 cannot connect to recd.
             """,
         version: RecdVersion.withCommit(String(cString: recd_build_commit())),
-        subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Listen.self, Watch.self,
+        subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Listen.self, Tap.self, Watch.self,
                       List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
 
     /// Lets --socket and --json come before the subcommand too (`recctl --json status`):
@@ -569,3 +569,108 @@ extension AudioFileFormat: ExpressibleByArgument {
 extension RecordingQuality: ExpressibleByArgument {}
 extension Topic: ExpressibleByArgument {}
 extension RecorderState.Name: ExpressibleByArgument {}
+
+struct Tap: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tap",
+        abstract: "Write the input's audio to standard output, in a format of your choosing.",
+        discussion: """
+            Raw interleaved little-endian PCM (or, with --wav, a WAV header first) for as long as it runs, or for exactly --duration: `recctl tap --rate 16000 --channels 1 | analyzer`, `recctl tap --wav | ffmpeg -i - out.opus`. recd converts (soxr) and opens the device if it is not open; a reader that falls behind loses chunks, never slows the recording (what was lost is said on standard error at the end). Needs the tap permission (root, recd's user or group, [server] tap_users / tap_groups).
+            """)
+
+    @Option(help: ArgumentHelp("Sample rate, Hz (default: the recording settings').", valueName: "hz"))
+    var rate: Int?
+    @Option(help: ArgumentHelp("Channels (default: the recording settings').", valueName: "n"))
+    var channels: Int?
+    @Flag(help: "32-bit float samples instead of 16-bit integers.")
+    var float = false
+    @Option(parsing: .unconditional, help: ArgumentHelp("Stop after exactly this much audio.", valueName: "duration"))
+    var duration: String?
+    @Option(parsing: .unconditional,
+            help: ArgumentHelp("Begin with up to this much of the input from before (what listening holds).", valueName: "duration"))
+    var preRoll: String?
+    @Flag(help: "A WAV header first (its sizes are exact with --duration, unknown otherwise).")
+    var wav = false
+    @OptionGroup var options: ConnectionOptions
+
+    var params: TapParams {
+        TapParams(rate: rate, channels: channels, encoding: float ? .f32le : .s16le,
+                  preRoll: preRoll.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 })
+    }
+
+    func validate() throws {
+        for (name, text) in [("--duration", duration), ("--pre-roll", preRoll)] {
+            if let text, text != "0" || name == "--duration", TimeParsing.duration(text) == nil {
+                throw ValidationError("\(name) must be \(DurationText.spellings), not '\(text)'")
+            }
+        }
+        if let duration, let seconds = TimeParsing.duration(duration),
+           let refusal = Limits.refusal("duration", seconds, Limits.duration, "seconds") { throw ValidationError(refusal) }
+        if let refusal = params.rangeRefusal() { throw ValidationError(refusal) }
+    }
+
+    func run() throws {
+        signal(SIGPIPE, SIG_IGN)
+        let connection = try options.connect()
+        let result: TapResult = try options.call(connection, .tap, params)
+        let format = result.format
+        let limit = duration.flatMap(TimeParsing.duration).map { Int64(($0 * Double(format.sampleRate)).rounded()) }
+        if wav { try write(Self.wavHeader(format, frames: limit)) }
+        var header = [UInt8](repeating: 0, count: result.headerBytes)
+        var written: Int64 = 0
+        var lost: Int64 = 0
+        var ended = "recd ended the stream"
+        while limit.map({ written < $0 }) ?? true {
+            guard try header.withUnsafeMutableBytes({ try connection.readExactly(into: $0) }),
+                  let chunk = header.withUnsafeBytes({ TapChunkHeader($0) }) else { break }
+            var payload = [UInt8](repeating: 0, count: Int(chunk.payloadBytes))
+            guard try payload.withUnsafeMutableBytes({ try connection.readExactly(into: $0) }) else { break }
+            lost += Int64(chunk.lostFrames)
+            let frames = min(Int64(chunk.frames), (limit ?? Int64.max) - written)
+            try write(payload[..<(Int(frames) * format.bytesPerFrame)])
+            written += frames
+            ended = ""
+        }
+        if let limit, written < limit {
+            Output.error("\(ended.isEmpty ? "recd ended the stream" : ended) after \(written) of \(limit) frames")
+            throw Exit.refused
+        }
+        if lost > 0 { Output.error("\(lost) frames were lost (this reader fell behind, or the device was)") }
+    }
+
+    /// Standard output, whole (a reader that left gives EPIPE: the end, quietly).
+    private func write(_ bytes: some Collection<UInt8>) throws {
+        let array = Array(bytes)
+        var offset = 0
+        while offset < array.count {
+            let count = array.withUnsafeBytes { Glibc.write(1, $0.baseAddress! + offset, $0.count - offset) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw errno == EPIPE ? ExitCode.success : Exit.refused
+            }
+            offset += count
+        }
+    }
+
+    /// RIFF/WAVE with a PCM (or IEEE float) fmt chunk; sizes 0xFFFFFFFF when unknown, as
+    /// streaming readers (ffmpeg, sox) accept.
+    static func wavHeader(_ format: TapFormat, frames: Int64?) -> [UInt8] {
+        var bytes: [UInt8] = []
+        func le32(_ value: UInt32) { withUnsafeBytes(of: value.littleEndian) { bytes += $0 } }
+        func le16(_ value: UInt16) { withUnsafeBytes(of: value.littleEndian) { bytes += $0 } }
+        let dataBytes = frames.map { UInt32(clamping: $0 * Int64(format.bytesPerFrame)) } ?? UInt32.max
+        bytes += Array("RIFF".utf8)
+        le32(frames == nil ? UInt32.max : UInt32(clamping: Int64(dataBytes) + 36))
+        bytes += Array("WAVEfmt ".utf8)
+        le32(16)
+        le16(format.encoding == .f32le ? 3 : 1)
+        le16(UInt16(format.channels))
+        le32(UInt32(format.sampleRate))
+        le32(UInt32(format.sampleRate * format.bytesPerFrame))
+        le16(UInt16(format.bytesPerFrame))
+        le16(UInt16(format.encoding.bytesPerSample * 8))
+        bytes += Array("data".utf8)
+        le32(dataBytes)
+        return bytes
+    }
+}

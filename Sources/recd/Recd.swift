@@ -123,7 +123,8 @@ struct Recd: AsyncParsableCommand {
         LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, journal: journal) }
         let logger = Logger(label: "recd")
 
-        let policy = AccessPolicy(controlUIDs: configuration.controlUIDs, controlGIDs: configuration.controlGIDs)
+        let policy = AccessPolicy(controlUIDs: configuration.controlUIDs, controlGIDs: configuration.controlGIDs,
+                                  tapUIDs: configuration.tapUIDs, tapGIDs: configuration.tapGIDs)
         let socketGroup = configuration.socketGID
 
         // Before any file in the directory is touched: its .part files may be another daemon's.
@@ -161,7 +162,8 @@ struct Recd: AsyncParsableCommand {
             do {
                 var reloaded = try command.loadConfiguration()
                 if reloaded.socketPath != configuration.socketPath || reloaded.maxClients != configuration.maxClients
-                    || reloaded.controlUsers != configuration.controlUsers || reloaded.controlGroups != configuration.controlGroups {
+                    || reloaded.controlUsers != configuration.controlUsers || reloaded.controlGroups != configuration.controlGroups
+                    || reloaded.tapUsers != configuration.tapUsers || reloaded.tapGroups != configuration.tapGroups {
                     logger.warning("server settings (socket, clients, access) change only on restart")
                 }
                 if reloaded.recordingsDirectory != configuration.recordingsDirectory {

@@ -118,6 +118,7 @@ struct RecdService: Service {
             }
             extender.cancel()
         }
+        _ = try? await blocking.run { recorder.closeTaps() }
         if recorder.listening.value != nil {
             // The device closes before recd exits; the pre-roll held goes with it.
             _ = try? await blocking.run { _ = try? recorder.unlisten() }

@@ -1,0 +1,304 @@
+import ALSA
+import Dispatch
+import FoundationEssentials
+import Glibc
+import NIOConcurrencyHelpers
+import RecorderModel
+import Soxr
+import Synchronization
+
+/// Where a tap's chunks go (a socket connection). Called on the tap's thread, never the capture
+/// thread. `deliver` must not wait: false means the client is behind and the chunk is dropped
+/// (counted, and the next chunk says how many frames were lost).
+public protocol AudioTapSink: AnyObject, Sendable {
+    func deliver(header: TapChunkHeader, payload: UnsafeRawBufferPointer) -> Bool
+    /// No more chunks will come: recd stops listening for good (shut down, device gone).
+    func tapEnded(_ error: RecorderError?)
+}
+
+/// A client's place on a tap: its sink and what it was sent.
+final class TapSubscriber: @unchecked Sendable {
+    // @unchecked: `position` and `pendingLost` are used on the tap's thread only; the
+    // counters are atomic.
+    let id: Int
+    let pid: Int32?
+    let since = Date()
+    let sink: any AudioTapSink
+    /// The next frame's position in this client's stream.
+    var position: UInt64 = 0
+    /// Frames lost since the last chunk this client took (dropped, or never captured).
+    var pendingLost: UInt64 = 0
+    var pendingFlags: UInt32 = 0
+    let framesSent = Atomic<Int64>(0)
+    let chunksDropped = Atomic<Int>(0)
+    let framesDropped = Atomic<Int64>(0)
+
+    init(id: Int, pid: Int32?, sink: any AudioTapSink) {
+        self.id = id
+        self.pid = pid
+        self.sink = sink
+    }
+}
+
+/// A consumer of the capture engine that feeds clients in one format: on the capture thread it
+/// only copies each chunk into a bounded ring (dropping, and counting, what does not fit); a
+/// thread of its own (`recd-tap`) converts (soxr for the rate, as recordings do) and hands the
+/// result to every subscriber, which may drop it too. Nothing here ever waits on a client.
+///
+/// One tap serves every client that asks for the same format; a client that asks for pre-roll
+/// gets a tap of its own, which begins with the pre-roll ring's frames.
+final class AudioTap: CaptureConsumer, @unchecked Sendable {
+    // @unchecked: the ring's indices and `entries` are behind `lock` (held only to copy
+    // indices); `converter`, `output`, `expected*` are the tap thread's; `subscribers` is
+    // behind its own lock.
+
+    let format: TapFormat
+    let device: PCMConfiguration
+    /// Whether this tap was made for one client that asked for pre-roll (not shared).
+    let exclusive: Bool
+    private let converter: FormatConverter?
+    private let maxChunkFrames: Int
+
+    // The hand-over ring: device bytes, and one entry per chunk.
+    private struct Entry {
+        var offset: Int
+        var frames: Int
+        var position: Int64
+        var captureTime: Double
+        var gap: Bool
+        var lostBefore: Int64
+        var preRoll: Bool
+        /// Ring bytes the entry holds (with the tail it skipped to stay contiguous).
+        var bytes: Int
+    }
+    private let ring: UnsafeMutableRawPointer
+    private let ringBytes: Int
+    private let lock = NIOLock()
+    private var writeOffset = 0
+    private var usedBytes = 0
+    private var entries: [Entry] = []
+    private var entryHead = 0
+    private var entryCount = 0
+    /// Capture thread: the position the next chunk should have; frames dropped at the hand-over.
+    private var nextPosition: Int64 = -1
+    private var droppedAtHandOver: Int64 = 0
+    /// While the ring's pre-roll is replayed (capture thread), chunks are marked pre-roll.
+    var replaying = false
+
+    private let wake = DispatchSemaphore(value: 0)
+    private let closed = Atomic<Bool>(false)
+    private let subscribers = NIOLockedValueBox<[TapSubscriber]>([])
+    /// Tap thread: the output buffer (header room + payload), sized for the largest chunk.
+    private let output: UnsafeMutableRawPointer
+    private let outputCapacity: Int
+
+    init(format: TapFormat, device: PCMConfiguration, maxChunkFrames: Int, quality: Resampler.Quality,
+         exclusive: Bool, seconds: Double = 2) throws(RecorderError) {
+        self.format = format
+        self.device = device
+        self.exclusive = exclusive
+        self.maxChunkFrames = maxChunkFrames
+        if format.sampleRate != device.sampleRate || format.channels != device.channels
+            || !Self.passesThrough(device.sampleFormat, format.encoding) {
+            do {
+                converter = try FormatConverter(
+                    inputChannels: device.channels, outputChannels: format.channels,
+                    inputRate: device.sampleRate, outputRate: format.sampleRate, quality: quality,
+                    maxInputFrames: maxChunkFrames, inputFormat: device.sampleFormat,
+                    sixteenBitFile: format.encoding == .s16le)
+            } catch {
+                throw RecorderError(.invalidSettings, "cannot convert \(device.sampleRate) Hz to \(format.sampleRate) Hz: \(error)")
+            }
+        } else {
+            converter = nil
+        }
+        ringBytes = Swift.max(Int(seconds * Double(device.sampleRate)), 4 * maxChunkFrames) * device.bytesPerFrame
+        ring = .allocate(byteCount: ringBytes, alignment: 16)
+        entries = Array(repeating: Entry(offset: 0, frames: 0, position: 0, captureTime: 0, gap: false, lostBefore: 0, preRoll: false, bytes: 0),
+                        count: 256)
+        let upsampling = (format.sampleRate + device.sampleRate - 1) / device.sampleRate
+        outputCapacity = TapChunkHeader.size + (maxChunkFrames * Swift.max(1, upsampling) + 1024) * format.bytesPerFrame
+        output = .allocate(byteCount: outputCapacity, alignment: 16)
+        CaptureThread.spawn(name: "recd-tap") { [self] in run() }
+    }
+
+    deinit {
+        ring.deallocate()
+        output.deallocate()
+    }
+
+    /// Device samples already in the tap's encoding, at its rate and channels: no conversion.
+    static func passesThrough(_ sample: SampleFormat, _ encoding: TapEncoding) -> Bool {
+        (sample == .int16 && encoding == .s16le) || (sample == .float32 && encoding == .f32le)
+    }
+
+    // MARK: Subscribers (any thread)
+
+    func add(_ subscriber: TapSubscriber) { subscribers.withLockedValue { $0.append(subscriber) } }
+
+    /// Removes the subscriber; true if none is left.
+    func remove(id: Int) -> Bool {
+        subscribers.withLockedValue { list in
+            list.removeAll { $0.id == id }
+            return list.isEmpty
+        }
+    }
+
+    var currentSubscribers: [TapSubscriber] { subscribers.withLockedValue { $0 } }
+
+    /// Ends the thread; the subscribers are told (with `error`) unless `quietly`.
+    func close(error: RecorderError? = nil, quietly: Bool = false) {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let list = subscribers.withLockedValue { list in defer { list = [] }; return list }
+        if !quietly { for subscriber in list { subscriber.sink.tapEnded(error) } }
+        wake.signal()
+    }
+
+    // MARK: Capture thread
+
+    func receive(_ chunk: CaptureChunk) -> Bool {
+        if closed.load(ordering: .relaxed) { return false }
+        let bytes = chunk.frames * device.bytesPerFrame
+        // A chunk that does not follow the one before: another engine (the device came back),
+        // or frames the device lost to an overrun.
+        let gap = (nextPosition >= 0 && chunk.position != nextPosition) || chunk.overruns > 0
+        nextPosition = chunk.position + Int64(chunk.frames)
+        // Copied under the lock (a memcpy of one chunk): the tap thread takes an entry only
+        // whole, and holds the lock only to move indices.
+        let queued: Bool = lock.withLock {
+            guard entryCount < entries.count, usedBytes + bytes <= ringBytes else { return false }
+            // The chunk stays contiguous: skip the ring's tail if it does not fit there.
+            var offset = writeOffset
+            var skipped = 0
+            if offset + bytes > ringBytes {
+                skipped = ringBytes - offset
+                guard usedBytes + skipped + bytes <= ringBytes else { return false }
+                offset = 0
+            }
+            (ring + offset).copyMemory(from: chunk.samples, byteCount: bytes)
+            entries[(entryHead + entryCount) % entries.count] = Entry(
+                offset: offset, frames: chunk.frames, position: chunk.position, captureTime: chunk.captureTime,
+                gap: gap || droppedAtHandOver > 0, lostBefore: droppedAtHandOver + chunk.framesLost, preRoll: replaying,
+                bytes: skipped + bytes)
+            entryCount += 1
+            usedBytes += skipped + bytes
+            writeOffset = offset + bytes
+            return true
+        }
+        if queued {
+            droppedAtHandOver = 0
+            wake.signal()
+        } else {
+            droppedAtHandOver += Int64(chunk.frames)
+        }
+        return true
+    }
+
+    func engineFailed(_ error: RecorderError) {}
+
+    // MARK: Tap thread
+
+    private func run() {
+        while true {
+            wake.wait()
+            if closed.load(ordering: .acquiring) { return }
+            drain()
+        }
+    }
+
+    private func drain() {
+        while true {
+            let taken: Entry? = lock.withLock { entryCount > 0 ? entries[entryHead] : nil }
+            guard let entry = taken else { return }
+            deliver(entry)
+            let more = lock.withLock {
+                entryHead = (entryHead + 1) % entries.count
+                entryCount -= 1
+                usedBytes -= entry.bytes
+                return entryCount > 0
+            }
+            // One signal per entry: take the one of the entry just done.
+            if more { _ = wake.wait(timeout: .now()) }
+        }
+    }
+
+    /// Tap thread: the capture time of the converter's next output frame is `anchorTime` plus
+    /// the frames it gave since (soxr's output begins with the input's first frame).
+    private var anchorTime = Double.nan
+    private var framesSinceAnchor = 0
+
+    private func deliver(_ entry: Entry) {
+        let samples = UnsafeRawPointer(ring + entry.offset)
+        let deviceRate = Double(device.sampleRate)
+        let lost = UInt64((Double(entry.lostBefore) * Double(format.sampleRate) / deviceRate).rounded())
+        let flags = (entry.gap ? TapChunkHeader.gapFlag : 0) | (entry.preRoll ? TapChunkHeader.preRollFlag : 0)
+        if entry.gap || anchorTime.isNaN {
+            anchorTime = entry.captureTime
+            framesSinceAnchor = 0
+        }
+        let send = { (payload: UnsafeRawPointer, frames: Int) in
+            let time = self.converter == nil ? entry.captureTime
+                : self.anchorTime + Double(self.framesSinceAnchor) / Double(self.format.sampleRate)
+            self.framesSinceAnchor += frames
+            self.hand(payload: payload, frames: frames, captureTime: time, lost: lost, flags: flags)
+        }
+        guard let converter else { return send(samples, entry.frames) }
+        do {
+            if converter.resamplesSixteenBit {
+                try converter.resample(samples.assumingMemoryBound(to: Int16.self), frames: entry.frames) { converted, frames in
+                    if case .int16(let pointer) = converted { send(UnsafeRawPointer(pointer), frames) }
+                }
+            } else {
+                try converter.convert(samples, format: device.sampleFormat, frames: entry.frames, meter: { _ in }) { converted, frames in
+                    guard case .float(let pointer) = converted else { return }
+                    switch format.encoding {
+                    case .f32le:
+                        send(UnsafeRawPointer(pointer), frames)
+                    case .s16le:
+                        let target = (output + TapChunkHeader.size).assumingMemoryBound(to: Int16.self)
+                        Self.encodeSixteenBit(pointer, count: frames * format.channels, into: target)
+                        send(UnsafeRawPointer(target), frames)
+                    }
+                }
+            }
+        } catch {
+            // soxr failed on this chunk (it does not, short of memory): its frames are lost.
+            for subscriber in currentSubscribers { subscriber.pendingLost += UInt64(entry.frames) }
+        }
+    }
+
+    /// Floats to 16-bit as libsndfile writes them into a 16-bit file (scale by 32768, clip,
+    /// round to nearest): a tap in a recording's format gives the file's samples.
+    static func encodeSixteenBit(_ source: UnsafePointer<Float>, count: Int, into target: UnsafeMutablePointer<Int16>) {
+        for index in 0..<count {
+            let scaled = source[index] * 32768
+            target[index] = scaled >= 32767 ? .max : scaled <= -32768 ? .min : Int16(lrintf(scaled))
+        }
+    }
+
+    /// Gives one converted chunk to every subscriber.
+    private func hand(payload: UnsafeRawPointer, frames: Int, captureTime: Double, lost: UInt64, flags: UInt32) {
+        guard frames > 0 else { return }
+        let bytes = frames * format.bytesPerFrame
+        for subscriber in currentSubscribers {
+            subscriber.pendingLost += lost
+            subscriber.pendingFlags |= flags & TapChunkHeader.gapFlag
+            subscriber.position += lost
+            let header = TapChunkHeader(position: subscriber.position, captureTime: captureTime, frames: UInt32(frames),
+                                        lostFrames: UInt32(clamping: subscriber.pendingLost),
+                                        flags: subscriber.pendingFlags | (flags & TapChunkHeader.preRollFlag),
+                                        payloadBytes: UInt32(bytes))
+            subscriber.position += UInt64(frames)
+            if subscriber.sink.deliver(header: header, payload: UnsafeRawBufferPointer(start: payload, count: bytes)) {
+                subscriber.pendingLost = 0
+                subscriber.pendingFlags = 0
+                subscriber.framesSent.add(Int64(frames), ordering: .relaxed)
+            } else {
+                subscriber.pendingLost += UInt64(frames)
+                subscriber.pendingFlags |= TapChunkHeader.gapFlag
+                subscriber.chunksDropped.add(1, ordering: .relaxed)
+                subscriber.framesDropped.add(Int64(frames), ordering: .relaxed)
+            }
+        }
+    }
+}

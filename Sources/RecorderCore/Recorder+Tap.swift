@@ -1,0 +1,185 @@
+import ALSA
+import FoundationEssentials
+import NIOConcurrencyHelpers
+import RecorderModel
+
+/// The clients of one tap format, and the tap that serves them on the engine of the moment
+/// (a new one when the device comes back).
+final class TapGroup: @unchecked Sendable {
+    // @unchecked: changed on the recorder's control queue only, under `tapGroups`' lock.
+    let format: TapFormat
+    /// Made for one client that asked for pre-roll: not shared.
+    let exclusive: Bool
+    var subscribers: [TapSubscriber] = []
+    var tap: AudioTap?
+
+    init(format: TapFormat, exclusive: Bool) {
+        self.format = format
+        self.exclusive = exclusive
+    }
+}
+
+/// Taps: other programs hear the input, each in a format of its own, without slowing the
+/// recording (AudioTap). A tap needs the device open: on an idle daemon it listens (state
+/// `listening`) for as long as a tap is open. On the recorder's control queue.
+extension Recorder {
+    /// What `openTap` gives: the client's id (for `closeTap`) and the pre-roll frames it begins with.
+    public struct OpenedTap: Sendable {
+        public let id: Int
+        public let format: TapFormat
+        /// Seconds of input before the tap began that its stream starts with.
+        public let preRollSeconds: Double
+    }
+
+    /// Opens a tap for one client: chunks in `format` go to `sink` from now (after up to
+    /// `preRoll` seconds of what listening held) until `closeTap`. Opens the device (listening)
+    /// if it is not open.
+    /// A rate or channels left nil take the recording settings', else the device's.
+    public func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, pid: Int32?,
+                        sink: any AudioTapSink) throws(RecorderError) -> OpenedTap {
+        if let refusal = rate.flatMap({ Limits.refusal("rate", $0, Limits.sampleRate, "Hz") })
+            ?? channels.flatMap({ Limits.refusal("channels", $0, Limits.channels) })
+            ?? Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
+            throw RecorderError(.invalidSettings, refusal)
+        }
+        return try onControl { () throws(RecorderError) in
+            if refusingRecordings { throw RecorderError(.invalidState, "cannot tap: recd is shutting down") }
+            if listenPlan == nil { _ = try beginListening(preRoll: nil, requested: false) }
+            let settings = configuration.defaultSettings
+            let format = TapFormat(
+                sampleRate: rate ?? settings.sampleRate ?? engine?.configuration.sampleRate ?? 48000,
+                channels: channels ?? settings.channels ?? engine?.configuration.channels ?? 2, encoding: encoding)
+            let subscriber = TapSubscriber(id: nextTapID, pid: pid, sink: sink)
+            nextTapID += 1
+            var group = preRoll > 0 ? nil : tapGroups.withLockedValue { $0.first { !$0.exclusive && $0.format == format } }
+            let joining = group != nil
+            if group == nil { group = TapGroup(format: format, exclusive: preRoll > 0) }
+            let tapGroup = group!
+            var replayed = 0
+            if let engine {
+                if let tap = tapGroup.tap {
+                    tap.add(subscriber)
+                } else {
+                    let tap = try makeTap(tapGroup, on: engine)
+                    tap.add(subscriber)
+                    let ring = preRoll > 0 ? listeningParts.withLock { $0.ring } : nil
+                    defer {
+                        if tapGroup.tap == nil {
+                            // The device would not start: no tap, and no listening for it alone.
+                            tap.close(quietly: true)
+                            if tapGroups.withLockedValue({ $0.isEmpty }), listenPlan?.requested == false { endListening() }
+                        }
+                    }
+                    try engine.attach(tap) { engine in
+                        // The ring's newest frames first, then the stream from the next read on.
+                        guard let ring else { return true }
+                        tap.replaying = true
+                        replayed = ring.replay(frames: Int((preRoll * Double(engine.configuration.sampleRate)).rounded()),
+                                               into: tap, chunkFrames: engine.maximumChunkFrames,
+                                               captureTime: engine.captureTime(ofPosition:)).frames
+                        tap.replaying = false
+                        return true
+                    }
+                    tapGroup.tap = tap
+                }
+            }
+            tapGroups.withLockedValue { groups in
+                tapGroup.subscribers.append(subscriber)
+                if !joining { groups.append(tapGroup) }
+            }
+            let rate = Double(engine?.configuration.sampleRate ?? format.sampleRate)
+            logger.info("tap opened", metadata: ["tap.id": "\(subscriber.id)", "tap.rate": "\(format.sampleRate)",
+                                                  "tap.channels": "\(format.channels)", "tap.encoding": "\(format.encoding.rawValue)",
+                                                  "client.pid": "\(pid.map(String.init) ?? "-")"])
+            return OpenedTap(id: subscriber.id, format: format, preRollSeconds: Double(replayed) / rate)
+        }
+    }
+
+    /// The client leaves: its tap ends when it was the last of its format, and listening
+    /// that only taps needed ends with the last tap.
+    public func closeTap(id: Int) {
+        try? onControl { () throws(RecorderError) in
+            let emptied: TapGroup? = tapGroups.withLockedValue { groups in
+                guard let group = groups.first(where: { $0.subscribers.contains { $0.id == id } }) else { return nil }
+                group.subscribers.removeAll { $0.id == id }
+                _ = group.tap?.remove(id: id)
+                guard group.subscribers.isEmpty else { return nil }
+                groups.removeAll { $0 === group }
+                return group
+            }
+            if let emptied, let tap = emptied.tap {
+                if let engine { engine.detach(tap, timeout: configuration.stopTimeout) }
+                tap.close(quietly: true)
+            }
+            logger.info("tap closed", metadata: ["tap.id": "\(id)"])
+            if tapGroups.withLockedValue({ $0.isEmpty }), listenPlan?.requested == false { endListening() }
+        }
+    }
+
+    /// The taps and what each client was sent. Any thread.
+    public func currentTaps() -> [TapStatus] {
+        tapGroups.withLockedValue { groups in
+            groups.flatMap { group in
+                group.subscribers.map { subscriber in
+                    TapStatus(id: subscriber.id, format: group.format, pid: subscriber.pid, since: subscriber.since,
+                              framesSent: subscriber.framesSent.load(ordering: .relaxed),
+                              chunksDropped: subscriber.chunksDropped.load(ordering: .relaxed),
+                              framesDropped: subscriber.framesDropped.load(ordering: .relaxed))
+                }
+            }.sorted { $0.id < $1.id }
+        }
+    }
+
+    // MARK: The engine's life (from Recorder+Listening)
+
+    /// A new engine (the device opened or came back): every group gets a tap on it.
+    func attachTaps(to engine: CaptureEngine) {
+        for group in tapGroups.withLockedValue({ $0 }) {
+            group.tap?.close(quietly: true)
+            group.tap = nil
+            do throws(RecorderError) {
+                let tap = try makeTap(group, on: engine)
+                for subscriber in group.subscribers { tap.add(subscriber) }
+                try engine.attach(tap)
+                group.tap = tap
+            } catch {
+                logger.error("tap could not join the device", metadata: ["error.message": "\(error.message)"])
+            }
+        }
+    }
+
+    /// The engine ended: the taps' threads end; their clients stay for the next engine.
+    func detachTaps() {
+        for group in tapGroups.withLockedValue({ $0 }) {
+            group.tap?.close(quietly: true)
+            group.tap = nil
+        }
+    }
+
+    /// Listening ended for good (recd stops, or the device is gone and not waited for): every
+    /// client is told and the taps end.
+    func endTaps(error: RecorderError?) {
+        let groups = tapGroups.withLockedValue { groups in defer { groups = [] }; return groups }
+        for group in groups {
+            if let tap = group.tap, let engine { engine.detach(tap, timeout: configuration.stopTimeout) }
+            group.tap?.close(quietly: true)
+            for subscriber in group.subscribers { subscriber.sink.tapEnded(error) }
+        }
+    }
+
+    private func makeTap(_ group: TapGroup, on engine: CaptureEngine) throws(RecorderError) -> AudioTap {
+        try AudioTap(format: group.format, device: engine.configuration, maxChunkFrames: engine.maximumChunkFrames,
+                     quality: configuration.defaultSettings.quality.converterQuality, exclusive: group.exclusive)
+    }
+}
+
+extension Recorder {
+    /// At shutdown, before the server closes its connections: every tap's client is told the
+    /// stream ends, and listening that only taps needed ends.
+    public func closeTaps() {
+        try? onControl { () throws(RecorderError) in
+            endTaps(error: RecorderError(.invalidState, "recd is shutting down"))
+            if listenPlan?.requested == false { endListening() }
+        }
+    }
+}
