@@ -16,19 +16,26 @@ public protocol AudioTapSink: AnyObject, Sendable {
     func tapEnded(_ error: RecorderError?)
 }
 
-/// A client's place on a tap: its sink and what it was sent.
+/// A client's place on a tap: its sink and what it was sent. Its stream moves from one tap
+/// to the next when the device comes back, hence its own lock.
 final class TapSubscriber: @unchecked Sendable {
-    // @unchecked: `position` and `pendingLost` are used on the tap's thread only; the
-    // counters are atomic.
+    // @unchecked: `stream` is behind `lock`; the counters are atomic.
     let id: Int
     let pid: Int32?
     let since = Date()
     let sink: any AudioTapSink
-    /// The next frame's position in this client's stream.
-    var position: UInt64 = 0
-    /// Frames lost since the last chunk this client took (dropped, or never captured).
-    var pendingLost: UInt64 = 0
-    var pendingFlags: UInt32 = 0
+    struct Stream {
+        /// The next frame's position in this client's stream.
+        var position: UInt64 = 0
+        /// Frames lost since the last chunk this client took (dropped, or never captured).
+        var pendingLost: UInt64 = 0
+        var pendingFlags: UInt32 = 0
+        /// When the frame after the last one sent was captured (NaN before the first): a gap's
+        /// length, when nothing else says it (the device was away).
+        var nextCaptureTime = Double.nan
+    }
+    private let lock = NIOLock()
+    private var stream = Stream()
     let framesSent = Atomic<Int64>(0)
     let chunksDropped = Atomic<Int>(0)
     let framesDropped = Atomic<Int64>(0)
@@ -38,6 +45,41 @@ final class TapSubscriber: @unchecked Sendable {
         self.pid = pid
         self.sink = sink
     }
+
+    /// Gives one chunk to the client: its header says where it lies in this client's stream,
+    /// what was lost just before it, and whether time jumped.
+    func hand(payload: UnsafeRawBufferPointer, frames: Int, rate: Int, captureTime: Double, lost: UInt64, flags: UInt32) {
+        lock.withLock {
+            var lost = lost
+            if flags & TapChunkHeader.gapFlag != 0, !stream.nextCaptureTime.isNaN, !captureTime.isNaN {
+                // The device was away, or overran: as many frames as the clock says went by.
+                let missing = ((captureTime - stream.nextCaptureTime) * Double(rate)).rounded()
+                if missing > Double(lost) { lost = UInt64(Swift.min(missing, Double(UInt32.max))) }
+            }
+            stream.pendingLost += lost
+            stream.position += lost
+            stream.pendingFlags |= flags & TapChunkHeader.gapFlag
+            let header = TapChunkHeader(position: stream.position, captureTime: captureTime, frames: UInt32(frames),
+                                        lostFrames: UInt32(clamping: stream.pendingLost),
+                                        flags: stream.pendingFlags | (flags & TapChunkHeader.preRollFlag),
+                                        payloadBytes: UInt32(payload.count))
+            stream.position += UInt64(frames)
+            stream.nextCaptureTime = captureTime + Double(frames) / Double(rate)
+            if sink.deliver(header: header, payload: payload) {
+                stream.pendingLost = 0
+                stream.pendingFlags = 0
+                framesSent.add(Int64(frames), ordering: .relaxed)
+            } else {
+                stream.pendingLost += UInt64(frames)
+                stream.pendingFlags |= TapChunkHeader.gapFlag
+                chunksDropped.add(1, ordering: .relaxed)
+                framesDropped.add(Int64(frames), ordering: .relaxed)
+            }
+        }
+    }
+
+    /// Frames the client lost (soxr failed on a chunk).
+    func lose(_ frames: Int) { lock.withLock { stream.pendingLost += UInt64(frames); stream.position += UInt64(frames) } }
 }
 
 /// A consumer of the capture engine that feeds clients in one format: on the capture thread it
@@ -81,6 +123,8 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     private var entryCount = 0
     /// Capture thread: the position the next chunk should have; frames dropped at the hand-over.
     private var nextPosition: Int64 = -1
+    /// The first chunk follows a device that went away (a tap made for the engine that reopened it).
+    private var startsWithGap: Bool
     private var droppedAtHandOver: Int64 = 0
     /// While the ring's pre-roll is replayed (capture thread), chunks are marked pre-roll.
     var replaying = false
@@ -92,9 +136,15 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     private let output: UnsafeMutableRawPointer
     private let outputCapacity: Int
 
+    /// The engine's estimate of when a position was captured (its anchor, steadier than one read's).
+    private let captureTimeOfPosition: @Sendable (Int64) -> Double?
+
     init(format: TapFormat, device: PCMConfiguration, maxChunkFrames: Int, quality: Resampler.Quality,
-         exclusive: Bool, seconds: Double = 2) throws(RecorderError) {
+         exclusive: Bool, startsWithGap: Bool = false, seconds: Double = 2,
+         captureTime: @escaping @Sendable (Int64) -> Double?) throws(RecorderError) {
+        self.startsWithGap = startsWithGap
         self.format = format
+        self.captureTimeOfPosition = captureTime
         self.device = device
         self.exclusive = exclusive
         self.maxChunkFrames = maxChunkFrames
@@ -161,7 +211,8 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
         let bytes = chunk.frames * device.bytesPerFrame
         // A chunk that does not follow the one before: another engine (the device came back),
         // or frames the device lost to an overrun.
-        let gap = (nextPosition >= 0 && chunk.position != nextPosition) || chunk.overruns > 0
+        let gap = (nextPosition >= 0 && chunk.position != nextPosition) || chunk.overruns > 0 || startsWithGap
+        startsWithGap = false
         nextPosition = chunk.position + Int64(chunk.frames)
         // Copied under the lock (a memcpy of one chunk): the tap thread takes an entry only
         // whole, and holds the lock only to move indices.
@@ -226,21 +277,31 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     /// the frames it gave since (soxr's output begins with the input's first frame).
     private var anchorTime = Double.nan
     private var framesSinceAnchor = 0
+    private var carriedLost: UInt64 = 0
+    private var carriedFlags: UInt32 = 0
 
     private func deliver(_ entry: Entry) {
         let samples = UnsafeRawPointer(ring + entry.offset)
         let deviceRate = Double(device.sampleRate)
         let lost = UInt64((Double(entry.lostBefore) * Double(format.sampleRate) / deviceRate).rounded())
         let flags = (entry.gap ? TapChunkHeader.gapFlag : 0) | (entry.preRoll ? TapChunkHeader.preRollFlag : 0)
+        let captured = captureTimeOfPosition(entry.position) ?? entry.captureTime
         if entry.gap || anchorTime.isNaN {
-            anchorTime = entry.captureTime
+            anchorTime = captured
             framesSinceAnchor = 0
         }
+        // What this entry says (a gap, frames lost) goes with the next output: a converter
+        // starting again may give nothing for its first input.
+        carriedLost += lost
+        carriedFlags |= flags
         let send = { (payload: UnsafeRawPointer, frames: Int) in
-            let time = self.converter == nil ? entry.captureTime
+            guard frames > 0 else { return }
+            let time = self.converter == nil ? captured
                 : self.anchorTime + Double(self.framesSinceAnchor) / Double(self.format.sampleRate)
             self.framesSinceAnchor += frames
-            self.hand(payload: payload, frames: frames, captureTime: time, lost: lost, flags: flags)
+            self.hand(payload: payload, frames: frames, captureTime: time, lost: self.carriedLost, flags: self.carriedFlags)
+            self.carriedLost = 0
+            self.carriedFlags = 0
         }
         guard let converter else { return send(samples, entry.frames) }
         do {
@@ -263,7 +324,7 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
             }
         } catch {
             // soxr failed on this chunk (it does not, short of memory): its frames are lost.
-            for subscriber in currentSubscribers { subscriber.pendingLost += UInt64(entry.frames) }
+            for subscriber in currentSubscribers { subscriber.lose(entry.frames) }
         }
     }
 
@@ -279,26 +340,9 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     /// Gives one converted chunk to every subscriber.
     private func hand(payload: UnsafeRawPointer, frames: Int, captureTime: Double, lost: UInt64, flags: UInt32) {
         guard frames > 0 else { return }
-        let bytes = frames * format.bytesPerFrame
+        let bytes = UnsafeRawBufferPointer(start: payload, count: frames * format.bytesPerFrame)
         for subscriber in currentSubscribers {
-            subscriber.pendingLost += lost
-            subscriber.pendingFlags |= flags & TapChunkHeader.gapFlag
-            subscriber.position += lost
-            let header = TapChunkHeader(position: subscriber.position, captureTime: captureTime, frames: UInt32(frames),
-                                        lostFrames: UInt32(clamping: subscriber.pendingLost),
-                                        flags: subscriber.pendingFlags | (flags & TapChunkHeader.preRollFlag),
-                                        payloadBytes: UInt32(bytes))
-            subscriber.position += UInt64(frames)
-            if subscriber.sink.deliver(header: header, payload: UnsafeRawBufferPointer(start: payload, count: bytes)) {
-                subscriber.pendingLost = 0
-                subscriber.pendingFlags = 0
-                subscriber.framesSent.add(Int64(frames), ordering: .relaxed)
-            } else {
-                subscriber.pendingLost += UInt64(frames)
-                subscriber.pendingFlags |= TapChunkHeader.gapFlag
-                subscriber.chunksDropped.add(1, ordering: .relaxed)
-                subscriber.framesDropped.add(Int64(frames), ordering: .relaxed)
-            }
+            subscriber.hand(payload: bytes, frames: frames, rate: format.sampleRate, captureTime: captureTime, lost: lost, flags: flags)
         }
     }
 }

@@ -138,7 +138,7 @@ extension Recorder {
             group.tap?.close(quietly: true)
             group.tap = nil
             do throws(RecorderError) {
-                let tap = try makeTap(group, on: engine)
+                let tap = try makeTap(group, on: engine, afterLoss: true)
                 for subscriber in group.subscribers { tap.add(subscriber) }
                 try engine.attach(tap)
                 group.tap = tap
@@ -167,9 +167,10 @@ extension Recorder {
         }
     }
 
-    private func makeTap(_ group: TapGroup, on engine: CaptureEngine) throws(RecorderError) -> AudioTap {
+    private func makeTap(_ group: TapGroup, on engine: CaptureEngine, afterLoss: Bool = false) throws(RecorderError) -> AudioTap {
         try AudioTap(format: group.format, device: engine.configuration, maxChunkFrames: engine.maximumChunkFrames,
-                     quality: configuration.defaultSettings.quality.converterQuality, exclusive: group.exclusive)
+                     quality: configuration.defaultSettings.quality.converterQuality, exclusive: group.exclusive,
+                     startsWithGap: afterLoss, captureTime: { [weak engine] in engine?.captureTime(ofPosition: $0) })
     }
 }
 

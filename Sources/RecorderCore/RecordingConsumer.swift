@@ -327,7 +327,10 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         guard !isEnded else { return false }
         xruns.add(chunk.overruns, ordering: .relaxed)
         framesLost.add(chunk.framesLost, ordering: .relaxed)
-        let estimate = chunk.captureTime - Double(received) / Double(configuration.sampleRate)
+        // The engine's least delayed estimate when it has one (a recording that joins a device
+        // open for a while, or taps, is then on the same clock as they are); else this read's.
+        let captured = engine.captureTime(ofPosition: chunk.position) ?? chunk.captureTime
+        let estimate = captured - Double(received) / Double(configuration.sampleRate)
         received += Int64(chunk.frames)
         anchorWindow = Swift.min(anchorWindow, estimate)
         if reanchor || anchor == .infinity {

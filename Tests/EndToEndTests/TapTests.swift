@@ -1,0 +1,335 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Sndfile
+import Testing
+
+/// A tap read on a thread of its own until `stop()` or the stream's end, keeping every chunk.
+final class TapCollector: @unchecked Sendable {
+    // @unchecked: `chunks` and `ended` are touched only under `lock` (NSLock, which
+    // ThreadSanitizer sees).
+    let reader: TapReader
+    private let lock = NSLock()
+    private var chunks: [(header: TapChunkHeader, payload: [UInt8])] = []
+    private var ended = false
+    private var paused = false
+
+    init(socket: String, params: TapParams) throws {
+        reader = try TapReader(path: socket, params: params)
+        Thread.detachNewThread { [self] in
+            while true {
+                while lock.withLock({ paused }) { usleep(10_000) }
+                guard let chunk = try? reader.next() else { break }
+                lock.withLock { chunks.append(chunk) }
+            }
+            lock.withLock { ended = true }
+        }
+    }
+
+    var received: [(header: TapChunkHeader, payload: [UInt8])] { lock.withLock { chunks } }
+    var hasEnded: Bool { lock.withLock { ended } }
+    var frames: Int { lock.withLock { chunks.reduce(0) { $0 + Int($1.header.frames) } } }
+
+    /// Stops reading (the socket fills, recd must drop) until `resume()`.
+    func pause() { lock.withLock { paused = true } }
+    func resume() { lock.withLock { paused = false } }
+
+    /// Leaves: the connection closes, recd ends this tap.
+    func stop() {
+        reader.connection.interrupt()
+        _ = waitUntil(timeout: 10) { self.hasEnded }
+    }
+
+    var int16Samples: [Int16] {
+        received.flatMap { chunk in chunk.payload.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) } }
+    }
+
+    var floatSamples: [Float] {
+        received.flatMap { chunk in chunk.payload.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) } }
+    }
+}
+
+/// Taps through the real recd: other programs hear the input in a format of their own, bit for
+/// bit (in the device's format) or converted by soxr, each chunk placed on the capture clock,
+/// never slowing the recording; the device opens for them and closes after them.
+@Suite("audio taps")
+struct TapTests {
+    let inputs = TemporaryDirectory()
+
+    /// Stereo 16-bit noise at 48 kHz (a fixed LCG): a stretch of it is found at one offset only.
+    func noiseInput(seconds: Int) -> (path: String, samples: [Int16]) {
+        var state: UInt32 = 0x2345_6789
+        var samples = [Int16](repeating: 0, count: seconds * 48000 * 2)
+        for index in samples.indices {
+            state = state &* 1_664_525 &+ 1_013_904_223
+            samples[index] = Int16(truncatingIfNeeded: Int32(bitPattern: state) >> 18)
+        }
+        let path = inputs.file("noise-\(seconds).raw")
+        Signal.write(samples, to: path)
+        return (path, samples)
+    }
+
+    /// Where `needle`'s first frames are in `haystack` (interleaved stereo), as a sample index.
+    func offset(of needle: [Int16], in haystack: [Int16]) -> Int? {
+        let probe = Array(needle.prefix(64))
+        guard probe.count == 64 else { return nil }
+        var index = 0
+        while index + probe.count <= haystack.count {
+            if haystack[index] == probe[0], haystack[index..<(index + 64)].elementsEqual(probe) { return index }
+            index += 2
+        }
+        return nil
+    }
+
+    func threads(named name: String, of daemon: Daemon) -> Int {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.process.pid)/task")) ?? []
+        return tasks.filter {
+            (try? String(contentsOfFile: "/proc/\(daemon.process.pid)/task/\($0)/comm", encoding: .utf8))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) == name
+        }.count
+    }
+
+    /// Positions follow on from chunk to chunk with nothing lost.
+    func expectContiguous(_ chunks: [(header: TapChunkHeader, payload: [UInt8])], _ what: String,
+                          sourceLocation: SourceLocation = #_sourceLocation) {
+        var next: UInt64 = 0
+        for (index, chunk) in chunks.enumerated() {
+            guard chunk.header.position == next, chunk.header.lostFrames == 0, chunk.header.flags & TapChunkHeader.gapFlag == 0 else {
+                Issue.record("\(what): chunk \(index) at \(chunk.header.position), expected \(next); lost \(chunk.header.lostFrames), flags \(chunk.header.flags)",
+                             sourceLocation: sourceLocation)
+                return
+            }
+            next += UInt64(chunk.header.frames)
+        }
+    }
+
+    @Test func aTapInTheDevicesFormatIsTheRecordedFileBitForBitOnTheSameClock() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(seconds: 60)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
+                                config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n")
+        let client = try daemon.connect()
+        #expect(threads(named: "recd-capture", of: daemon) == 0, "idle: the device is closed")
+
+        // A tap on an idle daemon opens the device (listening) for it.
+        let tap = try TapCollector(socket: daemon.socket, params: TapParams())
+        #expect(tap.reader.result.format == TapFormat(sampleRate: 48000, channels: 2, encoding: .s16le))
+        #expect(tap.reader.result.headerBytes == 40)
+        let listening = try #require(daemon.waitForStatus { $0.state == .listening && $0.taps?.count == 1 })
+        #expect(listening.taps?.first?.format == tap.reader.result.format)
+        #expect(waitUntil { tap.frames >= 48000 }, "a second of audio: \(tap.frames) frames")
+
+        // A recording starts and stops under it: the tap goes on, losing nothing.
+        let started: Recording = try client.call(.start, StartParams(name: "take", preRoll: 0))
+        #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 2 } != nil)
+        let stopped: Recording = try client.call(.stop)
+        let atStop = tap.frames
+        #expect(waitUntil { tap.frames >= atStop + 48000 }, "the tap goes on after the recording")
+        let sent = try #require(daemon.waitForStatus { ($0.taps?.first?.framesSent ?? 0) >= Int64(atStop) }?.taps?.first)
+        #expect(sent.chunksDropped == 0)
+        tap.stop()
+
+        let chunks = tap.received
+        expectContiguous(chunks, "the tap across a start and a stop")
+        let samples = tap.int16Samples
+        let tapStart = try #require(offset(of: samples, in: input.samples), "the tap's audio is the input's")
+        #expect(samples.elementsEqual(input.samples[tapStart..<(tapStart + samples.count)]), "bit for bit, contiguous")
+
+        let file = try SoundFileReader(path: daemon.recordings + "/take.wav").readAllInt16()
+        #expect(Int64(file.count / 2) == stopped.frames)
+        let fileStart = try #require(offset(of: file, in: input.samples))
+        let inTap = (fileStart - tapStart) / 2
+        try #require(inTap >= 0 && (inTap + Int(stopped.frames)) * 2 <= samples.count, "the tap spans the recording")
+        #expect(samples[(inTap * 2)..<((inTap + Int(stopped.frames)) * 2)].elementsEqual(file), "the tap is the file over its frames")
+
+        // The file's first frame, on the tap's clock: where the file says it began (its bext
+        // chunk, read back by recordings.info; the wire gives milliseconds, hence 1.5 ms).
+        let chunk = try #require(chunks.last { $0.header.position <= UInt64(inTap) })
+        let tapTime = chunk.header.captureTime + Double(UInt64(inTap) - chunk.header.position) / 48000
+        let info: RecordingFile = try client.call(.recordingsInfo, RecordingNameParams(name: "take"))
+        let startedAt = try #require(info.startedAt).timeIntervalSince1970
+        #expect(abs(tapTime - startedAt) < 0.0015, "tap \(tapTime), file \(startedAt)")
+        _ = started
+        // And every chunk's time follows from the first one's by its position.
+        let first = try #require(chunks.first)
+        for chunk in chunks {
+            let expected = first.header.captureTime + Double(chunk.header.position) / 48000
+            if abs(chunk.header.captureTime - expected) >= 0.001 {
+                Issue.record("chunk at \(chunk.header.position): \(chunk.header.captureTime), expected \(expected)")
+                break
+            }
+        }
+
+        // The tap left: listening that only it needed ends, and the device closes.
+        #expect(daemon.waitForStatus { $0.state == .idle && $0.taps == nil && $0.listening == nil } != nil)
+        #expect(waitUntil(timeout: 10) { threads(named: "recd-capture", of: daemon) == 0 }, "the device closed after the tap")
+    }
+
+    @Test func tapsAtOtherRatesAreTheInputConvertedBySoxrAtOnce() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(seconds: 60)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
+                                config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n")
+        let client = try daemon.connect()
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 1))
+        let status = try #require(daemon.waitForStatus { ($0.listening?.framesCaptured ?? 0) > 4800 })
+        let origin = try #require(status.listening?.firstFrameAt).timeIntervalSince1970
+        let small = try TapCollector(socket: daemon.socket, params: TapParams(rate: 16000, channels: 1, encoding: .f32le))
+        let phone = try TapCollector(socket: daemon.socket, params: TapParams(rate: 8000, channels: 1, encoding: .s16le))
+        let same = try TapCollector(socket: daemon.socket, params: TapParams(rate: 16000, channels: 1, encoding: .f32le))
+        #expect(small.reader.result.format == TapFormat(sampleRate: 16000, channels: 1, encoding: .f32le))
+        #expect(waitUntil { small.frames >= 16000 * 4 && phone.frames >= 8000 * 4 && same.frames >= 16000 * 3 })
+        let taps = try #require(daemon.waitForStatus { $0.taps?.count == 3 }?.taps)
+        #expect(Set(taps.map(\.format.sampleRate)) == [16000, 8000])
+        for tap in [small, phone, same] { tap.stop() }
+        expectContiguous(small.received, "16 kHz")
+        expectContiguous(phone.received, "8 kHz")
+
+        // The 16 kHz tap against sox (soxr, an independent program) converting the same input
+        // from the tap's first frame, found from its capture time to within a few frames.
+        let converted = small.floatSamples
+        let first = try #require(small.received.first)
+        let estimate = Int(((first.header.captureTime - origin) * 48000).rounded())
+        var best = (snr: -Double.infinity, start: 0, lag: 0)
+        for start in (estimate - 3)...(estimate + 2) where start >= 0 {
+            let slice = Array(input.samples[(start * 2)..<((start + 48000 * 5) * 2)])
+            let slicePath = inputs.file("slice-\(start).raw")
+            Signal.write(slice, to: slicePath)
+            let referencePath = inputs.file("reference-\(start).raw")
+            let sox = try run("/usr/bin/sox", ["-q", "-t", "raw", "-r", "48000", "-e", "signed-integer", "-b", "16", "-c", "2", slicePath,
+                                               "-t", "raw", "-e", "floating-point", "-b", "32", "-c", "1", referencePath, "rate", "-v", "16000"])
+            #expect(sox.status == 0, "\(sox.stderr)")
+            let reference = try Data(contentsOf: URL(fileURLWithPath: referencePath)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+            for lag in -20...20 {
+                var signal = 0.0, noise = 0.0
+                for index in 1600..<min(converted.count, 16000 * 4) where index + lag >= 0 && index + lag < reference.count {
+                    let a = Double(converted[index]), b = Double(reference[index + lag])
+                    signal += b * b
+                    noise += (a - b) * (a - b)
+                }
+                let snr = 10 * log10(signal / max(noise, 1e-20))
+                if snr > best.snr { best = (snr, start, lag) }
+            }
+        }
+        #expect(best.snr > 40, "the tap is the input converted: \(best)")
+        // Its capture time says where it began to within 1 ms (48 frames): the anchor recd's
+        // estimate stood on then, against the one status gave before.
+        #expect(abs(best.start + 3 * best.lag - estimate) <= 48, "at the frame its capture time says: \(best), estimate \(estimate)")
+        // The two taps in one format share one conversion: the same samples from where both are.
+        let other = same.floatSamples
+        let shift = Int(try #require(same.received.first).header.captureTime * 16000 - first.header.captureTime * 16000)
+        if shift >= 0, shift + 16000 < converted.count, other.count > 16000 {
+            let overlap = min(converted.count - shift, other.count)
+            #expect(converted[shift..<(shift + overlap)].elementsEqual(other[0..<overlap]) ||
+                    converted[(shift + 1)..<min(converted.count, shift + 1 + overlap - 1)].elementsEqual(other[0..<(overlap - 1)]) ||
+                    converted[(shift - 1)..<(shift - 1 + overlap)].elementsEqual(other[0..<overlap]),
+                    "a tap that joins a format gets that format's samples from where it joined")
+        }
+    }
+
+    @Test func aTapThatStopsReadingLosesChunksAndSlowsNothingElse() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server),
+                                config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n[server]\nclient_queue_bytes = 262144\n")
+        let client = try daemon.connect()
+        let stuck = try TapCollector(socket: daemon.socket, params: TapParams())
+        let steady = try TapCollector(socket: daemon.socket, params: TapParams(rate: 16000, channels: 1))
+        #expect(waitUntil { stuck.frames >= 4800 && steady.frames >= 1600 })
+        stuck.pause()
+        let recording: Recording = try client.call(.start, StartParams(name: "exact", duration: 12, preRoll: 0))
+        #expect(recording.frameLimit == Int64(12 * 48000))
+        // The stuck tap reads nothing for 10 s while recd records.
+        let dropped = daemon.waitForStatus(timeout: 30) { ($0.taps?.first { $0.format.sampleRate == 48000 }?.chunksDropped ?? 0) > 0 }
+        #expect(dropped != nil, "recd drops what the stuck tap leaves unread")
+        usleep(10_000_000)
+        stuck.resume()
+        // Finished, and back to listening for the taps.
+        let finished = try #require(daemon.waitForStatus(timeout: 60) { $0.state == .listening && $0.recording != nil })
+        #expect(finished.recording?.frames == Int64(12 * 48000), "the recording is exact")
+        #expect(finished.statistics.xruns == 0)
+        #expect(waitUntil { stuck.received.contains { $0.header.lostFrames > 0 } }, "the stuck tap is told what it lost")
+        let told = try #require(stuck.received.first { $0.header.lostFrames > 0 })
+        #expect(told.header.flags & TapChunkHeader.gapFlag != 0)
+        stuck.stop()
+        steady.stop()
+        expectContiguous(steady.received, "the tap that kept reading")
+        let file = try SoundFileReader(path: daemon.recordings + "/exact.wav")
+        #expect(try file.readAllInt16().count == 12 * 48000 * 2)
+    }
+
+    @Test func aTapSurvivesADeviceLossWithTheGapMarked() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let tap = try TapCollector(socket: daemon.socket, params: TapParams(rate: 16000, channels: 1))
+        #expect(waitUntil { tap.frames >= 16000 })
+        server.kill()
+        #expect(daemon.waitForStatus { $0.listening?.wait != nil } != nil, "the device is waited for")
+        let before = tap.frames
+        try server.restart()
+        try server.tone()
+        #expect(waitUntil(timeout: 30) { tap.frames >= before + 16000 }, "the tap goes on once the device is back")
+        #expect(!tap.hasEnded)
+        tap.stop()
+        let chunks = tap.received
+        let gaps = chunks.filter { $0.header.flags & TapChunkHeader.gapFlag != 0 }
+        #expect(gaps.count == 1, "one gap: \(gaps.map(\.header))")
+        if let gap = gaps.first, let index = chunks.firstIndex(where: { $0.header.position == gap.header.position }), index > 0 {
+            let before = chunks[index - 1]
+            let away = gap.header.captureTime - (before.header.captureTime + Double(before.header.frames) / 16000)
+            #expect(away > 0.2, "time jumped over the loss: \(away) s")
+            #expect(abs(Double(gap.header.lostFrames) - away * 16000) < 16000 * 0.05 + 2,
+                    "lost frames \(gap.header.lostFrames) for \(away) s")
+            #expect(gap.header.position == before.header.position + UInt64(before.header.frames) + UInt64(gap.header.lostFrames),
+                    "the position jumps over what was lost")
+        }
+    }
+
+    @Test func tappingTakesItsOwnPermission() throws {
+        let daemon = try Daemon(device: "null", config: "[server]\nsocket_mode = \"0666\"\ncontrol_users = [\"nobody\"]\n")
+        chmod(daemon.directory.path, 0o755)
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", Binaries.recctl]
+        let refused = try run("/usr/bin/setpriv", asNobody + ["tap", "--duration", "1", "--socket", daemon.socket])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("tap"), "\(refused.stderr)")
+        #expect(refused.stdout.isEmpty)
+        // Control does not grant it; the configuration can.
+        let allowed = try Daemon(device: "null", config: "[server]\nsocket_mode = \"0666\"\ntap_users = [\"nobody\"]\n")
+        chmod(allowed.directory.path, 0o755)
+        let tapped = try run("/bin/sh", ["-c", "/usr/bin/setpriv \"$@\" | wc -c", "sh"] + asNobody
+                             + ["tap", "--duration", "0.5", "--rate", "8000", "--channels", "1", "--socket", allowed.socket])
+        #expect(tapped.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "8000", "\(tapped.stderr)")
+    }
+
+    @Test func recctlTapWritesExactlyTheDurationAsRawOrWAV() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let environment = ["RECD_SOCKET": daemon.socket]
+        let output = inputs.file("tap.wav")
+        let wav = try run("/bin/sh", ["-c", "\"$0\" tap --duration 2 --wav --rate 16000 --channels 1 > \"$1\"", Binaries.recctl, output],
+                          environment: environment)
+        #expect(wav.status == 0, "\(wav.stderr)")
+        let probe = try run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "stream=sample_rate,channels,duration_ts,codec_name",
+                                                  "-of", "default=noprint_wrappers=1", output])
+        #expect(probe.stdout.contains("sample_rate=16000") && probe.stdout.contains("channels=1")
+                && probe.stdout.contains("duration_ts=32000") && probe.stdout.contains("codec_name=pcm_s16le"), "\(probe.stdout)")
+        let raw = try run("/bin/sh", ["-c", "\"$0\" tap --duration 1.5 --float | wc -c", Binaries.recctl], environment: environment)
+        #expect(raw.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == String(72000 * 2 * 4), "\(raw.stderr)")
+        // A reader that leaves early ends recctl quietly.
+        let head = try run("/bin/sh", ["-c", "\"$0\" tap | head -c 1000 | wc -c", Binaries.recctl], environment: environment)
+        #expect(head.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "1000")
+        #expect(daemon.waitForStatus { $0.taps == nil && $0.state == .idle } != nil, "every tap left; the device closed")
+        // Numbers are checked before anything is asked.
+        let refused = try run(Binaries.recctl, ["tap", "--rate", "100"], environment: environment)
+        #expect(refused.status != 0 && refused.stderr.contains("'rate' must be between"), "\(refused.stderr)")
+        let client = try daemon.connect()
+        let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"tap","params":{"channels":9}}"#)
+        #expect(answer.errorDataCode == "invalidParams" && answer.errorMessage?.contains("'channels' must be between 1 and 8") == true, "\(answer)")
+    }
+}
