@@ -333,3 +333,41 @@ struct TapTests {
         #expect(answer.errorDataCode == "invalidParams" && answer.errorMessage?.contains("'channels' must be between 1 and 8") == true, "\(answer)")
     }
 }
+
+extension TapTests {
+    static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Examples/tap").path
+
+    @Test func thePythonAndCExamplesReadATapWhileRecdRecords() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"flac\"\n")
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "beside"))
+        let environment = ["RECD_SOCKET": daemon.socket]
+        let pythonOut = inputs.file("python.raw")
+        let python = try run("/usr/bin/python3", [Self.examples + "/recd_tap.py", "--rate", "8000", "--channels", "1",
+                                                  "--seconds", "1.5", "--out", pythonOut], environment: environment)
+        #expect(python.status == 0, "\(python.stderr)")
+        #expect((try? FileManager.default.attributesOfItem(atPath: pythonOut)[.size] as? Int) == 12000 * 2)
+        #expect(python.stderr.contains("tap ") && python.stderr.contains("chunk 0 "), "\(python.stderr)")
+
+        let binary = inputs.file("recd_tap")
+        let cc = try run("/usr/bin/cc", ["-Wall", "-Werror", "-O2", "-o", binary, Self.examples + "/recd_tap.c"])
+        #expect(cc.status == 0, "\(cc.stderr)")
+        let c = try run("/bin/sh", ["-c", "\"$0\" \"$1\" 16000 2 1 | wc -c", binary, daemon.socket])
+        #expect(c.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == String(16000 * 2 * 2), "\(c.stderr)")
+
+        // recctl tap feeding sox while the recording goes on: both outputs whole.
+        let stat = try run("/bin/sh", ["-c", "\"$0\" tap --duration 3 --rate 16000 --channels 1 | "
+                                           + "sox -t raw -r 16000 -e signed-integer -b 16 -c 1 - -n stat 2>&1", Binaries.recctl],
+                           environment: environment)
+        #expect(stat.stdout.contains("Samples read:             48000"), "\(stat.stdout)")
+        #expect(stat.stdout.contains("Length (seconds):      3.000000"), "\(stat.stdout)")
+        let stopped: Recording = try client.call(.stop)
+        let probe = try run("/usr/bin/ffprobe", ["-v", "error", "-count_packets", "-show_entries", "stream=duration_ts",
+                                                  "-of", "csv=p=0", stopped.path])
+        #expect(probe.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == String(stopped.frames), "\(probe)")
+        #expect(daemon.waitForStatus { $0.taps == nil && $0.state.name == .finished } != nil)
+    }
+}
