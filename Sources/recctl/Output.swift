@@ -152,6 +152,14 @@ enum Output {
         if let preRoll = status.recording?.preRoll, status.state.isActive {
             rows.append(("pre-roll", String(printf: "began %.3f s before the start", preRoll.seconds)))
         }
+        for (index, tap) in (status.taps ?? []).enumerated() {
+            let format = tap.format
+            var text = "#\(tap.id) \(format.encoding.rawValue) \(format.sampleRate) Hz \(format.channels) ch"
+            if let pid = tap.pid { text += ", pid \(pid)" }
+            text += String(printf: ", %.1f s sent", Double(tap.framesSent) / Double(format.sampleRate))
+            if tap.chunksDropped > 0 { text += yellow(", \(tap.chunksDropped) chunks dropped (\(tap.framesDropped) frames)") }
+            rows.append((index == 0 ? "taps" : "", text))
+        }
         if [.recording, .paused, .listening].contains(status.state.name), !status.levels.channels.isEmpty {
             for (index, channel) in status.levels.channels.enumerated() {
                 rows.append((index == 0 ? "levels" : "", Meter.describe(channel: index, of: status.levels.channels.count, channel)))
