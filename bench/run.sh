@@ -19,7 +19,8 @@
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
 # BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10),
-# BENCH_STEPS (which steps, of: capture aac control memory start listening fanout profile; default all).
+# BENCH_STEPS (which steps, of: capture aac control memory start listening tap fanout profile; default all).
+# BENCH_TAP_SECONDS (120): each window of the taps step.
 set -euo pipefail
 
 bin=$(cd "${1:?usage: run.sh BINDIR}" && pwd)
@@ -27,7 +28,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${BENCH_OUT:-$root/bench/out/$run_id}
-steps=" ${BENCH_STEPS:-capture aac control memory start listening fanout profile} "
+steps=" ${BENCH_STEPS:-capture aac control memory start listening tap fanout profile} "
 step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
@@ -41,6 +42,7 @@ aac_seconds=${BENCH_AAC_SECONDS:-120}
 start_runs=${BENCH_START_RUNS:-15}
 listen_seconds=${BENCH_LISTEN_SECONDS:-300}
 listen_runs=${BENCH_LISTEN_RUNS:-10}
+tap_seconds=${BENCH_TAP_SECONDS:-120}
 profile=${BENCH_PROFILE:-1}
 
 for tool in python3 sox ffmpeg ffprobe arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf; do
@@ -127,7 +129,7 @@ step control && section "2. Control round trip ($calls status calls; $cold_runs 
 step memory && section "4. Memory ($memory_hours h of audio from the unpaced device)" \
     python3 memory.py "$bin" "$work" benchlong benchshort "$memory_hours" 900 3 "$results/memory.json"
 
-if step start || step listening || step fanout; then
+if step start || step listening || step tap || step fanout; then
 say "A private PulseAudio server with a null sink"
 mkdir -p "$work/pulse"
 cat >"$work/pulse/pa.conf" <<EOF
@@ -161,6 +163,9 @@ step start && section "5. Start latency ($start_runs runs each)" \
 
 step listening && section "7. Listening: CPU against arecord ($listen_seconds s), RSS, start latency ($listen_runs runs)" \
     python3 listening.py "$bin" "$work" benchpaced "$listen_seconds" "$listen_runs" "$results/listening.json"
+
+step tap && section "8. Taps: latency, 20 taps while recording, against arecord | sox ($tap_seconds s)" \
+    python3 tap.py "$bin" "$work" benchpaced "$tap_seconds" "$results/tap.json"
 
 step fanout && section "3. Fan-out ($fanout_clients subscribers, $fanout_seconds s)" \
     python3 fanout.py "$bin" "$work" benchpaced \

@@ -1,3 +1,4 @@
+import Glibc
 import Logging
 import NIOCore
 import NIOEmbedded
@@ -40,6 +41,26 @@ struct MethodTableTests {
         #expect(RecdProtocol.Method.listen.parameterNames == ["preRoll"])
         #expect(try decodeParams(ListenParams.self, .object(["preRoll": .number(3)]))?.preRoll == 3)
         #expect(throws: RPCError.self) { try decodeParams(StartParams.self, .object(["sampleRate": .string("fast")])) }
+        #expect(RecdProtocol.Method.tap.parameterNames == ["rate", "channels", "encoding", "preRoll"])
+        let tap = try decodeParams(TapParams.self, .object(["rate": .number(16000), "encoding": .string("f32le")]))
+        #expect(tap == TapParams(rate: 16000, encoding: .f32le))
+        #expect(throws: RPCError.self) { try decodeParams(TapParams.self, .object(["encoding": .string("s24le")])) }
+    }
+
+    /// Hearing the input is its own permission: control does not grant it; recd's own user and
+    /// group, root, and the listed users and groups have it.
+    @Test func tapIsAPermissionOfItsOwn() {
+        let policy = AccessPolicy(controlUIDs: [1001], tapUIDs: [1002], tapGIDs: [3000], daemonUID: 990, daemonGID: 990)
+        func permissions(uid: uid_t, gid: gid_t) -> Set<Permission> { policy.permissions(of: PeerCredentials(pid: 1, uid: uid, gid: gid)) }
+        #expect(permissions(uid: 0, gid: 0) == [.observe, .control, .tap])
+        #expect(permissions(uid: 990, gid: 990) == [.observe, .control, .tap])
+        #expect(permissions(uid: 1001, gid: 1001) == [.observe, .control], "control is not tap")
+        #expect(permissions(uid: 1002, gid: 1002) == [.observe, .tap])
+        #expect(permissions(uid: 1003, gid: 990) == [.observe, .tap], "recd's group")
+        #expect(permissions(uid: 1004, gid: 3000) == [.observe, .tap], "a listed group")
+        #expect(permissions(uid: 1005, gid: 1005) == [.observe])
+        #expect(MethodTable.refusal(of: .tap, permissions: [.observe, .control]) != nil)
+        #expect(MethodTable.refusal(of: .tap, permissions: [.observe, .tap]) == nil)
     }
 }
 
