@@ -18,20 +18,6 @@ struct ListeningTests {
         try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30)
     }
 
-    /// Stereo 16-bit noise at 48 kHz (a fixed LCG): no two stretches alike, so a file that
-    /// matches the input at one offset matches at no other.
-    func noiseInput(seconds: Int) -> (path: String, samples: [Int16]) {
-        var state: UInt32 = 0x1234_5678
-        var samples = [Int16](repeating: 0, count: seconds * 48000 * 2)
-        for index in samples.indices {
-            state = state &* 1_664_525 &+ 1_013_904_223
-            samples[index] = Int16(truncatingIfNeeded: Int32(bitPattern: state) >> 18)  // about -12 dBFS
-        }
-        let path = inputs.file("noise-\(seconds).raw")
-        Signal.write(samples, to: path)
-        return (path, samples)
-    }
-
     /// A daemon listening on the paced file device with `preRoll` seconds, once it holds them all.
     func listeningDaemon(_ input: String, server: PulseServer, preRoll: Double, config: String = "") throws -> (Daemon, RecdConnection) {
         let daemon = try Daemon(device: TestDevices.pacedFile(input, server: server),
@@ -54,7 +40,7 @@ struct ListeningTests {
     @Test func aStartWhileListeningBeginsTheFileWithThePreRollBitForBit() throws {
         let server = try PulseServer()
         try server.tone()
-        let input = noiseInput(seconds: 60)
+        let input = noiseInput(inputs, seconds: 60)
         let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 2)
         let listening = try #require(daemon.waitForStatus { $0.listening != nil }?.listening)
         #expect(listening.deviceFormat == DeviceFormat(sampleFormat: "int16", sampleRate: 48000, channels: 2))
@@ -80,7 +66,7 @@ struct ListeningTests {
     @Test func theFileStartsAtTheFirstPreRolledFramesCaptureTime() throws {
         let server = try PulseServer()
         try server.tone()
-        let input = noiseInput(seconds: 60)
+        let input = noiseInput(inputs, seconds: 60)
         let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 1.5)
         let started: Recording = try client.call(.start, StartParams(name: "timed", preRoll: 1.5))
         // recd's estimate of when the device's frame 0 was captured, as it stood at the start.
@@ -105,7 +91,7 @@ struct ListeningTests {
     @Test func preRollThroughResamplingAndSegmentsLosesAndRepeatsNoFrame() throws {
         let server = try PulseServer()
         try server.tone()
-        let input = noiseInput(seconds: 60)
+        let input = noiseInput(inputs, seconds: 60)
         let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 2)
 
         // 1 s segments: joined, they are the input slice from the first pre-rolled frame.
@@ -138,16 +124,8 @@ struct ListeningTests {
                                            "-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1", referencePath, "rate", "-v", "16000"])
         #expect(sox.status == 0, "\(sox.stderr)")
         let reference = try Data(contentsOf: URL(fileURLWithPath: referencePath)).withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
-        func snr(lag: Int) -> Double {
-            // Away from both ends, where the filters start and stop.
-            var signal = 0.0, noise = 0.0
-            for index in 1600..<(file.count - 1600) where index + lag >= 0 && index + lag < reference.count {
-                let a = Double(file[index]), b = Double(reference[index + lag])
-                signal += b * b
-                noise += (a - b) * (a - b)
-            }
-            return 10 * log10(signal / max(noise, 1))
-        }
+        let converted = file.map(Double.init), expected = reference.map(Double.init)
+        func snr(lag: Int) -> Double { signalToNoise(converted, expected, lag: lag) }
         let aligned = snr(lag: 0)
         #expect(aligned > 30, "the file matches the converted input: \(aligned) dB")
         #expect(aligned > snr(lag: 1) + 10 && aligned > snr(lag: -1) + 10, "and only where it should")
@@ -156,7 +134,7 @@ struct ListeningTests {
     @Test func aPreRollLongerThanListeningGivesWhatThereIsFromTheFirstFrame() throws {
         let server = try PulseServer()
         try server.tone()
-        let input = noiseInput(seconds: 60)
+        let input = noiseInput(inputs, seconds: 60)
         let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
                                 config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n[listen]\npre_roll = \"20 s\"\n")
         let client = try daemon.connect()
@@ -185,7 +163,7 @@ struct ListeningTests {
     @Test func durationCountsFromTheStartNotFromThePreRoll() throws {
         let server = try PulseServer()
         try server.tone()
-        let input = noiseInput(seconds: 60)
+        let input = noiseInput(inputs, seconds: 60)
         let (daemon, client) = try listeningDaemon(input.path, server: server, preRoll: 1)
         let started: Recording = try client.call(.start, StartParams(name: "timed", duration: 1.5, preRoll: 1))
         let limit = try #require(started.frameLimit)
@@ -309,7 +287,7 @@ struct ListeningTests {
     @Test func sigtermWhileListeningAndWhileRecordingWithPreRollExitsCleanly() throws {
         let server = try PulseServer()
         try server.tone()
-        let input = noiseInput(seconds: 60)
+        let input = noiseInput(inputs, seconds: 60)
         let (listener, _) = try listeningDaemon(input.path, server: server, preRoll: 1)
         #expect(listener.terminate() == 0, "\(listener.log.suffix(2000))")
 
@@ -360,14 +338,6 @@ struct ListeningTests {
 
     /// Threads of the daemon with this name (`/proc/PID/task/*/comm`): libpulse's client
     /// thread (`threaded-ml`) exists exactly while a `pulse` PCM is open.
-    func threads(named name: String, of daemon: Daemon) -> Int {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.process.pid)/task")) ?? []
-        return tasks.filter {
-            (try? String(contentsOfFile: "/proc/\(daemon.process.pid)/task/\($0)/comm", encoding: .utf8))?
-                .trimmingCharacters(in: .whitespacesAndNewlines) == name
-        }.count
-    }
-
     func descriptors(of daemon: Daemon) -> Int {
         ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.process.pid)/fd")) ?? []).count
     }
@@ -377,16 +347,16 @@ struct ListeningTests {
         try server.tone()
         let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"wav\"\n")
         let client = try daemon.connect()
-        #expect(threads(named: "threaded-ml", of: daemon) == 0)
+        #expect(daemon.threads(named: "threaded-ml") == 0)
         let baseline = descriptors(of: daemon)
         // Recordings one after another, each through its own opening: closed after each.
         for index in 0..<6 {
             let _: Recording = try client.call(.start, StartParams(name: "take\(index)"))
             #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 0.2 } != nil)
-            #expect(threads(named: "threaded-ml", of: daemon) == 1, "one device opening while recording")
+            #expect(daemon.threads(named: "threaded-ml") == 1, "one device opening while recording")
             let _: Recording = try client.call(.stop)
-            #expect(waitUntil(timeout: 10) { threads(named: "threaded-ml", of: daemon) == 0 },
-                    "the device closed after recording \(index): \(threads(named: "threaded-ml", of: daemon)) open")
+            #expect(waitUntil(timeout: 10) { daemon.threads(named: "threaded-ml") == 0 },
+                    "the device closed after recording \(index): \(daemon.threads(named: "threaded-ml")) open")
         }
         #expect(waitUntil(timeout: 10) { descriptors(of: daemon) <= baseline + 1 }, "descriptors back to \(baseline): \(descriptors(of: daemon))")
         // Listening holds one opening, which recordings share; unlisten closes it.
@@ -396,11 +366,11 @@ struct ListeningTests {
             #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 0.2 } != nil)
             let _: Recording = try client.call(.stop)
             #expect(daemon.waitForStatus { $0.state == .listening } != nil)
-            #expect(threads(named: "threaded-ml", of: daemon) == 1, "recordings while listening share its opening")
-            #expect(threads(named: "recd-capture", of: daemon) == 1)
+            #expect(daemon.threads(named: "threaded-ml") == 1, "recordings while listening share its opening")
+            #expect(daemon.threads(named: "recd-capture") == 1)
         }
         let _: ListenResult = try client.call(.unlisten)
-        #expect(waitUntil(timeout: 10) { threads(named: "threaded-ml", of: daemon) == 0 && threads(named: "recd-capture", of: daemon) == 0 },
+        #expect(waitUntil(timeout: 10) { daemon.threads(named: "threaded-ml") == 0 && daemon.threads(named: "recd-capture") == 0 },
                 "unlisten closed the device")
     }
 

@@ -58,19 +58,6 @@ final class TapCollector: @unchecked Sendable {
 struct TapTests {
     let inputs = TemporaryDirectory()
 
-    /// Stereo 16-bit noise at 48 kHz (a fixed LCG): a stretch of it is found at one offset only.
-    func noiseInput(seconds: Int) -> (path: String, samples: [Int16]) {
-        var state: UInt32 = 0x2345_6789
-        var samples = [Int16](repeating: 0, count: seconds * 48000 * 2)
-        for index in samples.indices {
-            state = state &* 1_664_525 &+ 1_013_904_223
-            samples[index] = Int16(truncatingIfNeeded: Int32(bitPattern: state) >> 18)
-        }
-        let path = inputs.file("noise-\(seconds).raw")
-        Signal.write(samples, to: path)
-        return (path, samples)
-    }
-
     /// Where `needle`'s first frames are in `haystack` (interleaved stereo), as a sample index.
     func offset(of needle: [Int16], in haystack: [Int16]) -> Int? {
         let probe = Array(needle.prefix(64))
@@ -81,14 +68,6 @@ struct TapTests {
             index += 2
         }
         return nil
-    }
-
-    func threads(named name: String, of daemon: Daemon) -> Int {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.process.pid)/task")) ?? []
-        return tasks.filter {
-            (try? String(contentsOfFile: "/proc/\(daemon.process.pid)/task/\($0)/comm", encoding: .utf8))?
-                .trimmingCharacters(in: .whitespacesAndNewlines) == name
-        }.count
     }
 
     /// Positions follow on from chunk to chunk with nothing lost.
@@ -108,11 +87,11 @@ struct TapTests {
     @Test func aTapInTheDevicesFormatIsTheRecordedFileBitForBitOnTheSameClock() throws {
         let server = try PulseServer()
         try server.tone()
-        let input = noiseInput(seconds: 60)
+        let input = noiseInput(inputs, seconds: 60, seed: 0x2345_6789)
         let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
                                 config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n")
         let client = try daemon.connect()
-        #expect(threads(named: "recd-capture", of: daemon) == 0, "idle: the device is closed")
+        #expect(daemon.threads(named: "recd-capture") == 0, "idle: the device is closed")
 
         // A tap on an idle daemon opens the device (listening) for it.
         let tap = try TapCollector(socket: daemon.socket, params: TapParams())
@@ -165,13 +144,13 @@ struct TapTests {
 
         // The tap left: listening that only it needed ends, and the device closes.
         #expect(daemon.waitForStatus { $0.state == .idle && $0.taps == nil && $0.listening == nil } != nil)
-        #expect(waitUntil(timeout: 10) { threads(named: "recd-capture", of: daemon) == 0 }, "the device closed after the tap")
+        #expect(waitUntil(timeout: 10) { daemon.threads(named: "recd-capture") == 0 }, "the device closed after the tap")
     }
 
     @Test func tapsAtOtherRatesAreTheInputConvertedBySoxrAtOnce() throws {
         let server = try PulseServer()
         try server.tone()
-        let input = noiseInput(seconds: 60)
+        let input = noiseInput(inputs, seconds: 60, seed: 0x2345_6789)
         let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
                                 config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n")
         let client = try daemon.connect()
@@ -204,14 +183,9 @@ struct TapTests {
                                                "-t", "raw", "-e", "floating-point", "-b", "32", "-c", "1", referencePath, "rate", "-v", "16000"])
             #expect(sox.status == 0, "\(sox.stderr)")
             let reference = try Data(contentsOf: URL(fileURLWithPath: referencePath)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+            let expected = reference.map(Double.init)
             for lag in -20...20 {
-                var signal = 0.0, noise = 0.0
-                for index in 1600..<min(converted.count, 16000 * 4) where index + lag >= 0 && index + lag < reference.count {
-                    let a = Double(converted[index]), b = Double(reference[index + lag])
-                    signal += b * b
-                    noise += (a - b) * (a - b)
-                }
-                let snr = 10 * log10(signal / max(noise, 1e-20))
+                let snr = signalToNoise(converted.map(Double.init), expected, lag: lag, upTo: 16000 * 4)
                 if snr > best.snr { best = (snr, start, lag) }
             }
         }
