@@ -155,6 +155,40 @@ struct CombinationMatrixTests {
         try expectOnlyListedFiles(daemon, cell: cell)
     }
 
+    @Test("a tap beside the recording, with pre-roll and segments", arguments: formats)
+    func tapBesideTheRecording(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × tap"
+        let server = try PulseServer()
+        let input = writeCounterInput(inputs, seconds: 30)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server),
+                                config: "[recording]\nsample_rate = 48000\nchannels = 2\n[listen]\npre_roll = 1\n")
+        let client = try daemon.connect()
+        // The tap opens the device (listening for it, with the configured pre-roll).
+        let tap = try TapCollector(socket: daemon.socket, params: TapParams(rate: Self.rate, channels: 2))
+        try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 1 } != nil, "\(cell): the ring never filled")
+        let started: Recording = try client.call(.start, StartParams(name: "tapped", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 1.5, segmentLength: 1, preRoll: 1))
+        let preRoll = try #require(started.preRoll, "\(cell): no pre-roll")
+        let ended = try #require(daemon.waitForStatus { $0.lastSegment?.recordingId == started.id && $0.state == .listening },
+                                 "\(cell): never ended")
+        #expect(ended.error == nil, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let files = try sessionFiles(daemon, started)
+        #expect(files.map(\.frames) == [48000, 48000, 24000], "\(cell): \(files.map(\.file)) \(files.map(\.frames))")
+        let samples = try readBack(files, format: format, cell: cell)
+        expectInput(samples, Array(input.samples[Int(preRoll.firstFrame * 2)...]), format: format, frames: 120_000, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+        // The tap heard it all meanwhile: every frame once, in order (the counter steps by 7).
+        #expect(waitUntil { tap.frames >= 4 * 48000 }, "\(cell): the tap stalled at \(tap.frames) frames")
+        tap.stop()
+        expectContiguous(tap.received, cell)
+        let heard = tap.int16Samples
+        let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
+        if let index = left.indices.dropFirst().first(where: { (Int(left[$0]) - Int(left[$0 - 1]) + 65536) % 65536 != 7 }) {
+            Issue.record("\(cell): the tap's frame \(index) does not follow the one before")
+        }
+        #expect(daemon.waitForStatus { $0.state == .idle && $0.taps == nil } != nil, "\(cell): the device stays open after the tap")
+    }
+
     @Test("pause and resume", arguments: formats)
     func pauseAndResume(format: AudioFileFormat) throws {
         let cell = "\(format.rawValue) × pause/resume"

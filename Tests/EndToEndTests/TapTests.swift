@@ -51,6 +51,20 @@ final class TapCollector: @unchecked Sendable {
     }
 }
 
+/// Positions follow on from chunk to chunk with nothing lost.
+func expectContiguous(_ chunks: [(header: TapChunkHeader, payload: [UInt8])], _ what: String,
+                      sourceLocation: SourceLocation = #_sourceLocation) {
+    var next: UInt64 = 0
+    for (index, chunk) in chunks.enumerated() {
+        guard chunk.header.position == next, chunk.header.lostFrames == 0, chunk.header.flags & TapChunkHeader.gapFlag == 0 else {
+            Issue.record("\(what): chunk \(index) at \(chunk.header.position), expected \(next); lost \(chunk.header.lostFrames), flags \(chunk.header.flags)",
+                         sourceLocation: sourceLocation)
+            return
+        }
+        next += UInt64(chunk.header.frames)
+    }
+}
+
 /// Taps through the real recd: other programs hear the input in a format of their own, bit for
 /// bit (in the device's format) or converted by soxr, each chunk placed on the capture clock,
 /// never slowing the recording; the device opens for them and closes after them.
@@ -68,20 +82,6 @@ struct TapTests {
             index += 2
         }
         return nil
-    }
-
-    /// Positions follow on from chunk to chunk with nothing lost.
-    func expectContiguous(_ chunks: [(header: TapChunkHeader, payload: [UInt8])], _ what: String,
-                          sourceLocation: SourceLocation = #_sourceLocation) {
-        var next: UInt64 = 0
-        for (index, chunk) in chunks.enumerated() {
-            guard chunk.header.position == next, chunk.header.lostFrames == 0, chunk.header.flags & TapChunkHeader.gapFlag == 0 else {
-                Issue.record("\(what): chunk \(index) at \(chunk.header.position), expected \(next); lost \(chunk.header.lostFrames), flags \(chunk.header.flags)",
-                             sourceLocation: sourceLocation)
-                return
-            }
-            next += UInt64(chunk.header.frames)
-        }
     }
 
     @Test func aTapInTheDevicesFormatIsTheRecordedFileBitForBitOnTheSameClock() throws {
@@ -145,6 +145,32 @@ struct TapTests {
         // The tap left: listening that only it needed ends, and the device closes.
         #expect(daemon.waitForStatus { $0.state == .idle && $0.taps == nil && $0.listening == nil } != nil)
         #expect(waitUntil(timeout: 10) { daemon.threads(named: "recd-capture") == 0 }, "the device closed after the tap")
+    }
+
+    @Test func aTapMayBeginWithThePreRollListeningHolds() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(inputs, seconds: 60, seed: 0x3456_789A)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
+        let client = try daemon.connect()
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 3))
+        try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 3 } != nil, "the ring fills")
+        let tap = try TapCollector(socket: daemon.socket, params: TapParams(rate: 48000, channels: 2, preRoll: 1.5))
+        #expect(tap.reader.result.preRoll == 1.5, "the stream begins 1.5 s back")
+        #expect(waitUntil { tap.frames >= 72000 + 48000 })
+        tap.stop()
+        let chunks = tap.received
+        expectContiguous(chunks, "pre-roll, then live input")
+        let preRolled = chunks.prefix { $0.header.flags & TapChunkHeader.preRollFlag != 0 }.reduce(0) { $0 + Int($1.header.frames) }
+        #expect(preRolled == 72000, "the pre-roll's chunks say so")
+        let samples = tap.int16Samples
+        let start = try #require(offset(of: samples, in: input.samples))
+        #expect(samples.elementsEqual(input.samples[start..<(start + samples.count)]), "the ring's frames and the live ones, contiguous")
+        // Its first frame was captured 1.5 s before the tap's first live frame.
+        let live = try #require(chunks.first { $0.header.flags & TapChunkHeader.preRollFlag == 0 })
+        #expect(abs(live.header.captureTime - chunks[0].header.captureTime - 1.5) < 0.001)
+        // The tap leaves; listening, asked for by a client, goes on.
+        #expect(daemon.waitForStatus { $0.taps == nil && $0.state == .listening } != nil)
     }
 
     @Test func tapsAtOtherRatesAreTheInputConvertedBySoxrAtOnce() throws {
