@@ -49,6 +49,7 @@ start = load("start.json")
 aac = load("aac.json")
 profile = load("profile.json")
 listening = load("listening.json")
+tap = load("tap.json")
 tree = env_file("tree.env")
 default_tone = []
 if os.path.exists(os.path.join(results_dir, "first_frame_default_tone.jsonl")):
@@ -128,6 +129,9 @@ SUMMARY_ROWS = [
     ("7a", "CPU per hour listening (meter + 10 s pre-roll) against arecord", "≤ 1.0×"),
     ("7b", "RSS listening with a 10 s pre-roll; recording with it (peak)", "< 24 MiB each"),
     ("7c", "start → answer while listening / device closed", "report"),
+    ("8a", "tap latency, capture → client read, p99 (device format / 16 kHz mono)", "< 2 periods + 5 ms"),
+    ("8b", "recd CPU per hour recording FLAC with 20 taps at 16 kHz mono, against no taps", "report"),
+    ("8c", "CPU per consumer-hour: a tap against arecord | sox", "report"),
 ]
 
 
@@ -247,6 +251,25 @@ if listening:
         f"`bench/listening.py` on `benchpaced` (pink noise playing): recd `listen` with `[listen] pre_roll = \"10 s\"`; "
         f"CPU over {num(listening['seconds'], 0)} s beside `arecord -D benchpaced -f S16_LE -r 48000 -c 2 -t raw > /dev/null` "
         f"(CPU-time clocks of both processes); VmRSS from /proc; {listening['runs']} starts each way")
+
+if tap:
+    lat = tap["latency"]
+    bound = (2 * tap["period_time"] + 0.005) * 1000
+    worst = max(lat["device_format"]["p99"], lat["16k_mono"]["p99"])
+    targets.append(("8a", f"tap latency, capture of a chunk's last frame → client read, p99 (period {num(tap['period_time'] * 1000, 0)} ms)",
+                    f"< {num(bound, 0)} ms", f"{num(lat['device_format']['p99'], 1)} ms / {num(lat['16k_mono']['p99'], 1)} ms",
+                    f"p50 {num(lat['device_format']['p50'], 1)} / {num(lat['16k_mono']['p50'], 1)} ms", "–", worst < bound))
+    tw, two = tap["with_taps"], tap["without_taps"]
+    targets.append(("8b", f"recd CPU per hour recording 48 kHz stereo FLAC with {tap['taps']} taps at 16 kHz mono", "report",
+                    f"{num(tw['cpu_s_per_hour'], 1)} s/h", f"without taps {num(two['cpu_s_per_hour'], 1)} s/h; exact {tw['exact'] and two['exact']}, "
+                    f"taps lost {tw['tap_lost']} frames", "–", tw["exact"] and two["exact"]))
+    targets.append(("8c", "CPU per consumer-hour: a tap (recd's increase / taps) against arecord piped to sox", "report",
+                    f"{num(tap['recd_s_per_tap_hour'], 2)} s", f"arecord piped to sox {num(tap['pipeline_s_per_consumer_hour'], 2)} s", "–", True))
+    how["8a"] = how["8b"] = how["8c"] = (
+        f"`bench/tap.py` on `benchpaced` (pink noise playing), {num(tap['seconds'], 0)} s windows: two taps read by Python "
+        "clients (latency = read time − (capture time + (frames − 1) / rate)); recd's CPU-time clock over a `duration` recording "
+        f"with and without {tap['taps']} tap clients; `arecord -D benchpaced -f S16_LE -r 48000 -c 2 -t raw | sox … -r 16000 -c 1` "
+        "CPU of both processes")
 
 
 # --- the document ---------------------------------------------------------------------
