@@ -776,13 +776,25 @@ final class InlineRequestHandler: ChannelInboundHandler, RemovableChannelHandler
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let line = unwrapInboundIn(data)
-        if let connection, connection.answerInline(line: line) { return }
+        if let connection, connection.answerInline(line: line) {
+            answeredThisRead = true
+            return
+        }
         context.fireChannelRead(data)
     }
 
+    /// Whether `channelRead` answered a line since the last `channelReadComplete`.
+    private var answeredThisRead = false
+
     func channelReadComplete(context: ChannelHandlerContext) {
-        // One write for every answer this read gave.
-        connection?.flushInlineAnswers()
+        // One write for every answer this read gave; none when it gave none. A write here that
+        // fails (the peer reset the connection: a tap's reader that leaves with audio unread)
+        // makes NIO close the channel in the middle of handling that end of input, which trips
+        // its own assertion; a read that answered nothing has nothing to write anyway.
+        if answeredThisRead {
+            answeredThisRead = false
+            connection?.flushInlineAnswers()
+        }
         context.fireChannelReadComplete()
     }
 
