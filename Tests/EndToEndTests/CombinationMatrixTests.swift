@@ -367,8 +367,16 @@ struct CombinationMatrixTests {
             } else {
                 Issue.record("\(cell): \(file.file) declares no length")
             }
-            #expect(Self.decodedExtra(format).contains(decoded - file.frames),
-                    "\(cell): \(file.file) decodes to \(decoded) frames, recd lists \(file.frames)")
+            if format == .mp3 && file.frames < 1152 {
+                // Shorter than one MPEG frame (a last segment of a few ms: the duration ends it
+                // just after a boundary, about one run in 40): the file declares its length
+                // (checked above), but FFmpeg's decoder gives the whole first frame less its
+                // start delay, 1199 frames, whatever the length. Files of a frame or more decode exact.
+                #expect(decoded <= 1199, "\(cell): \(file.file) decodes to \(decoded) frames, recd lists \(file.frames)")
+            } else {
+                #expect(Self.decodedExtra(format).contains(decoded - file.frames),
+                        "\(cell): \(file.file) decodes to \(decoded) frames, recd lists \(file.frames)")
+            }
             if format == .vorbis {
                 // libvorbisfile, the reference decoder, through sox: exact.
                 let scratch = TemporaryDirectory()
