@@ -216,8 +216,8 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
                 await outbox.waitForRoom()
             }
         } catch is ByteToMessageDecoderError.PayloadTooLargeError {
-            // NIO bounds what it buffers of an unfinished line.
-            refuseLongLine()
+            // NIO bounds what it buffers of an unfinished line. (A tap's stream gets no JSON.)
+            if state.withLockedValue({ $0.tap == nil }) { refuseLongLine() }
         } catch {
             logger.debug("connection read failed", metadata: ["error": "\(error)"])
         }
@@ -414,7 +414,13 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
             return nil
         }
         if let refusal { throw refusal }
-        let stream = TapStream(outbox: outbox, allocator: channel.channel.allocator, limit: context.outboundLimit) { [weak self] error in
+        // Nothing is answered inline from here on: the next bytes are the answer and the audio.
+        stopAnsweringInline()
+        // Until the answer is out the chunks wait, pre-roll and all: room for it (in the most
+        // the format could take), up to 256 MiB.
+        let preRollBytes = ((params.preRoll ?? 0) + 1) * Double(params.rate ?? 192_000) * Double((params.channels ?? 8) * 4)
+        let holding = context.outboundLimit + Int(min(preRollBytes, 256 * 1_048_576))
+        let stream = TapStream(outbox: outbox, allocator: channel.channel.allocator, holding: holding) { [weak self] error in
             // The tap ended (recd stops, the device is gone): what is queued goes out, then the end.
             guard let self else { return }
             if let error { self.logger.info("tap ended", metadata: ["error.message": "\(error.message)"]) }
@@ -434,6 +440,9 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
     // MARK: Subscriptions (called by the dispatch table)
 
     func subscribe(_ request: SubscribeParams) throws(RPCError) -> SubscribeResult {
+        if state.withLockedValue({ $0.tap != nil }) {
+            throw .invalidRequest("this connection is a tap: subscribe on a connection of its own")
+        }
         let topics = Set(request.topics ?? Topic.allCases)
         guard !topics.isEmpty else { throw .invalidParams("'topics' must name at least one topic") }
         let interval = request.interval ?? SubscribeParams.defaultInterval

@@ -13,14 +13,16 @@ import RecorderCore
 final class TapStream: AudioTapSink {
     private let outbox: Outbox
     private let allocator: ByteBufferAllocator
-    private let limit: Int
+    /// What may wait for the answer (a pre-roll arrives all at once).
+    private let holding: Int
     private let ended: @Sendable (RecorderError?) -> Void
     private let state = NIOLockedValueBox<(answered: Bool, held: [ByteBuffer], heldBytes: Int)>((false, [], 0))
 
-    init(outbox: Outbox, allocator: ByteBufferAllocator, limit: Int, ended: @escaping @Sendable (RecorderError?) -> Void) {
+    init(outbox: Outbox, allocator: ByteBufferAllocator, holding: Int,
+         ended: @escaping @Sendable (RecorderError?) -> Void) {
         self.outbox = outbox
         self.allocator = allocator
-        self.limit = limit
+        self.holding = holding
         self.ended = ended
     }
 
@@ -35,7 +37,7 @@ final class TapStream: AudioTapSink {
         }
         return state.withLockedValue { state in
             guard state.answered else {
-                guard state.heldBytes + count <= limit else { return false }
+                guard state.heldBytes + count <= holding else { return false }
                 var buffer = allocator.buffer(capacity: count)
                 write(&buffer)
                 state.held.append(buffer)

@@ -79,7 +79,13 @@ final class TapSubscriber: @unchecked Sendable {
     }
 
     /// Frames the client lost (soxr failed on a chunk).
-    func lose(_ frames: Int) { lock.withLock { stream.pendingLost += UInt64(frames); stream.position += UInt64(frames) } }
+    func lose(_ frames: Int) {
+        lock.withLock {
+            stream.pendingLost += UInt64(frames)
+            stream.position += UInt64(frames)
+            stream.pendingFlags |= TapChunkHeader.gapFlag
+        }
+    }
 }
 
 /// A consumer of the capture engine that feeds clients in one format: on the capture thread it
@@ -126,6 +132,8 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     /// The first chunk follows a device that went away (a tap made for the engine that reopened it).
     private var startsWithGap: Bool
     private var droppedAtHandOver: Int64 = 0
+    /// Capture thread: every frame dropped at the hand-over so far (what a pre-roll replay lost).
+    private(set) var framesDroppedAtHandOver: Int64 = 0
     /// While the ring's pre-roll is replayed (capture thread), chunks are marked pre-roll.
     var replaying = false
 
@@ -164,8 +172,10 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
         }
         ringBytes = Swift.max(Int(seconds * Double(device.sampleRate)), 4 * maxChunkFrames) * device.bytesPerFrame
         ring = .allocate(byteCount: ringBytes, alignment: 16)
+        // An entry per chunk: room for the ring's worth of period-sized chunks.
+        let entryCount = Swift.max(256, ringBytes / Swift.max(1, device.periodFrames * device.bytesPerFrame) + 16)
         entries = Array(repeating: Entry(offset: 0, frames: 0, position: 0, captureTime: 0, gap: false, lostBefore: 0, preRoll: false, bytes: 0),
-                        count: 256)
+                        count: entryCount)
         let upsampling = (format.sampleRate + device.sampleRate - 1) / device.sampleRate
         outputCapacity = TapChunkHeader.size + (maxChunkFrames * Swift.max(1, upsampling) + 1024) * format.bytesPerFrame
         output = .allocate(byteCount: outputCapacity, alignment: 16)
@@ -241,6 +251,7 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
             wake.signal()
         } else {
             droppedAtHandOver += Int64(chunk.frames)
+            framesDroppedAtHandOver += Int64(chunk.frames)
         }
         return true
     }
@@ -324,7 +335,8 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
             }
         } catch {
             // soxr failed on this chunk (it does not, short of memory): its frames are lost.
-            for subscriber in currentSubscribers { subscriber.lose(entry.frames) }
+            let frames = Int((Double(entry.frames) * Double(format.sampleRate) / Double(device.sampleRate)).rounded())
+            for subscriber in currentSubscribers { subscriber.lose(frames) }
         }
     }
 

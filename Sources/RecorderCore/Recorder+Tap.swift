@@ -60,7 +60,9 @@ extension Recorder {
                 if let tap = tapGroup.tap {
                     tap.add(subscriber)
                 } else {
-                    let tap = try makeTap(tapGroup, on: engine)
+                    // A pre-roll tap's ring takes the whole replay at once, with room to spare.
+                    let tap = try makeTap(tapGroup, on: engine, seconds: preRoll + 2)
+                    for earlier in tapGroup.subscribers { tap.add(earlier) }
                     tap.add(subscriber)
                     let ring = preRoll > 0 ? listeningParts.withLock { $0.ring } : nil
                     defer {
@@ -74,9 +76,12 @@ extension Recorder {
                         // The ring's newest frames first, then the stream from the next read on.
                         guard let ring else { return true }
                         tap.replaying = true
+                        let dropped = tap.framesDroppedAtHandOver
                         replayed = ring.replay(frames: Int((preRoll * Double(engine.configuration.sampleRate)).rounded()),
                                                into: tap, chunkFrames: engine.maximumChunkFrames,
                                                captureTime: engine.captureTime(ofPosition:)).frames
+                        // What the answer says it begins with: what the tap took, not what was offered.
+                        replayed -= Int(tap.framesDroppedAtHandOver - dropped)
                         tap.replaying = false
                         return true
                     }
@@ -137,13 +142,19 @@ extension Recorder {
         for group in tapGroups.withLockedValue({ $0 }) {
             group.tap?.close(quietly: true)
             group.tap = nil
+            var made: AudioTap?
             do throws(RecorderError) {
                 let tap = try makeTap(group, on: engine, afterLoss: true)
+                made = tap
                 for subscriber in group.subscribers { tap.add(subscriber) }
                 try engine.attach(tap)
                 group.tap = tap
             } catch {
+                // Its clients are told, rather than left with a stream that never moves again.
                 logger.error("tap could not join the device", metadata: ["error.message": "\(error.message)"])
+                made?.close(quietly: true)
+                tapGroups.withLockedValue { groups in groups.removeAll { $0 === group } }
+                for subscriber in group.subscribers { subscriber.sink.tapEnded(error) }
             }
         }
     }
@@ -167,10 +178,11 @@ extension Recorder {
         }
     }
 
-    private func makeTap(_ group: TapGroup, on engine: CaptureEngine, afterLoss: Bool = false) throws(RecorderError) -> AudioTap {
+    private func makeTap(_ group: TapGroup, on engine: CaptureEngine, afterLoss: Bool = false,
+                         seconds: Double = 2) throws(RecorderError) -> AudioTap {
         try AudioTap(format: group.format, device: engine.configuration, maxChunkFrames: engine.maximumChunkFrames,
                      quality: configuration.defaultSettings.quality.converterQuality, exclusive: group.exclusive,
-                     startsWithGap: afterLoss, captureTime: { [weak engine] in engine?.captureTime(ofPosition: $0) })
+                     startsWithGap: afterLoss, seconds: seconds, captureTime: { [weak engine] in engine?.captureTime(ofPosition: $0) })
     }
 }
 

@@ -173,6 +173,25 @@ struct TapTests {
         #expect(daemon.waitForStatus { $0.taps == nil && $0.state == .listening } != nil)
     }
 
+    @Test func aLongPreRollArrivesWhole() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let input = noiseInput(inputs, seconds: 60, seed: 0x4567_89AB)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
+        let client = try daemon.connect()
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 10))
+        try #require(daemon.waitForStatus(timeout: 60) { ($0.listening?.preRollHeld ?? 0) >= 10 } != nil, "the ring fills")
+        let tap = try TapCollector(socket: daemon.socket, params: TapParams(rate: 16000, channels: 1, preRoll: 10))
+        #expect(abs(tap.reader.result.preRoll - 10) < 0.01, "\(tap.reader.result.preRoll)")
+        #expect(waitUntil { tap.frames >= 16000 * 11 })
+        tap.stop()
+        let chunks = tap.received
+        expectContiguous(chunks, "10 s of pre-roll at once, then live input")
+        let preRolled = chunks.prefix { $0.header.flags & TapChunkHeader.preRollFlag != 0 }.reduce(0) { $0 + Int($1.header.frames) }
+        #expect(abs(preRolled - 160_000) < 400, "all 10 s: \(preRolled) frames")
+        #expect(try #require(daemon.waitForStatus { $0.taps == nil }).state == .listening)
+    }
+
     @Test func tapsAtOtherRatesAreTheInputConvertedBySoxrAtOnce() throws {
         let server = try PulseServer()
         try server.tone()
