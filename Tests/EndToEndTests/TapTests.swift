@@ -188,7 +188,9 @@ struct TapTests {
         let chunks = tap.received
         expectContiguous(chunks, "10 s of pre-roll at once, then live input")
         let preRolled = chunks.prefix { $0.header.flags & TapChunkHeader.preRollFlag != 0 }.reduce(0) { $0 + Int($1.header.frames) }
-        #expect(abs(preRolled - 160_000) < 400, "all 10 s: \(preRolled) frames")
+        // Converted, the chunk at the boundary may hold a little of both sides (soxr holds
+        // back part of the last replayed chunk, up to 8192 device frames): within 1 %.
+        #expect(abs(preRolled - 160_000) < 1600, "all 10 s: \(preRolled) frames")
         #expect(try #require(daemon.waitForStatus { $0.taps == nil }).state == .listening)
     }
 
