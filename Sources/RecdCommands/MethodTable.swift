@@ -102,7 +102,8 @@ public enum MethodTable {
                 let segments = params.segments(over: recorder.configuration.segments)
                 return try recorderCall { () throws(RecorderError) in
                     try recorder.start(name: params.name, settings: settings, duration: params.duration, at: params.at,
-                                       segments: segments, preRoll: params.preRoll)
+                                       segments: segments, preRoll: params.preRoll,
+                                       trigger: params.trigger?.settings(over: context.recorder.configuration.trigger))
                 }
             }
         case .pause:
@@ -222,7 +223,8 @@ public enum MethodTable {
             statistics: recorder.statistics.value, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
             lastSegment: recorder.closedSegment.value, storage: recorder.storage.value,
-            listening: recorder.currentListeningStatus(), taps: Optional(recorder.currentTaps()).flatMap { $0.isEmpty ? nil : $0 })
+            listening: recorder.currentListeningStatus(), taps: Optional(recorder.currentTaps()).flatMap { $0.isEmpty ? nil : $0 },
+            trigger: recorder.currentTriggerStatus())
     }
 
     /// `recordings.delete` and `.rename` leave the file being recorded alone.

@@ -43,6 +43,10 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public var listenAtStart = false
     /// Seconds of input kept while listening, for the next recording's beginning.
     public var preRoll = 5.0
+    /// `[trigger]`: what a triggered start detects with; `enabled` makes autostart (and
+    /// schedules) arm it instead of recording every frame.
+    public var trigger = TriggerSettings()
+    public var triggerEnabled = false
 
     public var meteringEnabled = true
     public var levelsInterval = 0.05
@@ -98,7 +102,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
                               stopTimeout: stopTimeout,
                               segments: segments, waitForDevice: waitForDevice, maximumRetryInterval: retryIntervalMax,
                               silenceWarningAfter: silenceWarningAfter, storage: storage, retention: retention,
-                              preRoll: preRoll)
+                              preRoll: preRoll, trigger: trigger)
     }
 
     // MARK: The TOML file
@@ -204,6 +208,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
             tapGIDs = try reader.groupIDs("server.tap_groups", value)
             tapGroups = value
         }
+        try applyTrigger(reader)
         try applyStorageAndRetention(reader)
         try applyMQTTAndHooks(reader)
         try reader.rejectUnknownKeys()
@@ -211,6 +216,40 @@ public struct DaemonConfiguration: Equatable, Sendable {
 }
 
 extension DaemonConfiguration {
+    /// `[trigger]`: sound-activated recording. Each number's range is `TriggerSettings.ranges`'.
+    mutating func applyTrigger(_ reader: KeyReader) throws(ConfigurationError) {
+        var settings = trigger
+        try reader.read("trigger.enabled") { (value: Bool) in triggerEnabled = value }
+        try reader.read("trigger.measure") { (value: TriggerSettings.Measure) in settings.measure = value }
+        try reader.read("trigger.channels") { (value: TriggerSettings.Channels) in settings.channels = value }
+        func range(_ name: String) -> ClosedRange<Double> { TriggerSettings.ranges.first { $0.name == name }!.range }
+        try reader.read("trigger.high_pass", in: range("highPass"), "Hz") { (value: Double) in settings.highPass = value }
+        try reader.read("trigger.low_pass", in: range("lowPass"), "Hz") { (value: Double) in settings.lowPass = value }
+        try reader.read("trigger.threshold", in: range("threshold"), "dBFS") { (value: Double) in settings.threshold = value }
+        try reader.read("trigger.above_floor", in: range("aboveFloor"), "dB") { (value: Double) in settings.aboveFloor = value }
+        try reader.read("trigger.hysteresis", in: range("hysteresis"), "dB") { (value: Double) in settings.hysteresis = value }
+        try reader.read("trigger.floor_percentile", in: range("floorPercentile"), "percent") { (value: Double) in
+            settings.floorPercentile = value
+        }
+        try reader.readDuration("trigger.floor_window", in: range("floorWindow")) { settings.floorWindow = $0 }
+        try reader.readDuration("trigger.attack", in: range("attack")) { settings.attack = $0 }
+        try reader.readDuration("trigger.hang", in: range("hang")) { settings.hang = $0 }
+        try reader.readDuration("trigger.minimum_length", in: range("minimumLength")) { settings.minimumLength = $0 }
+        try reader.read("trigger.keep_short") { (value: Bool) in settings.keepShort = value }
+        // 0: no maximum.
+        try reader.readDuration("trigger.maximum_length", in: 0...range("maximumLength").upperBound) {
+            settings.maximumLength = $0 > 0 ? $0 : nil
+        }
+        try reader.readDuration("trigger.pre_roll", in: range("preRoll")) { settings.preRoll = $0 }
+        if settings.threshold != nil, reader.line(of: "trigger.above_floor") != nil {
+            throw reader.invalid("trigger.threshold", "give either 'threshold' (absolute, dBFS) or 'above_floor' (relative to the noise floor), not both")
+        }
+        if let refusal = settings.refusal {
+            throw ConfigurationError(file: reader.file, line: reader.line(of: "trigger"), key: "trigger", message: refusal)
+        }
+        trigger = settings
+    }
+
     /// `[storage]` (the space guard) and `[retention]`.
     mutating func applyStorageAndRetention(_ reader: KeyReader) throws(ConfigurationError) {
         try reader.readSpace("storage.minimum_free") { storage.minimumFree = $0 }

@@ -85,6 +85,9 @@ public struct StartParams: Codable, Sendable, Equatable {
     /// While listening: seconds of the input from before the start that the file begins
     /// with (default: `[listen] pre_roll`, at most what listening holds).
     public var preRoll: Double?
+    /// Sound-activated: a file per event. `{}` takes the daemon's `[trigger]`; members
+    /// given replace its values.
+    public var trigger: TriggerParams?
 
     /// Every member, read off the declaration above: what the parser accepts (for the socket
     /// and MQTT alike). recctl's options and the docs are tested against it.
@@ -93,8 +96,9 @@ public struct StartParams: Codable, Sendable, Equatable {
     public init(name: String? = nil, format: AudioFileFormat? = nil, sampleRate: Int? = nil, channels: Int? = nil,
                 bitDepth: Int? = nil, quality: RecordingQuality? = nil, bitRate: Int? = nil, duration: Double? = nil,
                 at: Date? = nil, segmentLength: Double? = nil, alignToClock: Bool? = nil, fileTemplate: String? = nil,
-                preRoll: Double? = nil) {
+                preRoll: Double? = nil, trigger: TriggerParams? = nil) {
         self.preRoll = preRoll
+        self.trigger = trigger
         self.segmentLength = segmentLength
         self.alignToClock = alignToClock
         self.fileTemplate = fileTemplate
@@ -124,6 +128,7 @@ public struct StartParams: Codable, Sendable, Equatable {
         }
         if let at, let refusal = Limits.refusal(at: at) { return refusal }
         if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") { return refusal }
+        if let trigger, let refusal = trigger.settings(over: TriggerSettings()).refusal { return "trigger: " + refusal }
         return nil
     }
 
@@ -180,6 +185,8 @@ public enum Topic: String, Sendable, Codable, CaseIterable, Comparable {
     case retention
     /// Listening (`ListeningStatus`, or null): when it begins, ends, waits or resumes.
     case listening
+    /// A triggered recording's events (`TriggerEvent`): opened, closed, discarded, in order.
+    case trigger
 
     /// Discrete topics deliver every change in order; continuous ones at most once per interval.
     public var isContinuous: Bool { self == .currentTime || self == .levels }
@@ -292,6 +299,96 @@ public struct RenameParams: Codable, Sendable, Equatable {
     }
 }
 
+/// `start`'s `trigger`: every member optional, over the daemon's `[trigger]`
+/// (`TriggerSettings` says what each means). Unknown members are refused, as at the top level.
+public struct TriggerParams: Codable, Sendable, Equatable {
+    public var measure: TriggerSettings.Measure?
+    public var channels: TriggerSettings.Channels?
+    public var highPass: Double?
+    public var lowPass: Double?
+    public var threshold: Double?
+    public var aboveFloor: Double?
+    public var hysteresis: Double?
+    public var floorWindow: Double?
+    public var floorPercentile: Double?
+    public var attack: Double?
+    public var hang: Double?
+    public var minimumLength: Double?
+    public var keepShort: Bool?
+    public var maximumLength: Double?
+    public var preRoll: Double?
+
+    public static let names = memberNames(of: TriggerParams())
+
+    public init(measure: TriggerSettings.Measure? = nil, channels: TriggerSettings.Channels? = nil, highPass: Double? = nil,
+                lowPass: Double? = nil, threshold: Double? = nil, aboveFloor: Double? = nil, hysteresis: Double? = nil,
+                floorWindow: Double? = nil, floorPercentile: Double? = nil, attack: Double? = nil, hang: Double? = nil,
+                minimumLength: Double? = nil, keepShort: Bool? = nil, maximumLength: Double? = nil, preRoll: Double? = nil) {
+        self.measure = measure
+        self.channels = channels
+        self.highPass = highPass
+        self.lowPass = lowPass
+        self.threshold = threshold
+        self.aboveFloor = aboveFloor
+        self.hysteresis = hysteresis
+        self.floorWindow = floorWindow
+        self.floorPercentile = floorPercentile
+        self.attack = attack
+        self.hang = hang
+        self.minimumLength = minimumLength
+        self.keepShort = keepShort
+        self.maximumLength = maximumLength
+        self.preRoll = preRoll
+    }
+
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    public init(from decoder: Decoder) throws {
+        let members = try decoder.container(keyedBy: AnyKey.self)
+        if let unknown = members.allKeys.map(\.stringValue).sorted().first(where: { !Self.names.contains($0) }) {
+            throw DecodingError.dataCorruptedError(forKey: AnyKey(stringValue: unknown), in: members,
+                debugDescription: "unknown member '\(unknown)' in 'trigger' (it takes \(Self.names.sorted().joined(separator: ", ")))")
+        }
+        func value<T: Decodable>(_ name: String) throws -> T? { try members.decodeIfPresent(T.self, forKey: AnyKey(stringValue: name)) }
+        self.init(measure: try value("measure"), channels: try value("channels"), highPass: try value("highPass"),
+                  lowPass: try value("lowPass"), threshold: try value("threshold"), aboveFloor: try value("aboveFloor"),
+                  hysteresis: try value("hysteresis"), floorWindow: try value("floorWindow"),
+                  floorPercentile: try value("floorPercentile"), attack: try value("attack"), hang: try value("hang"),
+                  minimumLength: try value("minimumLength"), keepShort: try value("keepShort"),
+                  maximumLength: try value("maximumLength"), preRoll: try value("preRoll"))
+    }
+
+    /// These members over `defaults`. A `threshold` given makes the trigger absolute; an
+    /// `aboveFloor` given, relative.
+    public func settings(over defaults: TriggerSettings) -> TriggerSettings {
+        var settings = defaults
+        if let measure { settings.measure = measure }
+        if let channels { settings.channels = channels }
+        if let highPass { settings.highPass = highPass }
+        if let lowPass { settings.lowPass = lowPass }
+        if let threshold { settings.threshold = threshold }
+        if let aboveFloor {
+            settings.aboveFloor = aboveFloor
+            if threshold == nil { settings.threshold = nil }
+        }
+        if let hysteresis { settings.hysteresis = hysteresis }
+        if let floorWindow { settings.floorWindow = floorWindow }
+        if let floorPercentile { settings.floorPercentile = floorPercentile }
+        if let attack { settings.attack = attack }
+        if let hang { settings.hang = hang }
+        if let minimumLength { settings.minimumLength = minimumLength }
+        if let keepShort { settings.keepShort = keepShort }
+        if let maximumLength { settings.maximumLength = maximumLength }
+        if let preRoll { settings.preRoll = preRoll }
+        return settings
+    }
+}
+
 // MARK: Results
 
 /// `status`: everything a status bar or `recctl status` shows.
@@ -318,11 +415,14 @@ public struct StatusResult: Codable, Sendable, Equatable {
     public var listening: ListeningStatus?
     /// The taps open, and what each client was sent; nil when there are none.
     public var taps: [TapStatus]?
+    /// A triggered recording's detector: state, level, floor, thresholds, counts.
+    public var trigger: TriggerStatus?
 
     public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
                 device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String,
                 warning: RecorderWarning? = nil, lastSegment: Segment? = nil, storage: StorageStatus? = nil,
-                listening: ListeningStatus? = nil, taps: [TapStatus]? = nil) {
+                listening: ListeningStatus? = nil, taps: [TapStatus]? = nil, trigger: TriggerStatus? = nil) {
+        self.trigger = trigger
         self.listening = listening
         self.taps = taps
         self.storage = storage
@@ -514,6 +614,7 @@ public enum TopicValue: Sendable, Equatable {
     case warning(RecorderWarning?)
     case retention(RetentionDeletion?)
     case listening(ListeningStatus?)
+    case trigger(TriggerEvent?)
 
     public var topic: Topic {
         switch self {
@@ -526,6 +627,7 @@ public enum TopicValue: Sendable, Equatable {
         case .warning: .warning
         case .retention: .retention
         case .listening: .listening
+        case .trigger: .trigger
         }
     }
 }
@@ -564,6 +666,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .warning: value = .warning(try container.decodeIfPresent(RecorderWarning.self, forKey: .value))
         case .retention: value = .retention(try container.decodeIfPresent(RetentionDeletion.self, forKey: .value))
         case .listening: value = .listening(try container.decodeIfPresent(ListeningStatus.self, forKey: .value))
+        case .trigger: value = .trigger(try container.decodeIfPresent(TriggerEvent.self, forKey: .value))
         }
     }
 
@@ -582,6 +685,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .warning(let warning): try container.encode(warning, forKey: .value)
         case .retention(let deletion): try container.encode(deletion, forKey: .value)
         case .listening(let listening): try container.encode(listening, forKey: .value)
+        case .trigger(let event): try container.encode(event, forKey: .value)
         }
     }
 }

@@ -872,6 +872,7 @@ extension Topic {
         case .warning: 6
         case .retention: 7
         case .listening: 8
+        case .trigger: 9
         }
     }
 }

@@ -104,6 +104,7 @@ final class TopicHub: Sendable {
             recorder.closedSegment.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.segment($0)) },
             recorder.warning.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.warning($0)) },
             recorder.retentionDeletion.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.retention($0)) },
+            recorder.triggerEvent.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.trigger($0)) },
             recorder.listening.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.listening($0)) },
             recorder.currentTime.subscribe(on: queue) { [weak self] in self?.publish(.currentTime($0)) },
             recorder.levels.subscribe(on: queue) { [weak self] in self?.publish(.levels($0)) },

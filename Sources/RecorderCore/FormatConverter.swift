@@ -121,6 +121,11 @@ final class FormatConverter {
         }
     }
 
+    /// After `flush`: the next input is a new signal (a triggered recording's next event).
+    func reset() throws {
+        try resampler?.reset()
+    }
+
     /// Up- or down-mixes `floatInput` into `mixed`; returns the buffer holding the result.
     private func mixChannels(frames: Int) -> UnsafeMutablePointer<Float> {
         if inputChannels == outputChannels { return floatInput }

@@ -55,6 +55,26 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
 
     func engineFailed(_ error: RecorderError) {}
 
+    /// The engine position of the oldest frame held.
+    var oldestPosition: Int64 { endPosition - Int64(heldFrames.load(ordering: .relaxed)) }
+
+    /// On the capture thread: hands the frames held from engine position `start` up to `end`
+    /// (clipped to what is held) to `body`, oldest first, in at most two contiguous pieces.
+    func read(from start: Int64, upTo end: Int64,
+              _ body: (_ samples: UnsafeRawPointer, _ frames: Int, _ position: Int64) throws -> Void) rethrows {
+        let first = Swift.max(start, oldestPosition)
+        let last = Swift.min(end, endPosition)
+        guard last > first else { return }
+        var index = (writeIndex - Int(endPosition - first) + capacityFrames) % capacityFrames
+        var position = first
+        while position < last {
+            let count = Swift.min(Int(last - position), capacityFrames - index)
+            try body(storage + index * bytesPerFrame, count, position)
+            index = (index + count) % capacityFrames
+            position += Int64(count)
+        }
+    }
+
     /// On the capture thread: hands the newest `frames` (at most what is held) to `consumer`
     /// as chunks of at most `chunkFrames`, oldest first, timed by `captureTime` (the engine's
     /// estimate for a position). The next

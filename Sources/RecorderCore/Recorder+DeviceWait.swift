@@ -102,7 +102,9 @@ extension Recorder {
                 ledger.gaps[ledger.gaps.count - 1].end = now
                 return ledger.gaps.last
             }
-            let (writer, segment) = try files.create(index: plan.nextIndex, startedAt: now, gapBefore: gap)
+            // A triggered recording creates its files as events open.
+            let (writer, segment): ((any AudioFileWriter)?, Segment) = plan.trigger == nil
+                ? try files.create(index: plan.nextIndex, startedAt: now, gapBefore: gap) : (nil, files.placeholder(index: plan.nextIndex))
             let written = ledger.withLock { $0.frames }
             let remaining = plan.frameLimit.map { $0 - written }
             let session: RecordingConsumer
@@ -110,15 +112,19 @@ extension Recorder {
                 session = try makeSession(engine: engine, writer: writer, segment: segment,
                                           files: files, plan: plan, frameLimit: remaining)
             } catch {
-                try? writer.close()
-                unlink(segment.partialPath)
+                if let writer {
+                    try? writer.close()
+                    unlink(segment.partialPath)
+                }
                 throw error
             }
-            plan.nextIndex += 1
             plan.gapStart = nil
+            if writer != nil {
+                plan.nextIndex += 1
+                recording.segment = segment
+                recording.path = segment.path
+            }
             self.plan = plan
-            recording.segment = segment
-            recording.path = segment.path
             if recording.startedAt == nil { recording.startedAt = now }
             self.session = session
             activeSession.withLock { $0 = session }

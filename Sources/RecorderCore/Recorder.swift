@@ -54,6 +54,8 @@ public struct RecorderConfiguration: Sendable, Equatable {
     /// Seconds of input kept while listening, put at the beginning of a recording started
     /// then (`Limits.preRoll`).
     public var preRoll: Double
+    /// What a triggered `start` detects with, unless it says otherwise (`[trigger]`).
+    public var trigger: TriggerSettings
 
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
@@ -63,7 +65,8 @@ public struct RecorderConfiguration: Sendable, Equatable {
                 segments: SegmentSettings = SegmentSettings(), waitForDevice: Bool = true,
                 maximumRetryInterval: Double = 1.5, silenceWarningAfter: Double? = 60,
                 storage: StorageSettings = StorageSettings(), retention: RetentionSettings = RetentionSettings(),
-                preRoll: Double = 5) {
+                preRoll: Double = 5, trigger: TriggerSettings = TriggerSettings()) {
+        self.trigger = trigger
         self.device = device
         self.recordingsDirectory = recordingsDirectory
         self.defaultSettings = defaultSettings
@@ -135,6 +138,9 @@ public final class Recorder: @unchecked Sendable {
     /// The last file retention deleted. Each deletion is sent once, in order: subscribe with
     /// `delivery: .every` to see them all (the socket's `retention` topic).
     public let retentionDeletion = Observed<RetentionDeletion?>(nil)
+    /// A triggered recording's last event opened, closed or discarded. Each is sent once, in
+    /// order: subscribe with `delivery: .every` to see them all (the socket's `trigger` topic).
+    public let triggerEvent = Observed<TriggerEvent?>(nil)
 
     let logger: Logger
     let control = DispatchQueue(label: "recd.recorder.control")
@@ -202,6 +208,9 @@ public final class Recorder: @unchecked Sendable {
         var gapStart: Date?
         /// Seconds of pre-roll the start asked for (nil: the configured length).
         var preRoll: Double?
+        /// Sound-activated: a file per event (nil: every frame is written).
+        var trigger: TriggerSettings?
+        var triggerCounters = TriggerCounters()
     }
 
     /// Totals over the capture sessions a recording has had (one per device opening).
@@ -281,18 +290,34 @@ public final class Recorder: @unchecked Sendable {
     /// to the file's rate and channels) and begins with `preRoll` seconds of the input from
     /// before (the configured length when nil; less when listening began more recently).
     /// `duration` counts from now, not from the pre-roll.
+    ///
+    /// With a `trigger` the recording is sound-activated: it listens, and writes a file per
+    /// event (a segment each, named from the segment template) that begins `trigger.preRoll`
+    /// (else `preRoll`, else the configured length) before the sound and ends `hang` after
+    /// it; `maximumLength` replaces the segment length. It runs until stopped: no duration.
     public func start(name: String?, settings: RecordingSettings?, duration: Double? = nil,
                       at date: Date? = nil, segments: SegmentSettings? = nil, preRoll: Double? = nil,
+                      trigger: TriggerSettings? = nil,
                       waitForUnknownDevice: Bool = false) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
             if let duration { try Self.validate(duration: duration) }
+            if let trigger {
+                try trigger.validate()
+                if duration != nil {
+                    throw RecorderError(.invalidSettings, "a triggered recording runs until stopped: it takes no 'duration' (a schedule's window ends it)")
+                }
+            }
             if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
                 throw RecorderError(.invalidSettings, refusal)
             }
             if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
             let prepared = try prepareOnQueue(name: name, settings: settings, segments: segments, operation: "start",
                                               waitingAllowed: date == nil, waitForUnknownDevice: waitForUnknownDevice,
-                                              duration: duration)
+                                              duration: duration, trigger: trigger.map { trigger in
+                                                  var trigger = trigger
+                                                  trigger.preRoll = trigger.preRoll ?? preRoll ?? configuration.preRoll
+                                                  return trigger
+                                              })
             plan?.preRoll = preRoll
             if case .waitingForDevice = state.value { return prepared }
             do throws(RecorderError) {
@@ -461,7 +486,8 @@ public final class Recorder: @unchecked Sendable {
     @discardableResult
     private func prepareOnQueue(name: String?, settings: RecordingSettings?, segments: SegmentSettings?,
                                 operation: String = "prepare a recording", waitingAllowed: Bool = false,
-                                waitForUnknownDevice: Bool = false, duration: Double? = nil) throws(RecorderError) -> Recording {
+                                waitForUnknownDevice: Bool = false, duration: Double? = nil,
+                                trigger: TriggerSettings? = nil) throws(RecorderError) -> Recording {
         switch state.value {
         case .idle, .listening, .finished, .failed: break
         default: throw .invalidState(operation, state.value)
@@ -470,7 +496,13 @@ public final class Recorder: @unchecked Sendable {
         let configuration = self.configuration
         let settings = settings ?? configuration.defaultSettings
         try settings.validate()
-        let segments = segments ?? configuration.segments
+        var segments = segments ?? configuration.segments
+        if let trigger {
+            // A file per event, cut at the maximum length, named after its first frame.
+            segments.length = trigger.maximumLength
+            segments.alignToClock = false
+            segments.template = segments.template ?? (segments.localTime ? SegmentSettings.localSegments : SegmentSettings.utcSegments)
+        }
         try segments.validate()
         if let name { try RecordingName.validate(name) }
         let directory = configuration.recordingsDirectory
@@ -488,6 +520,7 @@ public final class Recorder: @unchecked Sendable {
             }
         }
         var plan = SessionPlan(settings: settings, segments: segments, configuration: configuration, duration: duration)
+        plan.trigger = trigger
         let id = UUID().uuidString.lowercased()
 
         let engine: CaptureEngine
@@ -514,13 +547,15 @@ public final class Recorder: @unchecked Sendable {
             throw error
         }
         plan.files = files
-        let writer: any AudioFileWriter
+        let writer: (any AudioFileWriter)?
         let segment: Segment
         do throws(RecorderError) {
-            (writer, segment) = try files.create(index: 1, startedAt: Date())
+            try trigger?.validate(deviceRate: pcmConfiguration.sampleRate)
+            // A triggered recording creates its files as events open.
+            (writer, segment) = trigger == nil ? try files.create(index: 1, startedAt: Date()) : (nil, files.placeholder(index: 1))
         } catch {
             closeEngineIfUnused()
-            throw fail(RecorderError(.failedToBegin, error.message))
+            throw error.code == .invalidSettings ? error : fail(RecorderError(.failedToBegin, error.message))
         }
         plan.nextIndex = 2
         let session: RecordingConsumer
@@ -528,16 +563,17 @@ public final class Recorder: @unchecked Sendable {
             session = try makeSession(engine: engine, writer: writer, segment: segment,
                                       files: files, plan: plan, frameLimit: nil)
         } catch {
-            unlink(segment.partialPath)
+            if writer != nil { unlink(segment.partialPath) }
             closeEngineIfUnused()
             throw error
         }
 
-        let recording = Recording(
+        var recording = Recording(
             id: id, name: name, path: segment.path, format: settings.format,
             sampleRate: files.sampleRate, channels: files.channels, bitDepth: settings.effectiveBitDepth,
             quality: settings.quality, device: configuration.device,
-            deviceFormat: DeviceFormat(pcmConfiguration), segment: segment, segmentSettings: segments)
+            deviceFormat: DeviceFormat(pcmConfiguration), segment: writer == nil ? nil : segment, segmentSettings: segments)
+        recording.trigger = trigger
         self.plan = plan
         self.session = session
         activeSession.withLock { $0 = session }
@@ -595,12 +631,17 @@ public final class Recorder: @unchecked Sendable {
             channels: fileChannels)
     }
 
-    func makeSession(engine: CaptureEngine, writer: any AudioFileWriter,
+    func makeSession(engine: CaptureEngine, writer: (any AudioFileWriter)?,
                              segment: Segment, files: SegmentFileFactory, plan: SessionPlan,
                              frameLimit: Int64?) throws(RecorderError) -> RecordingConsumer {
-        try RecordingConsumer(
+        let gate = plan.trigger.map { trigger in
+            EventGate(settings: trigger, preRoll: trigger.preRoll ?? plan.configuration.preRoll,
+                      configuration: engine.configuration, counters: plan.triggerCounters, firstIndex: plan.nextIndex,
+                      announce: { [weak self] event in self?.triggerEvent.send(event) })
+        }
+        return try RecordingConsumer(
             engine: engine, writer: writer, segment: segment, files: files,
-            clock: SegmentClock(settings: plan.segments, rate: files.sampleRate),
+            clock: SegmentClock(settings: plan.segments, rate: files.sampleRate), gate: gate,
             segmentClosed: { [weak self, directory = files.directory] segment, failure in
                 self?.segmentClosed(segment, failure: failure, directory: directory)
             },
@@ -722,7 +763,7 @@ public final class Recorder: @unchecked Sendable {
         var recording = recording
         let taken = NIOLockedValueBox<PreRoll?>(nil)
         var replay: (RecordingConsumer) -> Void = { _ in }
-        if preRoll, let listenPlan, let ring = listeningParts.withLock({ $0.ring }) {
+        if preRoll, session.gate == nil, let listenPlan, let ring = listeningParts.withLock({ $0.ring }) {
             let wanted = plan?.preRoll ?? listenPlan.preRoll
             replay = { session in
                 let engine = session.engine
@@ -756,7 +797,7 @@ public final class Recorder: @unchecked Sendable {
             recording.frameLimit = limit
             plan?.frameLimit = limit
         }
-        if session.awaitFirstFrame(timeout: Self.firstFrameWait) {
+        if session.awaitFirstFrame(timeout: Self.firstFrameWait), session.gate == nil {
             let segment = session.currentSegment.withLock { $0 }
             recording.segment = segment
             recording.path = segment.path
@@ -789,7 +830,10 @@ public final class Recorder: @unchecked Sendable {
             saveFailure = error
         }
         let earlier = ledger.withLock { $0.lastClosed }
-        if last.frames == 0, earlier != nil {
+        if session.gate != nil, !session.hasOpenFile {
+            // A triggered recording between events: its files are closed and announced.
+            if let earlier { last = earlier }
+        } else if last.frames == 0, earlier != nil {
             // Nothing after the last boundary: no empty file.
             unlink(last.partialPath)
             last = earlier!
@@ -812,7 +856,7 @@ public final class Recorder: @unchecked Sendable {
             announce(last, directory: plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
         }
         // The next capture session (after a gap) numbers its segments on from here.
-        plan?.nextIndex = session.currentSegment.withLock { $0.index } + 1
+        plan?.nextIndex = session.gate?.nextIndex ?? session.currentSegment.withLock { $0.index } + 1
         let totals = ledger.withLock { ledger in
             ledger.frames += session.framesWritten.load(ordering: .acquiring)
             ledger.xruns += session.xruns.load(ordering: .relaxed)
@@ -822,8 +866,10 @@ public final class Recorder: @unchecked Sendable {
             return ledger
         }
         recording.frames = totals.frames
-        recording.segment = last
-        recording.path = last.path
+        if session.gate == nil || earlier != nil || last.frames > 0 {
+            recording.segment = last
+            recording.path = last.path
+        }
         publishTotals(rate: recording.sampleRate)
         clearSession()
         if waiting, saveFailure == nil, let lost = failure {

@@ -34,21 +34,24 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     // never touched again here. Everything shared is atomic or behind a lock.
 
     let engine: CaptureEngine
-    /// The file being written. Replaced at each segment boundary.
-    private(set) var writer: any AudioFileWriter
+    /// The file being written. Replaced at each segment boundary; nil between the events of a
+    /// triggered recording.
+    var writer: (any AudioFileWriter)?
     /// Creates the next segment's file.
-    private let files: SegmentFileFactory
-    private let clock: SegmentClock
+    let files: SegmentFileFactory
+    let clock: SegmentClock
     /// Runs on the sync queue after each segment closed at a boundary is finalized.
-    private let segmentClosed: @Sendable (Segment, RecorderError?) -> Void
+    let segmentClosed: @Sendable (Segment, RecorderError?) -> Void
     /// Runs on the capture thread when the first segment's start is known (and its file may
     /// have been renamed to match).
-    private let segmentStarted: @Sendable () -> Void
+    let segmentStarted: @Sendable () -> Void
     // The current segment, its length and what it had counted when it began (capture thread).
-    private var segment: Segment
-    private var segmentTarget: Int64?
-    private var segmentStartXruns = 0
-    private var segmentStartLost: Int64 = 0
+    var segment: Segment
+    var segmentTarget: Int64?
+    var segmentStartXruns = 0
+    var segmentStartLost: Int64 = 0
+    /// Sound-activated recording: the detector and the events it opens (nil: every frame is written).
+    let gate: EventGate?
     private var firstRead = true
     /// When the recording's frame 0 was captured (seconds since 1970), as the earliest of the
     /// estimates "chunk's capture time less the device frames received before it" over the
@@ -57,8 +60,10 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// device clock's drift against the wall clock. Times every boundary as `anchor + frames
     /// written / rate`, and each file's recorded start (its first chunk's for the first file:
     /// with a pre-roll, the first pre-rolled frame's).
-    private var anchor = Double.infinity
-    private var anchorWindow = Double.infinity
+    var anchor = Double.infinity
+    var anchorWindow = Double.infinity
+    /// `framesWritten` when `anchor` was taken: a triggered recording's files each have their own.
+    var anchorFrames: Int64 = 0
     /// After a pause: the next chunk sets the anchor afresh.
     private var reanchor = false
     /// Device frames received, for the anchor (capture thread).
@@ -77,12 +82,12 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// Frames one chunk can add to the file at most (resampling up included).
     private let chunkAllowance: Int64
     let meter: LevelMeter?
-    private let converter: FormatConverter?
+    let converter: FormatConverter?
     /// Uptime nanoseconds between two syncs (wall clock: an unpaced device delivers an hour
     /// of audio in seconds, and the point is to bound what a crash loses in time).
-    private let syncIntervalNanoseconds: UInt64
-    private var lastSync: UInt64 = 0
-    private let syncQueue = DispatchQueue(label: "recd.capture.sync")
+    let syncIntervalNanoseconds: UInt64
+    var lastSync: UInt64 = 0
+    let syncQueue = DispatchQueue(label: "recd.capture.sync")
     /// An fsync is queued or running: never queue another behind it.
     private let syncPending = Atomic<Bool>(false)
 
@@ -96,7 +101,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// The segment being written, for status (published copy of `segment`).
     let currentSegment: NIOLockedValueBox<Segment>
     /// Finalizing a closed segment failed (disk): the capture thread ends with it.
-    private let finalizeFailure = NIOLockedValueBox<RecorderError?>(nil)
+    let finalizeFailure = NIOLockedValueBox<RecorderError?>(nil)
     /// Uptime (ns) of the last chunk with a sample that was not exactly zero.
     let lastSignal = Atomic<UInt64>(0)
     private let outcome = NIOLockedValueBox<CaptureOutcome?>(nil)
@@ -108,8 +113,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     let isPaused = Atomic<Bool>(false)
     private let startedFlag = Atomic<Bool>(false)
     /// Who may use `writer` (and the converter): the capture thread until it ends or is abandoned.
-    private let fileAccess = NIOLockedValueBox<FileAccess>(.captureThread)
-    private enum FileAccess { case captureThread, abandoned }
+    let fileAccess = NIOLockedValueBox<FileAccess>(.captureThread)
+    enum FileAccess { case captureThread, abandoned }
 
     /// Runs (on the capture thread) when the recording ends by itself: frame limit, failure.
     /// Taken (and so released) when capture ends: the recorder's closure holds this consumer,
@@ -125,8 +130,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// The device's name, for messages.
     var deviceName: String { engine.pcm.name }
 
-    init(engine: CaptureEngine, writer: any AudioFileWriter, segment: Segment,
-         files: SegmentFileFactory, clock: SegmentClock,
+    init(engine: CaptureEngine, writer: (any AudioFileWriter)?, segment: Segment,
+         files: SegmentFileFactory, clock: SegmentClock, gate: EventGate? = nil,
          segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
          segmentStarted: @escaping @Sendable () -> Void = {},
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
@@ -142,10 +147,12 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         self.clock = clock
         self.segmentClosed = segmentClosed
         self.segmentStarted = segmentStarted
+        self.gate = gate
         self.fileRate = fileRate
         self.fileChannels = fileChannels
         self.frameLimit = frameLimit
-        self.meter = metering ? LevelMeter(channels: fileChannels) : nil
+        // A triggered recording meters its input, written or not: levels while armed too.
+        self.meter = metering ? LevelMeter(channels: gate == nil ? fileChannels : configuration.channels) : nil
         self.syncIntervalNanoseconds = UInt64(Swift.max(0.001, syncInterval) * 1_000_000_000)
         self.spaceGuard = spaceGuard
         let chunkFrames = engine.maximumChunkFrames
@@ -195,7 +202,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         return firstFrameKnown.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success
     }
 
-    private func markFirstFrameKnown() {
+    func markFirstFrameKnown() {
         if !firstFrameMarked.exchange(true, ordering: .acquiringAndReleasing) { firstFrameKnown.signal() }
     }
 
@@ -273,7 +280,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     /// Capture has ended: the first `outcome` stands; `announce` tells the recorder (an end it
     /// did not ask for).
-    private func end(_ ended: CaptureOutcome, announce: Bool = true) {
+    func end(_ ended: CaptureOutcome, announce: Bool = true) {
         let first = outcome.withLock { outcome -> Bool in
             guard outcome == nil else { return false }
             outcome = ended
@@ -286,12 +293,12 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         if announce { callback?(ended) }
     }
 
-    private var isEnded: Bool { outcome.withLock { $0 != nil } }
+    var isEnded: Bool { outcome.withLock { $0 != nil } }
 
     /// Finalizes the file after capture ended: header, sync, close.
     func closeFile() throws(RecorderError) {
         syncQueue.sync {}  // no background fsync may run once the descriptor is closed
-        do { try writer.close() } catch { throw RecorderError.saving(error) }
+        do { try writer?.close() } catch { throw RecorderError.saving(error) }
     }
 
     /// The last segment as it ends: its frames, overruns and end, after capture ended.
@@ -311,7 +318,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// Closes the file without finalizing it, for a recording about to be deleted.
     func discardFile() {
         syncQueue.sync {}
-        writer.discard()
+        writer?.discard()
     }
 
     // MARK: On the capture thread
@@ -325,6 +332,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// recording has ended: the engine detaches it.
     func receive(_ chunk: CaptureChunk) -> Bool {
         guard !isEnded else { return false }
+        if let gate { return receiveGated(chunk, gate: gate) }
         xruns.add(chunk.overruns, ordering: .relaxed)
         framesLost.add(chunk.framesLost, ordering: .relaxed)
         // The engine's least delayed estimate when it has one (a recording that joins a device
@@ -348,7 +356,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             if segment.gapBefore != nil { segment.gapBefore?.end = start }
             segmentTarget = clock.frames(startingAt: start, follows: false)
             nameAfterStart(namedAt: namedAt)
-            writer.stampOrigin(origin(startedAt: start))
+            writer?.stampOrigin(origin(startedAt: start))
             currentSegment.withLock { $0 = segment }
             segmentStarted()
             markFirstFrameKnown()
@@ -357,16 +365,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             end(.failed(failure))
             return false
         }
-        var outOfSpace: RecorderError?
-        if let spaceGuard, framesWritten.load(ordering: .relaxed) + chunkAllowance > spaceLimit.load(ordering: .relaxed) {
-            // Rare: once per budget. Retention may free space first (deleting the oldest).
-            if !refreshSpaceLimit() {
-                // More than the two chunks `refreshSpaceLimit` wants, so that it says yes after.
-                spaceGuard.makeRoom(bytes: Int64(Double(4 * chunkAllowance) * spaceGuard.bytesPerFrame))
-                // This chunk still goes in (the minimum's margin holds it): nothing captured is lost.
-                if !refreshSpaceLimit() { outOfSpace = spaceGuard.insufficientSpace() }
-            }
-        }
+        let outOfSpace = checkSpace()
         var frames = chunk.frames
         if converter == nil, let frameLimit {
             // At the device's own format, no more than the file takes.
@@ -403,6 +402,19 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             return false
         }
         return true
+    }
+
+    /// The space guard's check before a chunk is written: the error to end with once even
+    /// retention cannot make room (this chunk still goes in: the minimum's margin holds it).
+    func checkSpace() -> RecorderError? {
+        guard let spaceGuard, framesWritten.load(ordering: .relaxed) + chunkAllowance > spaceLimit.load(ordering: .relaxed) else {
+            return nil
+        }
+        // Rare: once per budget. Retention may free space first (deleting the oldest).
+        if refreshSpaceLimit() { return nil }
+        // More than the two chunks `refreshSpaceLimit` wants, so that it says yes after.
+        spaceGuard.makeRoom(bytes: Int64(Double(4 * chunkAllowance) * spaceGuard.bytesPerFrame))
+        return refreshSpaceLimit() ? nil : spaceGuard.insufficientSpace()
     }
 
     /// Measures free space and moves `spaceLimit` to what fits above the minimum. False when
@@ -462,21 +474,22 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             guard link(segment.partialPath, wanted + ".part") == 0 else { return }
             unlink(segment.partialPath)
             segment.path = wanted
-            writer.renamed(to: segment.partialPath)
+            writer?.renamed(to: segment.partialPath)
         }
     }
 
     /// What a file whose first frame was captured at `time` says about its origin.
-    private func origin(startedAt time: Date) -> FileOrigin {
+    func origin(startedAt time: Date) -> FileOrigin {
         FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: deviceName)
     }
 
     /// When the frame after the last one written was captured: the next segment's start.
     private func boundaryTime() -> Date {
-        // The least delayed estimate over the segment that ends here.
-        if anchorWindow < .infinity { anchor = anchorWindow }
+        // The least delayed estimate over the segment that ends here (a triggered recording's
+        // event keeps the time of its first frame).
+        if gate == nil, anchorWindow < .infinity { anchor = anchorWindow }
         anchorWindow = .infinity
-        return Date(timeIntervalSince1970: anchor + Double(framesWritten.load(ordering: .relaxed)) / Double(fileRate))
+        return Date(timeIntervalSince1970: anchor + Double(framesWritten.load(ordering: .relaxed) - anchorFrames) / Double(fileRate))
     }
 
     /// Closes the current segment at the last frame written and opens the next, which starts
@@ -486,7 +499,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
                                     namedAt: clock.nameTime(forStart: time, follows: reason == .length))
         next.0.stampOrigin(origin(startedAt: time))
         let closed = finalSegment(endedAt: time, reason: reason)
-        let old = HandedOver(writer)
+        let old = HandedOver(writer!)
         writer = next.0
         segment = next.1
         segmentTarget = clock.frames(startingAt: time, follows: reason == .length)
@@ -495,10 +508,12 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         segmentFramesWritten.store(0, ordering: .releasing)
         currentSegment.withLock { $0 = segment }
         let segmentClosed = self.segmentClosed
+        let continued = gate?.continued(closed, next: segment, consumer: self)
         syncQueue.async { [self] in
             let (finished, failure) = SegmentFinalizer.finish(old.writer, closed)
             if let failure { finalizeFailure.withLock { $0 = $0 ?? failure } }
             segmentClosed(finished, failure)
+            continued?(finished)
         }
         return closed
     }
@@ -527,6 +542,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     /// Writes what the converter still holds (stop keeps the tail).
     private func finish() -> CaptureOutcome {
+        if let gate { return finishGated(gate) }
         guard let converter else { return .stopped }
         do {
             try fileAccess.withLock { access in
@@ -546,7 +562,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// Meters and writes one chunk, unless the file was taken away (false): a stop that timed
     /// out while this thread was stuck in the driver. A chunk with a sample other than zero
     /// moves `lastSignal` to `readUptime`.
-    private func writeToFile(_ buffer: UnsafeRawPointer, frames: Int, sync: Bool, readUptime: UInt64) throws -> Bool {
+    func writeToFile(_ buffer: UnsafeRawPointer, frames: Int, sync: Bool, readUptime: UInt64) throws -> Bool {
         try fileAccess.withLock { access in
             guard case .captureThread = access else { return false }
             if try consume(buffer, frames: frames) { lastSignal.store(readUptime, ordering: .relaxed) }
@@ -559,6 +575,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     private func consume(_ buffer: UnsafeRawPointer, frames: Int) throws -> Bool {
         let channels = configuration.channels
         let samples = frames * channels
+        // A triggered recording meters its input as it arrives (`receiveGated`), not here.
+        let meter = gate == nil ? self.meter : nil
         if let converter {
             if converter.resamplesSixteenBit {
                 // Metered as the device delivered it, which tells digital silence on the way.
@@ -580,9 +598,9 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             ?? bufferIsDigitalSilence(buffer, frames: frames)
         try writeSegmented(frames: frames) { offset, count in
             switch configuration.sampleFormat {
-            case .int16: try writer.write(buffer.assumingMemoryBound(to: Int16.self) + offset * channels, frames: count)
-            case .int32: try writer.write(buffer.assumingMemoryBound(to: Int32.self) + offset * channels, frames: count)
-            case .float32: try writer.write(buffer.assumingMemoryBound(to: Float.self) + offset * channels, frames: count)
+            case .int16: try writer?.write(buffer.assumingMemoryBound(to: Int16.self) + offset * channels, frames: count)
+            case .int32: try writer?.write(buffer.assumingMemoryBound(to: Int32.self) + offset * channels, frames: count)
+            case .float32: try writer?.write(buffer.assumingMemoryBound(to: Float.self) + offset * channels, frames: count)
             }
         }
         return !silent
@@ -595,7 +613,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     }
 
     /// Writes converted frames, never past the frame limit.
-    private func write(_ samples: ConvertedSamples, frames: Int) throws {
+    func write(_ samples: ConvertedSamples, frames: Int) throws {
         var count = frames
         if let frameLimit {
             count = Swift.min(count, Int(frameLimit - framesWritten.load(ordering: .relaxed)))
@@ -604,15 +622,16 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         let channels = fileChannels
         try writeSegmented(frames: count) { offset, part in
             switch samples {
-            case .float(let floats): try writer.write(floats + offset * channels, frames: part)
-            case .int16(let integers): try writer.write(integers + offset * channels, frames: part)
+            case .float(let floats): try writer?.write(floats + offset * channels, frames: part)
+            case .int16(let integers): try writer?.write(integers + offset * channels, frames: part)
             }
         }
     }
 
     /// Makes the file playable up to here: header now, fsync in the background (an fsync can
     /// take longer than the device buffer lasts).
-    private func syncFile() {
+    func syncFile() {
+        guard let writer else { return }
         writer.checkpoint()
         guard !syncPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         // This writer: the capture thread may have moved to the next segment's by the time it runs.
@@ -625,7 +644,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 }
 
 /// A writer passed from the capture thread to the sync queue.
-private struct HandedOver: @unchecked Sendable {
+struct HandedOver: @unchecked Sendable {
     // @unchecked: the sync queue is serial, and the capture thread no longer touches a writer
     // it handed over for closing; a writer handed over for fsync is only synced, which
     // libsndfile's descriptor allows alongside writes.

@@ -101,6 +101,11 @@ struct SegmentFileFactory: Sendable {
                                                startedAt: date, sampleRate: sampleRate, gapBefore: gapBefore))
     }
 
+    /// What a triggered recording's consumer holds before its first event: no file, no path.
+    func placeholder(index: Int) -> Segment {
+        Segment(recordingId: recordingId, name: name, index: index, path: "", startedAt: Date(), sampleRate: sampleRate)
+    }
+
     func open(path: String) throws(RecorderError) -> any AudioFileWriter {
         do throws(RecorderError) {
             return try settings.makeFileWriter(path: path + ".part", sampleRate: sampleRate, channels: channels)

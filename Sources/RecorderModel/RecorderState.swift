@@ -34,6 +34,8 @@ public struct Recording: Sendable, Equatable, Codable, Identifiable {
     /// What the file begins with from before the start (listening's pre-roll); nil when it
     /// was not listening.
     public var preRoll: PreRoll?
+    /// A sound-activated recording: its trigger (each event is a segment; no file between them).
+    public var trigger: TriggerSettings?
 
     public init(id: String, name: String, path: String, format: AudioFileFormat, sampleRate: Int, channels: Int,
                 bitDepth: Int?, quality: RecordingQuality, device: String, deviceFormat: DeviceFormat,

@@ -91,6 +91,8 @@ public enum SegmentEnd: String, Sendable, Codable, CaseIterable {
     case deviceLost
     /// The recording ended (stop, duration reached, failure).
     case end
+    /// A triggered recording's event ended (its sound, then the hang).
+    case event
 }
 
 /// One file of a session.

@@ -112,6 +112,12 @@ public final class Resampler {
         return try flush(into: UnsafeMutableRawPointer(output), capacity: capacity)
     }
 
+    /// Forgets the input so far (after `flush`): the next `process` begins a new signal, as
+    /// a new resampler would, without allocating one.
+    public func reset() throws(SoxrError) {
+        if let error = soxr_clear(handle) { throw SoxrError(message: String(cString: error)) }
+    }
+
     private func flush(into output: UnsafeMutableRawPointer, capacity: Int) throws(SoxrError) -> Int {
         var outputDone = 0
         let error = soxr_process(handle, nil, 0, nil, output, capacity, &outputDone)

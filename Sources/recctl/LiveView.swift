@@ -40,6 +40,8 @@ final class LiveView {
     private var seenSegment = false
     /// The snapshot's deletion happened before the watch began: only later ones are shown.
     private var seenDeletion = false
+    /// The snapshot's trigger event happened before the watch began.
+    private var seenTriggerEvent = false
 
     init(format: LiveFormat, quiet: Bool = false) {
         self.format = format
@@ -69,6 +71,9 @@ final class LiveView {
             case .retention(let deletion):
                 defer { seenDeletion = true }
                 if seenDeletion, let deletion { printAbove(Output.describeDeletion(deletion)) }
+            case .trigger(let event):
+                defer { seenTriggerEvent = true }
+                if seenTriggerEvent, let event { printAbove(Output.describeEvent(event)) }
             case .segment(let segment):
                 defer { seenSegment = true }
                 if seenSegment, let segment { printAbove(Output.describeClosed(segment)) }

@@ -152,6 +152,7 @@ enum Output {
         if let preRoll = status.recording?.preRoll, status.state.isActive {
             rows.append(("pre-roll", String(printf: "began %.3f s before the start", preRoll.seconds)))
         }
+        if let trigger = status.trigger { rows += triggerRows(trigger) }
         for (index, tap) in (status.taps ?? []).enumerated() {
             let format = tap.format
             var text = "#\(tap.id) \(format.encoding.rawValue) \(format.sampleRate) Hz \(format.channels) ch"
@@ -260,6 +261,45 @@ enum Output {
 
     static func printStorage(_ storage: StorageStatus) {
         for (key, value) in storageRows(storage) { line(key.padded(to: 9) + value) }
+    }
+
+    /// A triggered recording's event, as `recctl watch` shows it: "event 3 opened /path (onset
+    /// 14:00:01)", "event 3 closed /path (00:00:04.2, sound 2.1 s, peak -12.0 dBFS, hang)".
+    static func describeEvent(_ event: TriggerEvent) -> String {
+        let head = "event \(event.event) \(event.kind.rawValue) \(event.path)"
+        if event.kind == .opened { return head + " (onset " + localTime(event.onset) + ")" }
+        return head + " (" + duration(event.duration) + String(printf: ", sound %.1f s, peak %.1f dBFS", event.soundDuration, event.peak)
+            + (event.reason.map { ", " + $0 } ?? "") + ")"
+    }
+
+    /// The `trigger` rows of `recctl status`: state, level against the thresholds, counts.
+    static func triggerRows(_ trigger: TriggerStatus) -> [(String, String)] {
+        let settings = trigger.settings
+        var rows: [(String, String)] = []
+        var state = trigger.state + String(printf: ", level %.1f dBFS", trigger.level)
+        if let floor = trigger.floor { state += String(printf: ", floor %.1f", floor) }
+        if let open = trigger.openLevel, let close = trigger.closeLevel { state += String(printf: ", opens at %.1f, closes below %.1f", open, close) }
+        if trigger.floor == nil, settings.threshold == nil { state += ", measuring the floor" }
+        rows.append(("trigger", state))
+        rows.append(("", "\(trigger.events) events" + (trigger.discarded > 0 ? ", \(trigger.discarded) discarded as too short" : "")))
+        var how: String
+        if let threshold = settings.threshold {
+            how = String(printf: "%.1f dBFS", threshold)
+        } else {
+            how = String(printf: "%.1f dB above the floor (%.0fth percentile over ", settings.aboveFloor, settings.floorPercentile)
+                + duration(settings.floorWindow) + ")"
+        }
+        how += ", \(settings.measure.rawValue) of \(settings.channels.rawValue)"
+        if settings.highPass != nil || settings.lowPass != nil {
+            let low: String = settings.highPass.map { Limits.number($0) } ?? "0"
+            let high: String = settings.lowPass.map { Limits.number($0) } ?? ""
+            how += ", band \(low)–\(high) Hz"
+        }
+        rows.append(("", how))
+        rows.append(("", String(printf: "attack %.2f s, hang %.1f s, pre-roll %.1f s", settings.attack, settings.hang, settings.preRoll ?? 0)
+            + (settings.minimumLength > 0 ? String(printf: ", minimum %.1f s", settings.minimumLength) : "")
+            + (settings.maximumLength.map { ", maximum " + duration($0) } ?? "")))
+        return rows
     }
 
     /// A file retention deleted, as `recctl watch` shows it.

@@ -163,6 +163,45 @@ struct Status: ParsableCommand {
     }
 }
 
+/// `recctl start --trigger …`: `start`'s `trigger` member; any of these options arms it.
+struct TriggerOptions: ParsableArguments {
+    @Flag(help: "Record only sound: a file per event, with the daemon's [trigger] settings unless the options below say otherwise.")
+    var trigger = false
+    @Option(help: ArgumentHelp("Open an event at this level (dBFS, e.g. -35) instead of relative to the noise floor.", valueName: "dBFS"))
+    var threshold: Double?
+    @Option(help: ArgumentHelp("Open an event this many dB above the noise floor.", valueName: "dB"))
+    var aboveFloor: Double?
+    @Option(help: ArgumentHelp("Detect above this frequency only (the file stays unfiltered).", valueName: "hz"))
+    var highPass: Double?
+    @Option(help: ArgumentHelp("Detect below this frequency only.", valueName: "hz"))
+    var lowPass: Double?
+    @Option(parsing: .unconditional, help: ArgumentHelp("Time above the threshold before an event opens.", valueName: "duration"))
+    var attack: String?
+    @Option(parsing: .unconditional, help: ArgumentHelp("Time below before an event closes.", valueName: "duration"))
+    var hang: String?
+    @Option(parsing: .unconditional, help: ArgumentHelp("Discard events whose sound is shorter.", valueName: "duration"))
+    var minLength: String?
+    @Option(parsing: .unconditional, help: ArgumentHelp("Continue a longer event in a new file.", valueName: "duration"))
+    var maxLength: String?
+
+    func validate() throws {
+        for (name, value) in [("--attack", attack), ("--hang", hang), ("--min-length", minLength), ("--max-length", maxLength)] {
+            if let value, value != "0", TimeParsing.duration(value) == nil {
+                throw ValidationError("\(name) must be \(DurationText.spellings), not '\(value)'")
+            }
+        }
+    }
+
+    /// nil unless one of the options was given.
+    var params: TriggerParams? {
+        func seconds(_ text: String?) -> Double? { text.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 } }
+        let params = TriggerParams(highPass: highPass, lowPass: lowPass, threshold: threshold, aboveFloor: aboveFloor,
+                                   attack: seconds(attack), hang: seconds(hang), minimumLength: seconds(minLength),
+                                   maximumLength: seconds(maxLength))
+        return trigger || params != TriggerParams() ? params : nil
+    }
+}
+
 struct Start: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "start",
@@ -202,9 +241,11 @@ struct Start: ParsableCommand {
     var preRoll: String?
     @Flag(help: "Wait until the recording ends, showing progress; exit with its outcome.")
     var wait = false
+    @OptionGroup(title: "Sound-activated recording") var trigger: TriggerOptions
     @OptionGroup var options: ConnectionOptions
 
     func validate() throws {
+        try trigger.validate()
         if let preRoll, preRoll != "0", TimeParsing.duration(preRoll) == nil {
             throw ValidationError("--pre-roll must be \(DurationText.spellings), or 0 for none, not '\(preRoll)'")
         }
@@ -228,7 +269,8 @@ struct Start: ParsableCommand {
                     at: at.flatMap { TimeParsing.time($0) },
                     segmentLength: segment.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 },
                     alignToClock: alignToClock ? true : nil, fileTemplate: template,
-                    preRoll: preRoll.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 })
+                    preRoll: preRoll.map { $0 == "0" ? 0 : TimeParsing.duration($0) ?? 0 },
+                    trigger: trigger.params)
     }
 
     func run() throws {

@@ -179,7 +179,8 @@ struct Recd: AsyncParsableCommand {
                 logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(error)"])
                 return nil
             }
-        }, autostart: configuration.autostart ? .init(name: configuration.autostartRecordingName) : nil,
+        }, autostart: configuration.autostart
+            ? .init(name: configuration.autostartRecordingName, trigger: configuration.triggerEnabled ? configuration.trigger : nil) : nil,
            listenAtStart: configuration.listenAtStart, logger: logger)
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.

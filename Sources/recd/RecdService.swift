@@ -28,6 +28,8 @@ struct RecdService: Service {
 
     struct Autostart: Sendable {
         var name: String?
+        /// `[trigger] enabled`: arm the trigger rather than record every frame.
+        var trigger: TriggerSettings?
     }
     /// Listen as soon as clients can connect (`[listen] enabled`): levels and pre-roll from boot.
     var listenAtStart = false
@@ -42,7 +44,7 @@ struct RecdService: Service {
         Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
         logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
         if listenAtStart { startListening() }
-        if let autostart { startRecording(name: autostart.name) }
+        if let autostart { startRecording(name: autostart.name, trigger: autostart.trigger) }
 
         await withDiscardingTaskGroup { serving in
             serving.addTask { await server.serve() }
@@ -59,10 +61,11 @@ struct RecdService: Service {
 
     /// The always-recording service: start with the configured settings, no client needed. A
     /// missing device is waited for (the recorder's `waitForDevice`), not a failure.
-    private func startRecording(name: String?) {
+    private func startRecording(name: String?, trigger: TriggerSettings?) {
         Task { [recorder, logger, blocking] in _ = try? await blocking.run {
             do throws(RecorderError) {
-                let recording = try recorder.start(name: name, settings: nil, waitForUnknownDevice: true)
+                let recording = try recorder.start(name: name, settings: nil, trigger: trigger,
+                                                   waitForUnknownDevice: true)
                 logger.notice("recording started at startup", metadata: ["recording.name": "\(recording.name)",
                                                                          "recording.state": "\(recorder.state.value.name.rawValue)"])
             } catch {

@@ -1,0 +1,288 @@
+import ALSA
+import Dispatch
+import FoundationEssentials
+import Glibc
+import MPEG4
+import RecorderModel
+import Sndfile
+import Synchronization
+
+/// Counts a triggered recording keeps over its capture sessions (a device lost and back
+/// brings a new consumer); `status` reads them from any thread.
+final class TriggerCounters: Sendable {
+    let events = Atomic<Int>(0)
+    let discarded = Atomic<Int>(0)
+    /// The open event's onset (seconds since 1970), NaN when none is open.
+    let openOnset = Atomic<UInt64>(Double.nan.bitPattern)
+
+    var onset: Double? {
+        let value = Double(bitPattern: openOnset.load(ordering: .relaxed))
+        return value.isNaN ? nil : value
+    }
+}
+
+/// A triggered recording's side of its consumer (capture thread): the detector, a ring of the
+/// device's last frames (the pre-roll, the attack and the block being decided), and the event
+/// open now. Frames reach an event's file from the ring, a block at a time, once the block is
+/// decided: an event ends exactly where the detector says, never a frame later.
+final class EventGate: @unchecked Sendable {
+    // @unchecked: used on the capture thread only, but for the atomics and immutable values.
+    let trigger: SoundTrigger
+    let ring: PreRollRing
+    let preRollFrames: Int64
+    let counters: TriggerCounters
+    /// Runs for every event opened, closed or discarded (capture thread for `opened`, the
+    /// sync queue once the file is finalized for the others).
+    let announce: @Sendable (TriggerEvent) -> Void
+    /// The next event file's segment index.
+    var nextIndex: Int
+    /// The open event's frames are in its file up to this engine position.
+    var writtenUpTo: Int64 = 0
+    var open: OpenEvent?
+
+    struct OpenEvent {
+        var number: Int
+        var onset: Int64
+        var onsetTime: Double
+        /// Files so far (a maximum length cuts an event into more).
+        var files = 1
+    }
+
+    init(settings: TriggerSettings, preRoll: Double, configuration: PCMConfiguration, counters: TriggerCounters,
+         firstIndex: Int, announce: @escaping @Sendable (TriggerEvent) -> Void) {
+        trigger = SoundTrigger(settings: settings, configuration: configuration)
+        let rate = Double(configuration.sampleRate)
+        preRollFrames = Int64((preRoll * rate).rounded())
+        // The pre-roll, the attack, the block being decided and one to spare.
+        ring = PreRollRing(seconds: preRoll + settings.attack + 2 * TriggerSettings.blockSeconds + 0.01,
+                           configuration: configuration)
+        self.counters = counters
+        self.announce = announce
+        nextIndex = firstIndex
+    }
+
+    /// A maximum length cut the open event at a segment boundary (capture thread): the next
+    /// file is announced as opened now, the closed one (returned) once it is finalized.
+    func continued(_ closed: Segment, next: Segment, consumer: RecordingConsumer) -> (@Sendable (Segment) -> Void)? {
+        guard var event = open else { return nil }
+        event.files += 1
+        open = event
+        nextIndex = next.index + 1
+        let peak = trigger.eventPeak
+        let announce = self.announce
+        let base = consumer.event(.opened, event, segment: next, lastAbove: nil, peak: peak, reason: nil)
+        announce(base)
+        let closedEvent = consumer.event(.closed, event, segment: closed, lastAbove: trigger.lastAbove, peak: peak,
+                                         reason: "maximumLength")
+        return { finished in
+            var told = closedEvent
+            told.path = finished.path
+            told.duration = finished.duration
+            announce(told)
+        }
+    }
+}
+
+extension RecordingConsumer {
+    /// A triggered recording's chunk: every frame goes into the gate's ring and through the
+    /// detector, a block at a time; an open event's frames go on from the ring to its file.
+    func receiveGated(_ chunk: CaptureChunk, gate: EventGate) -> Bool {
+        xruns.add(chunk.overruns, ordering: .relaxed)
+        framesLost.add(chunk.framesLost, ordering: .relaxed)
+        framesCaptured.add(Int64(chunk.frames), ordering: .relaxed)
+        markFirstFrameKnown()
+        if let failure = finalizeFailure.withLock({ $0 }) {
+            end(.failed(failure))
+            return false
+        }
+        // Levels and digital silence from the input, written or not.
+        let bytesPerFrame = configuration.bytesPerFrame
+        let silent = meter?.measure(chunk.samples, frames: chunk.frames, format: configuration.sampleFormat)
+            ?? Self.isDigitalSilence(chunk.samples, bytes: chunk.frames * bytesPerFrame)
+        if !silent { lastSignal.store(chunk.readUptime, ordering: .relaxed) }
+        let rate = Double(configuration.sampleRate)
+        let trigger = gate.trigger
+        do {
+            var offset = 0
+            while offset < chunk.frames {
+                let count = Swift.min(chunk.frames - offset, trigger.framesToBlockEnd)
+                let samples = chunk.samples + offset * bytesPerFrame
+                let position = chunk.position + Int64(offset)
+                _ = gate.ring.receive(CaptureChunk(samples: samples, frames: count, position: position,
+                                                   captureTime: chunk.captureTime + Double(offset) / rate,
+                                                   readUptime: chunk.readUptime, overruns: 0, framesLost: 0))
+                let decision = trigger.feed(samples, frames: count, at: position)
+                offset += count
+                switch decision {
+                case .open(let onset):
+                    try openEvent(gate, onset: onset, chunk: chunk)
+                    try catchUp(gate, to: trigger.position)
+                case .close(let end, let lastAbove):
+                    try catchUp(gate, to: end)
+                    try closeEvent(gate, end: end, lastAbove: lastAbove, reason: "hang")
+                case nil:
+                    if gate.open != nil, trigger.framesToBlockEnd == trigger.blockFrames { try catchUp(gate, to: trigger.position) }
+                }
+            }
+        } catch {
+            end(.failed(Self.writeFailure(error, device: deviceName)))
+            return false
+        }
+        if gate.open != nil {
+            let now = CaptureEngine.uptime()
+            if now &- lastSync >= syncIntervalNanoseconds {
+                lastSync = now
+                fileAccess.withLock { access in if case .captureThread = access { syncFile() } }
+            }
+        }
+        if let outOfSpace = checkSpace() {
+            end(.failed(outOfSpace))
+            return false
+        }
+        return true
+    }
+
+    /// The error a failed write ends the recording with.
+    static func writeFailure(_ error: any Error, device: String) -> RecorderError {
+        switch error {
+        case let error as SndfileError: .saving(error)
+        case let error as MPEG4Error: .saving(error)
+        case let error as RecorderError: error
+        default: RecorderError(.unknown, "writing the recording from '\(device)' failed: \(error)")
+        }
+    }
+
+    /// Writes the open event's frames from the ring up to engine position `end`.
+    private func catchUp(_ gate: EventGate, to end: Int64) throws {
+        guard gate.open != nil, end > gate.writtenUpTo else { return }
+        try gate.ring.read(from: gate.writtenUpTo, upTo: end) { samples, frames, _ in
+            guard try writeToFile(samples, frames: frames, sync: false, readUptime: 0) else {
+                throw RecorderError(.deviceLost, "capture on '\(deviceName)' was abandoned")
+            }
+        }
+        gate.writtenUpTo = end
+    }
+
+    /// Opens an event's file, which begins the pre-roll before `onset` (as much of it as the
+    /// ring holds: less right after the device opened).
+    private func openEvent(_ gate: EventGate, onset: Int64, chunk: CaptureChunk) throws(RecorderError) {
+        let rate = Double(configuration.sampleRate)
+        let first = Swift.max(onset - gate.preRollFrames, gate.ring.oldestPosition)
+        func time(_ position: Int64) -> Double {
+            engine.captureTime(ofPosition: position) ?? chunk.captureTime - Double(chunk.position - position) / rate
+        }
+        let start = time(first)
+        let date = Date(timeIntervalSince1970: start)
+        let (file, opened) = try files.create(index: gate.nextIndex, startedAt: date)
+        file.stampOrigin(origin(startedAt: date))
+        writer = file
+        segment = opened
+        segmentTarget = clock.frames(startingAt: date, follows: false)
+        segmentStartXruns = xruns.load(ordering: .relaxed)
+        segmentStartLost = framesLost.load(ordering: .relaxed)
+        segmentFramesWritten.store(0, ordering: .releasing)
+        anchor = start
+        anchorFrames = framesWritten.load(ordering: .relaxed)
+        currentSegment.withLock { $0 = segment }
+        gate.writtenUpTo = first
+        let number = gate.counters.events.add(1, ordering: .relaxed).newValue
+        let event = EventGate.OpenEvent(number: number, onset: onset, onsetTime: time(onset))
+        gate.open = event
+        gate.counters.openOnset.store(event.onsetTime.bitPattern, ordering: .relaxed)
+        segmentStarted()
+        gate.announce(self.event(.opened, event, segment: opened, lastAbove: nil, peak: gate.trigger.eventPeak, reason: nil))
+    }
+
+    /// Closes the open event's file at the frames written (the converter's tail added) and
+    /// finalizes it off this thread, or deletes it when its sound was shorter than the minimum.
+    private func closeEvent(_ gate: EventGate, end: Int64, lastAbove: Int64, reason: String) throws {
+        guard let event = gate.open, let file = writer else { return }
+        if let converter {
+            try fileAccess.withLock { access in
+                guard case .captureThread = access else { return }
+                try converter.flush { samples, frames in try write(samples, frames: frames) }
+                try converter.reset()
+            }
+        }
+        let frames = segmentFramesWritten.load(ordering: .acquiring)
+        let endedAt = Date(timeIntervalSince1970: anchor + Double(framesWritten.load(ordering: .relaxed) - anchorFrames) / Double(fileRate))
+        let closed = finalSegment(endedAt: endedAt, reason: .event)
+        writer = nil
+        gate.open = nil
+        gate.counters.openOnset.store(Double.nan.bitPattern, ordering: .relaxed)
+        segmentFramesWritten.store(0, ordering: .releasing)
+        let settings = gate.trigger.settings
+        let soundSeconds = Double(lastAbove - event.onset) / Double(configuration.sampleRate)
+        let tooShort = reason == "hang" && event.files == 1 && !settings.keepShort && soundSeconds < settings.minimumLength
+        let told = self.event(tooShort ? .discarded : .closed, event, segment: closed, lastAbove: lastAbove,
+                              peak: gate.trigger.eventPeak, reason: reason)
+        let old = HandedOver(file)
+        let announce = gate.announce
+        if tooShort {
+            // Not a file anyone wants: the next event takes its number and index.
+            framesWritten.subtract(frames, ordering: .relaxed)
+            gate.counters.discarded.add(1, ordering: .relaxed)
+            syncQueue.async {
+                old.writer.discard()
+                unlink(closed.partialPath)
+                announce(told)
+            }
+            return
+        }
+        gate.nextIndex = closed.index + 1
+        let segmentClosed = self.segmentClosed
+        syncQueue.async { [self] in
+            let (finished, failure) = SegmentFinalizer.finish(old.writer, closed)
+            if let failure { finalizeFailure.withLock { $0 = $0 ?? failure } }
+            segmentClosed(finished, failure)
+            var final = told
+            final.path = finished.path
+            final.duration = finished.duration
+            announce(final)
+        }
+    }
+
+    /// At `stop` (capture thread, or the control thread once detached): the open event ends
+    /// with the last frame received.
+    func finishGated(_ gate: EventGate) -> CaptureOutcome {
+        guard gate.open != nil else { return .stopped }
+        do {
+            try catchUp(gate, to: gate.trigger.position)
+            try closeEvent(gate, end: gate.trigger.position, lastAbove: gate.trigger.lastAbove, reason: "stopped")
+        } catch {
+            return .failed(Self.writeFailure(error, device: deviceName))
+        }
+        gate.trigger.reset()
+        return .stopped
+    }
+
+    /// A triggered recording with no event open has no file to finalize at its end.
+    var hasOpenFile: Bool { writer != nil }
+
+    func event(_ kind: TriggerEvent.Kind, _ event: EventGate.OpenEvent, segment: Segment, lastAbove: Int64?,
+               peak: Double, reason: String?) -> TriggerEvent {
+        let sound = lastAbove.map { Double($0 - event.onset) / Double(configuration.sampleRate) } ?? 0
+        return TriggerEvent(kind: kind, recordingId: files.recordingId, event: event.number, index: segment.index,
+                            path: segment.path, start: segment.startedAt, onset: Date(timeIntervalSince1970: event.onsetTime),
+                            duration: segment.duration, soundDuration: sound, peak: peak, reason: reason)
+    }
+}
+
+extension Recorder {
+    /// The triggered recording's detector now (level, floor, thresholds, counts); nil when
+    /// the recording (if any) is not triggered. Any thread, without waiting for the
+    /// recorder's queue.
+    public func currentTriggerStatus() -> TriggerStatus? {
+        guard let recording = recording.value, let settings = recording.trigger, state.value.isActive else { return nil }
+        let session = activeSession.withLock { $0 }
+        let trigger = session?.gate?.trigger
+        let counters = session?.gate?.counters
+        let floor = trigger?.currentFloor
+        let open = settings.threshold ?? floor.map { $0 + settings.aboveFloor }
+        return TriggerStatus(
+            settings: settings, state: counters?.onset == nil ? "armed" : "open",
+            events: counters?.events.load(ordering: .relaxed) ?? 0, discarded: counters?.discarded.load(ordering: .relaxed) ?? 0,
+            level: trigger?.currentLevel ?? -160, floor: floor, openLevel: open, closeLevel: open.map { $0 - settings.hysteresis },
+            eventOnset: counters?.onset.map { Date(timeIntervalSince1970: $0) })
+    }
+}
