@@ -557,7 +557,7 @@ public final class Recorder: @unchecked Sendable {
             closeEngineIfUnused()
             throw error.code == .invalidSettings ? error : fail(RecorderError(.failedToBegin, error.message))
         }
-        plan.nextIndex = 2
+        plan.nextIndex = writer == nil ? 1 : 2
         let session: RecordingConsumer
         do throws(RecorderError) {
             session = try makeSession(engine: engine, writer: writer, segment: segment,

@@ -44,6 +44,8 @@ final class EventGate: @unchecked Sendable {
         var number: Int
         var onset: Int64
         var onsetTime: Double
+        /// The current file's first frame (engine position).
+        var firstFrame: Int64
         /// Files so far (a maximum length cuts an event into more).
         var files = 1
     }
@@ -64,21 +66,26 @@ final class EventGate: @unchecked Sendable {
     /// A maximum length cut the open event at a segment boundary (capture thread): the next
     /// file is announced as opened now, the closed one (returned) once it is finalized.
     func continued(_ closed: Segment, next: Segment, consumer: RecordingConsumer) -> (@Sendable (Segment) -> Void)? {
-        guard var event = open else { return nil }
+        guard let previous = open else { return nil }
+        var event = previous
         event.files += 1
+        // The next file begins where the closed one ended (exactly, at the device's own rate).
+        let deviceFrames = Double(closed.frames) * Double(consumer.configuration.sampleRate) / Double(consumer.fileRate)
+        event.firstFrame = previous.firstFrame + Int64(deviceFrames.rounded())
         open = event
         nextIndex = next.index + 1
         let peak = trigger.eventPeak
         let announce = self.announce
-        let base = consumer.event(.opened, event, segment: next, lastAbove: nil, peak: peak, reason: nil)
-        announce(base)
-        let closedEvent = consumer.event(.closed, event, segment: closed, lastAbove: trigger.lastAbove, peak: peak,
+        let opened = consumer.event(.opened, event, segment: next, lastAbove: nil, peak: peak, reason: nil)
+        let closedEvent = consumer.event(.closed, previous, segment: closed, lastAbove: trigger.lastAbove, peak: peak,
                                          reason: "maximumLength")
+        // In order: the closed file (once finalized), then the one that continues it.
         return { finished in
             var told = closedEvent
             told.path = finished.path
             told.duration = finished.duration
             announce(told)
+            announce(opened)
         }
     }
 }
@@ -116,12 +123,14 @@ extension RecordingConsumer {
                 switch decision {
                 case .open(let onset):
                     try openEvent(gate, onset: onset, chunk: chunk)
-                    try catchUp(gate, to: trigger.position)
+                    try catchUp(gate, to: trigger.position, readUptime: chunk.readUptime)
                 case .close(let end, let lastAbove):
-                    try catchUp(gate, to: end)
+                    try catchUp(gate, to: end, readUptime: chunk.readUptime)
                     try closeEvent(gate, end: end, lastAbove: lastAbove, reason: "hang")
                 case nil:
-                    if gate.open != nil, trigger.framesToBlockEnd == trigger.blockFrames { try catchUp(gate, to: trigger.position) }
+                    if gate.open != nil, trigger.framesToBlockEnd == trigger.blockFrames {
+                        try catchUp(gate, to: trigger.position, readUptime: chunk.readUptime)
+                    }
                 }
             }
         } catch {
@@ -153,10 +162,10 @@ extension RecordingConsumer {
     }
 
     /// Writes the open event's frames from the ring up to engine position `end`.
-    private func catchUp(_ gate: EventGate, to end: Int64) throws {
+    private func catchUp(_ gate: EventGate, to end: Int64, readUptime: UInt64) throws {
         guard gate.open != nil, end > gate.writtenUpTo else { return }
         try gate.ring.read(from: gate.writtenUpTo, upTo: end) { samples, frames, _ in
-            guard try writeToFile(samples, frames: frames, sync: false, readUptime: 0) else {
+            guard try writeToFile(samples, frames: frames, sync: false, readUptime: readUptime) else {
                 throw RecorderError(.deviceLost, "capture on '\(deviceName)' was abandoned")
             }
         }
@@ -186,7 +195,7 @@ extension RecordingConsumer {
         currentSegment.withLock { $0 = segment }
         gate.writtenUpTo = first
         let number = gate.counters.events.add(1, ordering: .relaxed).newValue
-        let event = EventGate.OpenEvent(number: number, onset: onset, onsetTime: time(onset))
+        let event = EventGate.OpenEvent(number: number, onset: onset, onsetTime: time(onset), firstFrame: first)
         gate.open = event
         gate.counters.openOnset.store(event.onsetTime.bitPattern, ordering: .relaxed)
         segmentStarted()
@@ -219,7 +228,7 @@ extension RecordingConsumer {
         let old = HandedOver(file)
         let announce = gate.announce
         if tooShort {
-            // Not a file anyone wants: the next event takes its number and index.
+            // Not a file anyone wants: the next event's file takes its index.
             framesWritten.subtract(frames, ordering: .relaxed)
             gate.counters.discarded.add(1, ordering: .relaxed)
             syncQueue.async {
@@ -247,7 +256,7 @@ extension RecordingConsumer {
     func finishGated(_ gate: EventGate) -> CaptureOutcome {
         guard gate.open != nil else { return .stopped }
         do {
-            try catchUp(gate, to: gate.trigger.position)
+            try catchUp(gate, to: gate.trigger.position, readUptime: lastSignal.load(ordering: .relaxed))
             try closeEvent(gate, end: gate.trigger.position, lastAbove: gate.trigger.lastAbove, reason: "stopped")
         } catch {
             return .failed(Self.writeFailure(error, device: deviceName))
@@ -264,7 +273,7 @@ extension RecordingConsumer {
         let sound = lastAbove.map { Double($0 - event.onset) / Double(configuration.sampleRate) } ?? 0
         return TriggerEvent(kind: kind, recordingId: files.recordingId, event: event.number, index: segment.index,
                             path: segment.path, start: segment.startedAt, onset: Date(timeIntervalSince1970: event.onsetTime),
-                            duration: segment.duration, soundDuration: sound, peak: peak, reason: reason)
+                            firstFrame: event.firstFrame, onsetFrame: event.onset, duration: segment.duration, soundDuration: sound, peak: peak, reason: reason)
     }
 }
 

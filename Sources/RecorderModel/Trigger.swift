@@ -130,6 +130,10 @@ public struct TriggerEvent: Sendable, Equatable, Codable {
     /// When the file's first (pre-rolled) frame and the sound's onset were captured.
     public var start: Date
     public var onset: Date
+    /// The same two as the device's frame counts since it opened (`ListeningStatus.framesCaptured`
+    /// counts the same way): the file begins with frame `firstFrame`.
+    public var firstFrame: Int64
+    public var onsetFrame: Int64
     /// Seconds of audio in the file (closed; 0 when opened).
     public var duration: Double
     /// Seconds of sound: onset to the last block above the closing level (closed).
@@ -140,7 +144,9 @@ public struct TriggerEvent: Sendable, Equatable, Codable {
     public var reason: String?
 
     public init(kind: Kind, recordingId: String, event: Int, index: Int, path: String, start: Date, onset: Date,
-                duration: Double, soundDuration: Double, peak: Double, reason: String? = nil) {
+                firstFrame: Int64, onsetFrame: Int64, duration: Double, soundDuration: Double, peak: Double, reason: String? = nil) {
+        self.firstFrame = firstFrame
+        self.onsetFrame = onsetFrame
         self.kind = kind
         self.recordingId = recordingId
         self.event = event

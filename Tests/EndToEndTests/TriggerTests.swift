@@ -1,0 +1,141 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import RecorderModel
+import Sndfile
+import Testing
+
+/// Sound-activated recording through the real recd: a known signal on the paced file device
+/// (bit-exact input at a real clock's pace: the device's frame n is the input's frame n), a
+/// file per event beginning the pre-roll before its onset and ending the hang after it, bit
+/// for bit, with the events on the socket's `trigger` topic.
+@Suite("sound-activated recording")
+struct TriggerTests {
+    let inputs = TemporaryDirectory()
+
+    /// A test scene, 48 kHz stereo 16-bit: noise at -60 dBFS and 50 Hz hum at -20 dBFS all
+    /// along, and 1 kHz tone bursts at -20 dBFS over `bursts` (seconds, [start, end)).
+    static func scene(seconds: Double, bursts: [(Double, Double)], seed: UInt32 = 0x5EED) -> [Int16] {
+        let rate = 48000.0
+        let frames = Int(seconds * rate)
+        var samples = [Int16](repeating: 0, count: frames * 2)
+        var state = seed
+        let noiseAmplitude = 0.001 * 3.0.squareRoot()  // uniform: RMS a/√3 = 0.001, -60 dBFS
+        let sineAmplitude = 0.1 * 2.0.squareRoot()     // RMS 0.1, -20 dBFS
+        let burstFrames = bursts.map { (Int(($0.0 * rate).rounded()), Int(($0.1 * rate).rounded())) }
+        for frame in 0..<frames {
+            let time = Double(frame) / rate
+            var common = sineAmplitude * sin(2 * Double.pi * 50 * time)
+            if burstFrames.contains(where: { frame >= $0.0 && frame < $0.1 }) {
+                common += sineAmplitude * sin(2 * Double.pi * 1000 * time)
+            }
+            for channel in 0..<2 {
+                state = state &* 1_664_525 &+ 1_013_904_223
+                let noise = (Double(state >> 8) / Double(1 << 24) * 2 - 1) * noiseAmplitude
+                samples[frame * 2 + channel] = Int16((max(-1, min(1, common + noise)) * 32767).rounded())
+            }
+        }
+        return samples
+    }
+
+    /// Reads `trigger` notifications until `done` says the list is complete, or `timeout`.
+    static func collectEvents(_ client: RecdConnection, timeout: Double, until done: ([TriggerEvent]) -> Bool) -> [TriggerEvent] {
+        var events: [TriggerEvent] = []
+        let deadline = Date().addingTimeInterval(timeout)
+        while !done(events), Date() < deadline {
+            guard let change = try? client.nextNotification(timeout: max(0.1, deadline.timeIntervalSinceNow)) else { continue }
+            if case .trigger(let event?) = change.value { events.append(event) }
+        }
+        return events
+    }
+
+    @Test func eachBurstIsOneFileFromItsPreRollToItsHangBitForBitAndTheHumOpensNothing() throws {
+        let server = try PulseServer()
+        try server.tone()
+        // 4.0–5.0: a burst; 8.0–10.1: three phrases with 300 ms pauses (one event: hang 1 s);
+        // 13.0: a 5 ms click (shorter than the attack); 14.0–14.1: a blip that opens and is
+        // discarded (its sound is under the minimum); 16.0–23.5: a long burst, cut every 5 s.
+        let bursts = [(4.0, 5.0), (8.0, 8.5), (8.8, 9.3), (9.6, 10.1), (13.0, 13.005), (14.0, 14.1), (16.0, 23.5)]
+        let samples = Self.scene(seconds: 40, bursts: bursts)
+        let path = inputs.file("scene.raw")
+        Signal.write(samples, to: path)
+        let daemon = try Daemon(device: TestDevices.pacedFile(path, server: server),
+                                config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n")
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.trigger]))
+        let client = try daemon.connect()
+        // Absolute: the 50 Hz hum is at -20 dBFS, above the threshold, until the band filter
+        // takes it 24 dB down.
+        let trigger = TriggerParams(highPass: 100, threshold: -35, hysteresis: 4, attack: 0.05, hang: 1,
+                                    minimumLength: 0.2, maximumLength: 5, preRoll: 1)
+        let started: Recording = try client.call(.start, StartParams(name: "scene", trigger: trigger))
+        #expect(started.trigger?.threshold == -35 && started.trigger?.highPass == 100)
+        #expect(started.segment == nil, "no file before the first event")
+
+        let events = Self.collectEvents(watcher, timeout: 90) { events in
+            events.contains { $0.kind == .closed && $0.reason == "hang" && $0.onsetFrame >= 16 * 48000 - 480 }
+        }
+        let status: StatusResult = try client.call(.status)
+        let detector = try #require(status.trigger, "status shows the trigger")
+        #expect(detector.state == "armed" && detector.events == 4 && detector.discarded == 1, "\(detector)")
+        #expect(detector.level < -35 && detector.level > -50, "the filtered hum: \(detector.level) dBFS")
+        let _: Recording = try client.call(.stop)
+
+        let summary = events.map { "\($0.event) \($0.kind.rawValue) #\($0.index) \($0.firstFrame)+\($0.duration) \($0.reason ?? "")" }
+        #expect(events.map(\.kind) == [.opened, .closed, .opened, .closed, .opened, .discarded, .opened, .closed, .opened, .closed],
+                "\(summary) \(daemon.log)")
+        #expect(events.map(\.event) == [1, 1, 2, 2, 3, 3, 4, 4, 4, 4], "\(summary)")
+        #expect(events.filter { $0.kind != .opened }.map(\.index) == [1, 2, 3, 3, 4], "the discarded file's index is taken again: \(summary)")
+        #expect(events.filter { $0.kind == .closed }.map { $0.reason ?? "" } == ["hang", "hang", "maximumLength", "hang"], "\(summary)")
+        let closed = events.filter { $0.kind == .closed }
+        try #require(closed.count == 4)
+
+        // Every file is the input from its first frame on, bit for bit.
+        var files: [(event: TriggerEvent, samples: [Int16])] = []
+        for event in closed {
+            #expect(FileManager.default.fileExists(atPath: event.path), "\(event.path)")
+            let recorded = try SoundFileReader(path: event.path).readAllInt16()
+            #expect(Double(recorded.count / 2) / 48000 == event.duration)
+            let first = Int(event.firstFrame) * 2
+            try #require(first >= 0 && first + recorded.count <= samples.count, "\(event)")
+            #expect(recorded.elementsEqual(samples[first..<(first + recorded.count)]), "file \(event.index) is the input from frame \(event.firstFrame)")
+            files.append((event, recorded))
+        }
+        let block = 480
+        func expectEvent(_ event: TriggerEvent, frames: Int, onset: Double, offset: Double, _ label: String) {
+            let onsetFrame = Int(onset * 48000)
+            let endFrame = Int(event.firstFrame) + frames
+            #expect(abs(Int(event.onsetFrame) - onsetFrame) <= block, "\(label): onset at \(event.onsetFrame), sound at \(onsetFrame)")
+            #expect(Int(event.firstFrame) == Int(event.onsetFrame) - 48000, "\(label): begins the pre-roll before the onset")
+            let expectedEnd = Int(offset * 48000) + 48000
+            #expect(endFrame >= expectedEnd - block && endFrame <= expectedEnd + 2 * block,
+                    "\(label): ends at \(endFrame), the hang after the sound's end is \(expectedEnd)")
+        }
+        expectEvent(files[0].event, frames: files[0].samples.count / 2, onset: 4, offset: 5, "the first burst")
+        expectEvent(files[1].event, frames: files[1].samples.count / 2, onset: 8, offset: 10.1, "three phrases, one event")
+        // The long burst: two files that follow each other without a frame lost or repeated.
+        let long = files[2...]
+        #expect(long.dropLast().allSatisfy { $0.samples.count / 2 == 5 * 48000 }, "cut at the maximum length")
+        var next = Int(long.first!.event.firstFrame)
+        for part in long {
+            #expect(Int(part.event.firstFrame) == next, "file \(part.event.index) follows the one before")
+            next = Int(part.event.firstFrame) + part.samples.count / 2
+        }
+        expectEvent(long.first!.event, frames: next - Int(long.first!.event.firstFrame), onset: 16, offset: 23.5, "the long burst")
+
+        // Each file's start is its first frame's capture time: the same clock for all.
+        let anchors = closed.map { $0.start.timeIntervalSince1970 - Double($0.firstFrame) / 48000 }
+        #expect(anchors.max()! - anchors.min()! < 0.005, "one capture clock: \(anchors)")
+        for event in closed {
+            let bext = try #require(try BextChunk(wavPath: event.path))
+            let midnight = try #require(UTCTimestamp.date(bext.originationDate))
+            let fileStart = midnight.addingTimeInterval(Double(bext.timeReference) / 48000)
+            #expect(abs(fileStart.timeIntervalSince(event.start)) < 0.001, "file \(event.index): \(fileStart) vs \(event.start)")
+        }
+        // Nothing else was written: the hum, the click and the blip left no file.
+        let written = try FileManager.default.subpathsOfDirectory(atPath: daemon.recordings).filter { $0.hasSuffix(".wav") }
+        #expect(written.count == 4, "\(written)")
+    }
+}
