@@ -47,6 +47,8 @@ public struct DaemonConfiguration: Equatable, Sendable {
     /// schedules) arm it instead of recording every frame.
     public var trigger = TriggerSettings()
     public var triggerEnabled = false
+    /// `[schedule]`: recording windows; nil without `windows`.
+    public var schedule: ScheduledRecording?
 
     public var meteringEnabled = true
     public var levelsInterval = 0.05
@@ -209,6 +211,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
             tapGroups = value
         }
         try applyTrigger(reader)
+        try applySchedule(reader)
         try applyStorageAndRetention(reader)
         try applyMQTTAndHooks(reader)
         try reader.rejectUnknownKeys()
@@ -248,6 +251,40 @@ extension DaemonConfiguration {
             throw ConfigurationError(file: reader.file, line: reader.line(of: "trigger"), key: "trigger", message: refusal)
         }
         trigger = settings
+    }
+
+    /// `[schedule]`: windows in which recd records (or, with `mode = "trigger"`, is armed).
+    mutating func applySchedule(_ reader: KeyReader) throws(ConfigurationError) {
+        var windows: [RecordingWindow] = []
+        var schedule = Schedule(windows: [])
+        var mode = "record", outside = ScheduledRecording.Outside.close
+        var name: String?
+        try reader.read("schedule.windows") { (value: [String]) throws(ConfigurationError) in
+            for (index, text) in value.enumerated() {
+                do throws(RecorderError) { windows.append(try RecordingWindow(parsing: text)) } catch {
+                    throw reader.invalid("schedule.windows", "window \(index + 1): " + error.message)
+                }
+            }
+        }
+        try reader.read("schedule.latitude", in: -90.0...90.0, "degrees") { (value: Double) in schedule.latitude = value }
+        try reader.read("schedule.longitude", in: -180.0...180.0, "degrees") { (value: Double) in schedule.longitude = value }
+        try reader.read("schedule.mode") { (value: String) throws(ConfigurationError) in
+            guard ["record", "trigger"].contains(value) else {
+                throw reader.invalid("schedule.mode", "must be \"record\" (every frame) or \"trigger\" (armed, [trigger])")
+            }
+            mode = value
+        }
+        try reader.read("schedule.outside") { (value: ScheduledRecording.Outside) in outside = value }
+        try reader.read("schedule.name") { (value: String) throws(ConfigurationError) in
+            do throws(RecorderError) { try RecordingName.validate(value) } catch { throw reader.invalid("schedule.name", error.message) }
+            name = value
+        }
+        guard !windows.isEmpty else { schedule = Schedule(windows: []); self.schedule = nil; return }
+        schedule.windows = windows
+        do throws(RecorderError) { try schedule.validate() } catch {
+            throw ConfigurationError(file: reader.file, line: reader.line(of: "schedule"), key: "schedule", message: error.message)
+        }
+        self.schedule = ScheduledRecording(schedule: schedule, trigger: mode == "trigger" ? trigger : nil, name: name, outside: outside)
     }
 
     /// `[storage]` (the space guard) and `[retention]`.

@@ -417,12 +417,16 @@ public struct StatusResult: Codable, Sendable, Equatable {
     public var taps: [TapStatus]?
     /// A triggered recording's detector: state, level, floor, thresholds, counts.
     public var trigger: TriggerStatus?
+    /// With `[schedule]`: whether a window is open, until when, and the next one.
+    public var schedule: ScheduleStatus?
 
     public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
                 device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String,
                 warning: RecorderWarning? = nil, lastSegment: Segment? = nil, storage: StorageStatus? = nil,
-                listening: ListeningStatus? = nil, taps: [TapStatus]? = nil, trigger: TriggerStatus? = nil) {
+                listening: ListeningStatus? = nil, taps: [TapStatus]? = nil, trigger: TriggerStatus? = nil,
+                schedule: ScheduleStatus? = nil) {
         self.trigger = trigger
+        self.schedule = schedule
         self.listening = listening
         self.taps = taps
         self.storage = storage

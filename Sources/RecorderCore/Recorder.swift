@@ -165,6 +165,8 @@ public final class Recorder: @unchecked Sendable {
     var engine: CaptureEngine?
     /// Listening's settings while it is on (control queue).
     var listenPlan: ListenPlan?
+    /// Recording windows (changed on the control queue; read by `status`).
+    let scheduling = NIOLockedValueBox(ScheduleRun())
     /// The taps and their clients (changed on the control queue; read by `status`).
     let tapGroups = NIOLockedValueBox<[TapGroup]>([])
     var nextTapID = 1
@@ -300,6 +302,16 @@ public final class Recorder: @unchecked Sendable {
                       trigger: TriggerSettings? = nil,
                       waitForUnknownDevice: Bool = false) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
+            try startOnQueue(name: name, settings: settings, duration: duration, at: date, segments: segments,
+                             preRoll: preRoll, trigger: trigger, waitForUnknownDevice: waitForUnknownDevice)
+        }
+    }
+
+    /// `start` on the control queue (a schedule's window opening calls it there too).
+    func startOnQueue(name: String?, settings: RecordingSettings?, duration: Double? = nil, at date: Date? = nil,
+                      segments: SegmentSettings? = nil, preRoll: Double? = nil, trigger: TriggerSettings? = nil,
+                      waitForUnknownDevice: Bool = false) throws(RecorderError) -> Recording {
+        do {
             if let duration { try Self.validate(duration: duration) }
             if let trigger {
                 try trigger.validate()
@@ -390,7 +402,12 @@ public final class Recorder: @unchecked Sendable {
     /// Ends the recording: flushes, finalizes and renames the file. Returns the finished recording.
     @discardableResult
     public func stop() throws(RecorderError) -> Recording {
-        try onControl { () throws(RecorderError) in
+        try onControl { () throws(RecorderError) in try stopOnQueue() }
+    }
+
+    /// `stop` on the control queue.
+    func stopOnQueue() throws(RecorderError) -> Recording {
+        do {
             if case .waitingForDevice = state.value { return endWaiting() }
             guard let session, let recording = current, state.value.isActive else {
                 throw .invalidState("stop", state.value)

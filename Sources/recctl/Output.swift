@@ -153,6 +153,7 @@ enum Output {
             rows.append(("pre-roll", String(printf: "began %.3f s before the start", preRoll.seconds)))
         }
         if let trigger = status.trigger { rows += triggerRows(trigger) }
+        if let schedule = status.schedule { rows.append(("schedule", scheduleRow(schedule))) }
         for (index, tap) in (status.taps ?? []).enumerated() {
             let format = tap.format
             var text = "#\(tap.id) \(format.encoding.rawValue) \(format.sampleRate) Hz \(format.channels) ch"
@@ -270,6 +271,14 @@ enum Output {
         if event.kind == .opened { return head + " (onset " + localTime(event.onset) + ")" }
         return head + " (" + duration(event.duration) + String(printf: ", sound %.1f s, peak %.1f dBFS", event.soundDuration, event.peak)
             + (event.reason.map { ", " + $0 } ?? "") + ")"
+    }
+
+    /// "window open until 09:00:00; next 2026-11-26 05:00:00–09:00:00" (local time).
+    static func scheduleRow(_ schedule: ScheduleStatus) -> String {
+        var parts: [String] = []
+        if schedule.active, let end = schedule.currentEnd { parts.append("window open until " + localTime(end)) } else { parts.append("outside the windows") }
+        if let start = schedule.nextStart, let end = schedule.nextEnd { parts.append("next " + localTime(start) + " – " + localTime(end)) }
+        return parts.joined(separator: "; ")
     }
 
     /// The `trigger` rows of `recctl status`: state, level against the thresholds, counts.

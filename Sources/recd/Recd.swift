@@ -181,7 +181,7 @@ struct Recd: AsyncParsableCommand {
             }
         }, autostart: configuration.autostart
             ? .init(name: configuration.autostartRecordingName, trigger: configuration.triggerEnabled ? configuration.trigger : nil) : nil,
-           listenAtStart: configuration.listenAtStart, logger: logger)
+           listenAtStart: configuration.listenAtStart, schedule: configuration.schedule, logger: logger)
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.
         let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder, blocking: blocking)

@@ -33,6 +33,8 @@ struct RecdService: Service {
     }
     /// Listen as soon as clients can connect (`[listen] enabled`): levels and pre-roll from boot.
     var listenAtStart = false
+    /// `[schedule]`: recording windows.
+    var schedule: ScheduledRecording?
     let logger: Logger
 
     func run() async throws {
@@ -45,6 +47,7 @@ struct RecdService: Service {
         logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
         if listenAtStart { startListening() }
         if let autostart { startRecording(name: autostart.name, trigger: autostart.trigger) }
+        followSchedule(schedule)
 
         await withDiscardingTaskGroup { serving in
             serving.addTask { await server.serve() }
@@ -71,6 +74,17 @@ struct RecdService: Service {
             } catch {
                 logger.error("recording could not start at startup", metadata: ["error.code": "\(error.code.rawValue)",
                                                                                 "error.message": "\(error.message)"])
+            }
+        } }
+    }
+
+    /// `[schedule]`: the recorder follows the windows (a blocking call: it may start a recording).
+    private func followSchedule(_ schedule: ScheduledRecording?) {
+        Task { [recorder, logger, blocking] in _ = try? await blocking.run {
+            do throws(RecorderError) {
+                try recorder.follow(schedule)
+            } catch {
+                logger.error("the schedule cannot be followed", metadata: ["error.message": "\(error.message)"])
             }
         } }
     }
@@ -201,6 +215,7 @@ struct RecdService: Service {
             let reloaded = try? await blocking.run(reload)
             if let configuration = reloaded ?? nil {
                 recorder.reconfigure(configuration.recorderConfiguration)
+                if configuration.schedule != recorder.scheduledRecording { followSchedule(configuration.schedule) }
                 StandardErrorLogHandler.level.store(
                     UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
                 logger.notice("configuration reloaded; it applies from the next recording")

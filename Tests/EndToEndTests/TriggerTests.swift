@@ -139,3 +139,58 @@ struct TriggerTests {
         #expect(written.count == 4, "\(written)")
     }
 }
+
+/// Recording windows on a running daemon: short windows by the local clock, a triggered
+/// recording armed inside, listening outside.
+@Suite("recording windows")
+struct ScheduleWindowTests {
+    /// The local clock reading `date` (as the daemon, in the same TZ, reads it): HH:MM:SS.
+    static func clock(_ date: Date) -> String {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var fields = tm()
+        localtime_r(&seconds, &fields)
+        return String(format: "%02d:%02d:%02d", fields.tm_hour, fields.tm_min, fields.tm_sec)
+    }
+
+    @Test func aWindowOpeningArmsTheTriggerAndItsEndFinalizesTheEventThenRecdListens() throws {
+        let server = try PulseServer()
+        try server.tone()  // -15 dBFS, 440 Hz, all along: an event opens as soon as the trigger is armed
+        let now = Date().timeIntervalSince1970.rounded(.up)
+        let opens = Date(timeIntervalSince1970: now + 5), closes = Date(timeIntervalSince1970: now + 10)
+        let later = Date(timeIntervalSince1970: now + 3600 * 5)
+        let windows = "[\"\(Self.clock(opens))..\(Self.clock(closes))\", \"\(Self.clock(later))..\(Self.clock(later.addingTimeInterval(60)))\"]"
+        let daemon = try Daemon(device: TestDevices.paced(server), config: """
+            [recording]
+            format = "flac"
+            [trigger]
+            threshold = -30
+            hang = "1s"
+            pre_roll = "0.5s"
+            [schedule]
+            windows = \(windows)
+            mode = "trigger"
+            outside = "listen"
+            name = "window"
+            """)
+        let client = try daemon.connect()
+        let before = try #require(daemon.waitForStatus { $0.schedule != nil && $0.state.name == .listening }, "outside: listening. \(daemon.log)")
+        let schedule = try #require(before.schedule)
+        #expect(!schedule.active && schedule.nextStart == opens && schedule.nextEnd == closes, "\(schedule)")
+
+        let armed = try #require(daemon.waitForStatus(timeout: 30) { $0.state.name == .recording }, "the window opens. \(daemon.log)")
+        #expect(Date() >= opens.addingTimeInterval(-0.05), "not before the window")
+        #expect(armed.recording?.trigger?.threshold == -30 && armed.recording?.name == "window")
+        #expect(armed.schedule?.active == true && armed.schedule?.currentEnd == closes)
+        let finished = try #require(daemon.waitForStatus(timeout: 30) {
+            $0.state.name == .listening && $0.lastSegment?.recordingId == armed.recording?.id
+        }, "the window closes: the event's file finalized, listening again. \(daemon.log)")
+        #expect(Date() >= closes.addingTimeInterval(-0.05))
+        let segment = try #require(finished.lastSegment)
+        #expect(segment.endReason == .end || segment.endReason == .event, "\(segment)")
+        let probe = try FFmpegTools.probe(segment.path)
+        let seconds = Double(probe.frames ?? 0) / Double(max(1, probe.sampleRate))
+        #expect(probe.codecName == "flac" && seconds > 2 && seconds < 6.5, "\(probe) \(segment)")
+        #expect(finished.schedule?.active == false && finished.schedule?.nextStart == later)
+        _ = client
+    }
+}

@@ -1,0 +1,128 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import NIOConcurrencyHelpers
+import RecorderModel
+
+/// Recording by the clock or the sun: inside a window recd records (every frame, or armed
+/// with a trigger); outside it only listens or closes the device. A window opening starts a
+/// recording as `start` would; one closing stops the recording it started (finalized as by
+/// `stop`). A recording a client started is left alone either way.
+public struct ScheduledRecording: Sendable, Equatable {
+    public enum Outside: String, Sendable, Codable, CaseIterable {
+        /// The device closes between windows.
+        case close
+        /// recd listens between windows (levels, pre-roll).
+        case listen
+    }
+
+    public var schedule: Schedule
+    /// Armed in the windows with this trigger; nil: every frame is recorded.
+    public var trigger: TriggerSettings?
+    /// The recordings' name (nil: recording-<date>).
+    public var name: String?
+    public var outside: Outside
+
+    public init(schedule: Schedule, trigger: TriggerSettings? = nil, name: String? = nil, outside: Outside = .close) {
+        self.schedule = schedule
+        self.trigger = trigger
+        self.name = name
+        self.outside = outside
+    }
+}
+
+/// The schedule's part of the recorder (control queue, but for `status`'s copy).
+struct ScheduleRun {
+    var plan: ScheduledRecording?
+    var timer: DispatchSourceTimer?
+    /// The recording the schedule started, which a window's end stops.
+    var recordingId: String?
+    /// The schedule asked to listen between windows.
+    var listens = false
+    var status: ScheduleStatus?
+}
+
+extension Recorder {
+    /// Follows `plan` from now on (nil: no schedule). The window of the moment takes effect at
+    /// once: inside one, recording starts (unless one is under way).
+    public func follow(_ plan: ScheduledRecording?) throws(RecorderError) {
+        if let plan { try plan.schedule.validate() }
+        try onControl { () throws(RecorderError) in
+            let previous = scheduling.withLock { run in
+                defer { run.plan = plan }
+                run.timer?.cancel()
+                run.timer = nil
+                if plan == nil { run.status = nil }
+                return run
+            }
+            if plan == nil, previous.listens, listenPlan?.requested == true, !state.value.isActive {
+                scheduling.withLock { $0.listens = false }
+                endListening()
+            }
+            evaluateSchedule()
+        }
+    }
+
+    /// The schedule followed now, if any.
+    public var scheduledRecording: ScheduledRecording? { scheduling.withLock { $0.plan } }
+
+    /// The schedule's windows now (active, current, next); nil without a schedule. Any thread.
+    public func currentScheduleStatus() -> ScheduleStatus? {
+        scheduling.withLock { $0.status }
+    }
+
+    /// On the control queue: acts on the window of the moment and arms a timer for the next change.
+    func evaluateSchedule() {
+        guard let plan = scheduling.withLock({ $0.plan }) else { return }
+        let now = Date()
+        let status = plan.schedule.status(at: now, zone: .system)
+        scheduling.withLock { $0.status = status }
+        let ours = scheduling.withLock { $0.recordingId }
+        if status.active {
+            if !state.value.isActive {
+                do throws(RecorderError) {
+                    let recording = try startOnQueue(name: plan.name, settings: nil, trigger: plan.trigger, waitForUnknownDevice: true)
+                    scheduling.withLock { $0.recordingId = recording.id }
+                    logger.notice("recording window opened", metadata: [
+                        "recording.id": "\(recording.id)", "window.end": "\(status.currentEnd.map(UTCStamp.text) ?? "")"])
+                } catch {
+                    logger.error("recording window opened, but recording could not start",
+                                 metadata: ["error.code": "\(error.code.rawValue)", "error.message": "\(error.message)"])
+                }
+            }
+        } else {
+            if let ours, current?.id == ours, state.value.isActive {
+                do throws(RecorderError) {
+                    _ = try stopOnQueue()
+                    logger.notice("recording window closed", metadata: ["recording.id": "\(ours)"])
+                } catch {
+                    logger.error("recording window closed, but the recording did not stop cleanly",
+                                 metadata: ["error.message": "\(error.message)"])
+                }
+            }
+            scheduling.withLock { $0.recordingId = nil }
+            if plan.outside == .listen, listenPlan?.requested != true, !refusingRecordings {
+                if (try? beginListening(preRoll: nil, requested: true)) != nil { scheduling.withLock { $0.listens = true } }
+            }
+        }
+        // The next change, or an hour from now at most: a clock set or a time zone changed
+        // in between is then noticed within the hour.
+        let next = min(plan.schedule.nextChange(after: now, zone: .system) ?? now.addingTimeInterval(3600),
+                       now.addingTimeInterval(3600))
+        let timer = DispatchSource.makeTimerSource(queue: control)
+        let seconds = max(next.timeIntervalSince1970, now.timeIntervalSince1970 + 0.001)
+        let wallTime = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - seconds.rounded(.down)) * 1_000_000_000))
+        timer.schedule(wallDeadline: DispatchWallTime(timespec: wallTime), leeway: .milliseconds(1))
+        timer.setEventHandler { [weak self] in self?.evaluateSchedule() }
+        timer.resume()
+        scheduling.withLock { run in
+            run.timer?.cancel()
+            run.timer = timer
+        }
+    }
+}
+
+/// UTC times in log lines.
+private enum UTCStamp {
+    static func text(_ date: Date) -> String { CalendarTime.format(date, "%Y-%m-%dT%H:%M:%SZ", local: false) }
+}
