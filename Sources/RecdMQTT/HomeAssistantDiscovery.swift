@@ -91,6 +91,8 @@ public struct HomeAssistantDiscovery: Sendable {
             ("problem", ["p": "binary_sensor", "name": "Problem", "uniq_id": "\(id)_problem", "stat_t": topics.problem,
                          "dev_cla": "problem", "val_tpl": "{{ 'ON' if value_json.problem else 'OFF' }}",
                          "json_attr_t": topics.problem]),
+            ("sound", ["p": "binary_sensor", "name": "Sound detected", "uniq_id": "\(id)_sound", "stat_t": topics.sound,
+                       "dev_cla": "sound", "icon": "mdi:waveform"]),
             ("free_space", ["p": "sensor", "name": "Free space", "uniq_id": "\(id)_free_space", "stat_t": topics.storage,
                             "dev_cla": "data_size", "unit_of_meas": "MiB", "stat_cla": "measurement",
                             "val_tpl": "{{ value_json.free }}", "json_attr_t": topics.storage, "icon": "mdi:harddisk"]),

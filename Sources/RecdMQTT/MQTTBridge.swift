@@ -99,6 +99,17 @@ public final class MQTTBridge: Service, @unchecked Sendable {
             tokens.append(recorder.listening.subscribe(on: queue, delivery: .every) { [weak self] listening in
                 self?.setRetained(self?.topics.listening ?? "", Array((listening == nil ? "OFF" : "ON").utf8))
             })
+            // Sound detected: ON from an event's opening to its end (retained), and each event as
+            // it happens (not retained).
+            tokens.append(recorder.triggerEvent.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] event in
+                guard let self, let event else { return }
+                setRetained(topics.sound, Array((event.kind == .opened ? "ON" : "OFF").utf8))
+                if connected { send(topics.event, Self.encode(event), retain: false) }
+            })
+            tokens.append(recorder.state.subscribe(on: queue) { [weak self] state in
+                // No recording, no event open.
+                if !state.isActive { self?.setRetained(self?.topics.sound ?? "", Array("OFF".utf8)) }
+            })
             tokens.append(recorder.error.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
             tokens.append(recorder.statistics.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
             tokens.append(recorder.warning.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })

@@ -90,6 +90,10 @@ public struct MQTTTopics: Sendable {
     public var storage: String { prefix + "/storage" }
     /// `ON` while recd listens (the device open for levels and pre-roll), else `OFF`, retained.
     public var listening: String { prefix + "/listening" }
+    /// `ON` while a triggered recording's event is open (sound detected), else `OFF`, retained.
+    public var sound: String { prefix + "/sound" }
+    /// Each trigger event (`TriggerEvent` as JSON: opened, closed, discarded), not retained.
+    public var event: String { prefix + "/event" }
     /// Commands: `<prefix>/command/<method>` (any socket method but subscribe/unsubscribe),
     /// `switch` (recording ON/OFF) and `listen_switch` (listening ON/OFF).
     public var commands: String { prefix + "/command/+" }

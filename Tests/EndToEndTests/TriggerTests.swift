@@ -138,6 +138,58 @@ struct TriggerTests {
         let written = try FileManager.default.subpathsOfDirectory(atPath: daemon.recordings).filter { $0.hasSuffix(".wav") }
         #expect(written.count == 4, "\(written)")
     }
+
+    @Test func eventsReachMQTTAndRecctlAndAStartOverMQTTCarriesItsTrigger() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let broker = try MosquittoBroker()
+        let samples = Self.scene(seconds: 30, bursts: [(3.0, 4.0)])
+        let path = inputs.file("mqtt-scene.raw")
+        Signal.write(samples, to: path)
+        let daemon = try Daemon(device: TestDevices.pacedFile(path, server: server), config: """
+            [recording]
+            format = "wav"
+            sample_rate = 48000
+            channels = 2
+            [mqtt]
+            enabled = true
+            host = "127.0.0.1"
+            port = \(broker.port)
+            client_id = "recd-trigger"
+            topic_prefix = "recd/trigger"
+            control = true
+            """)
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["recd/trigger/#", "homeassistant/#"])
+        try #require(watcher.first("recd/trigger/availability", where: { $0.payload == "online" }) != nil, "\(watcher.messages)")
+        let discovery = try #require(watcher.first(where: { $0.topic.hasPrefix("homeassistant/") && $0.payload.contains("_sound") }),
+                                     "Home Assistant is told of the sound sensor")
+        let components = try #require((discovery.json?["cmps"] as? [String: Any])?["sound"] as? [String: Any], "\(discovery)")
+        #expect(components["p"] as? String == "binary_sensor" && components["dev_cla"] as? String == "sound"
+                && components["stat_t"] as? String == "recd/trigger/sound", "\(components)")
+
+        // A start over MQTT with a trigger: the same parser, nested members checked.
+        try mqttPublish(port: broker.port, topic: "recd/trigger/command/start",
+                        payload: #"{"name":"mq","trigger":{"highPass":100,"threshold":-35,"hang":0.5,"preRoll":0.5,"bogus":1}}"#)
+        let refused = try #require(watcher.first("recd/trigger/reply"), "\(watcher.messages)")
+        #expect(refused.payload.contains("bogus"), "an unknown trigger member is refused: \(refused)")
+        let mark = watcher.messages.count
+        try mqttPublish(port: broker.port, topic: "recd/trigger/command/start",
+                        payload: #"{"name":"mq","trigger":{"highPass":100,"threshold":-35,"hang":0.5,"preRoll":0.5}}"#)
+        let on = try #require(watcher.first("recd/trigger/sound", after: mark, timeout: 60, where: { $0.payload == "ON" }),
+                              "sound detected: \(watcher.messages.suffix(20)) \(daemon.log)")
+        #expect(on.payload == "ON")
+        let opened = try #require(watcher.first("recd/trigger/event", after: mark, where: { $0.json?["kind"] as? String == "opened" }))
+        let status = try run(Binaries.recctl, ["status"], environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30).stdout
+        #expect(status.contains("trigger") && status.contains("1 events"), "\(status)")
+        let closed = try #require(watcher.first("recd/trigger/event", after: mark, where: { $0.json?["kind"] as? String == "closed" }),
+                                  "\(watcher.messages.suffix(20))")
+        #expect(watcher.first("recd/trigger/sound", after: mark, where: { $0.payload == "OFF" }) != nil)
+        let file = try #require(closed.json?["path"] as? String)
+        #expect(FileManager.default.fileExists(atPath: file) && opened.json?["event"] as? Int == 1)
+        let onset = try #require((closed.json?["onsetFrame"] as? NSNumber)?.intValue)
+        #expect(abs(onset - 3 * 48000) <= 480, "onset \(onset)")
+        let _: Recording = try daemon.connect().call(.stop)
+    }
 }
 
 /// Recording windows on a running daemon: short windows by the local clock, a triggered
