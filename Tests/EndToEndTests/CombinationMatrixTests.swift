@@ -189,6 +189,40 @@ struct CombinationMatrixTests {
         #expect(daemon.waitForStatus { $0.state == .idle && $0.taps == nil } != nil, "\(cell): the device stays open after the tap")
     }
 
+    @Test("sound-activated events, cut at a maximum length", arguments: formats)
+    func soundActivatedEvents(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × trigger"
+        let server = try PulseServer()
+        // 2.0–4.5 s: an event of 3.5 s with its pre-roll and hang, cut at 2 s; 6.0–6.6: one of 1.6 s.
+        let scene = TriggerTests.scene(seconds: 30, bursts: [(2.0, 4.5), (6.0, 6.6)])
+        let path = inputs.file("scene-\(format.rawValue).raw")
+        Signal.write(scene, to: path)
+        let daemon = try Daemon(device: TestDevices.pacedFile(path, server: server),
+                                config: "[recording]\nsample_rate = 48000\nchannels = 2\n")
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.trigger]))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(
+            name: "events", format: format, sampleRate: Self.rate, channels: 2,
+            trigger: TriggerParams(highPass: 100, threshold: -35, hang: 0.5, maximumLength: 2, preRoll: 0.5)))
+        let events = TriggerTests.collectEvents(watcher, timeout: 60) { $0.filter { $0.kind == .closed }.count == 3 }
+        let closed = events.filter { $0.kind == .closed }
+        try #require(closed.count == 3, "\(cell): \(events.map { "\($0.kind) \($0.index) \($0.reason ?? "")" })\n\(daemon.log.suffix(3000))")
+        let _: Recording = try client.call(.stop)
+        #expect(closed.map { $0.reason ?? "" } == ["maximumLength", "hang", "hang"], "\(cell)")
+        let files = try sessionFiles(daemon, started)
+        #expect(files.map(\.segment) == [1, 2, 3], "\(cell): \(files.map(\.file))")
+        try #require(files.count == 3)
+        #expect(files[0].frames == 96000, "\(cell): cut at the maximum length: \(files.map(\.frames))")
+        // The first event: 0.5 s of pre-roll before 2.0 s, to the hang after 4.5 s (a block either way).
+        let firstEvent = Int(files[0].frames + files[1].frames)
+        #expect(abs(firstEvent - 168_000) <= 960, "\(cell): \(files.map(\.frames))")
+        #expect(closed[0].firstFrame == 72000 && closed[1].firstFrame == 72000 + 96000, "\(cell): \(closed.map(\.firstFrame))")
+        let samples = try readBack(files, format: format, cell: cell)
+        expectInput(Array(samples.prefix(firstEvent * 2)), Array(scene[(72000 * 2)...]), format: format, frames: firstEvent, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
     @Test("pause and resume", arguments: formats)
     func pauseAndResume(format: AudioFileFormat) throws {
         let cell = "\(format.rawValue) × pause/resume"
