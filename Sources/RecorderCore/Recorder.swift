@@ -165,6 +165,8 @@ public final class Recorder: @unchecked Sendable {
     var engine: CaptureEngine?
     /// Listening's settings while it is on (control queue).
     var listenPlan: ListenPlan?
+    /// A triggered recording's counts, for `status` across its capture sessions.
+    let activeTrigger = NIOLockedValueBox<TriggerCounters?>(nil)
     /// Recording windows (changed on the control queue; read by `status`).
     let scheduling = NIOLockedValueBox(ScheduleRun())
     /// The taps and their clients (changed on the control queue; read by `status`).
@@ -327,7 +329,8 @@ public final class Recorder: @unchecked Sendable {
                                               waitingAllowed: date == nil, waitForUnknownDevice: waitForUnknownDevice,
                                               duration: duration, trigger: trigger.map { trigger in
                                                   var trigger = trigger
-                                                  trigger.preRoll = trigger.preRoll ?? preRoll ?? configuration.preRoll
+                                                  // The start's own pre-roll first, then the trigger's, then listening's.
+                                                  trigger.preRoll = preRoll ?? trigger.preRoll ?? configuration.preRoll
                                                   return trigger
                                               })
             plan?.preRoll = preRoll
@@ -538,6 +541,7 @@ public final class Recorder: @unchecked Sendable {
         }
         var plan = SessionPlan(settings: settings, segments: segments, configuration: configuration, duration: duration)
         plan.trigger = trigger
+        activeTrigger.withLock { $0 = trigger == nil ? nil : plan.triggerCounters }
         let id = UUID().uuidString.lowercased()
 
         let engine: CaptureEngine

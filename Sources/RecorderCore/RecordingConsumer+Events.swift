@@ -215,7 +215,7 @@ extension RecordingConsumer {
         }
         let frames = segmentFramesWritten.load(ordering: .acquiring)
         let endedAt = Date(timeIntervalSince1970: anchor + Double(framesWritten.load(ordering: .relaxed) - anchorFrames) / Double(fileRate))
-        let closed = finalSegment(endedAt: endedAt, reason: .event)
+        let closed = finalSegment(endedAt: endedAt, reason: reason == "hang" ? .event : .end)
         writer = nil
         gate.open = nil
         gate.counters.openOnset.store(Double.nan.bitPattern, ordering: .relaxed)
@@ -285,7 +285,7 @@ extension Recorder {
         guard let recording = recording.value, let settings = recording.trigger, state.value.isActive else { return nil }
         let session = activeSession.withLock { $0 }
         let trigger = session?.gate?.trigger
-        let counters = session?.gate?.counters
+        let counters = activeTrigger.withLock { $0 }
         let floor = trigger?.currentFloor
         let open = settings.threshold ?? floor.map { $0 + settings.aboveFloor }
         return TriggerStatus(

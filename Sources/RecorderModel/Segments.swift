@@ -91,7 +91,8 @@ public enum SegmentEnd: String, Sendable, Codable, CaseIterable {
     case deviceLost
     /// The recording ended (stop, duration reached, failure).
     case end
-    /// A triggered recording's event ended (its sound, then the hang).
+    /// A triggered recording's event ended by itself (its sound, then the hang); one the
+    /// recording's stop ended says `end`.
     case event
 }
 

@@ -114,7 +114,8 @@ public struct TriggerEvent: Sendable, Equatable, Codable {
         /// The sound passed the attack: a file is being written.
         case opened
         /// The sound ended (hang elapsed), the recording stopped or the maximum length cut
-        /// it (`continued` then follows in the next file): the file is finalized.
+        /// it (`opened` then follows for the next file, with the same event number): the
+        /// file is finalized.
         case closed
         /// Shorter than `minimumLength`: its file was deleted.
         case discarded

@@ -281,7 +281,10 @@ struct Start: ParsableCommand {
             ? try options.call(connection, .subscribe, SubscribeParams(topics: [.state, .currentTime, .levels], interval: 0.1))
             : nil
         let recording: Recording = try options.call(connection, .start, params)
-        if options.json { Output.printJSON(recording) } else if recording.segment == nil {
+        if options.json { Output.printJSON(recording) } else if let trigger = recording.trigger {
+            let how = trigger.threshold.map { String(printf: "at %.1f dBFS", $0) } ?? String(printf: "%.1f dB above the noise floor", trigger.aboveFloor)
+            Output.line("recording \(Output.bold(recording.name)): armed, a file per sound event (opens \(how))")
+        } else if recording.segment == nil {
             // The device is missing: recd waits for it.
             Output.line("recording \(Output.bold(recording.name)): waiting for the device; it starts when the device appears "
                         + "(`recctl status` says why)")
@@ -473,7 +476,7 @@ struct Watch: ParsableCommand {
 
     @Option(help: ArgumentHelp("terminal, json, waybar or plain (default: terminal on a terminal, else json).", valueName: "format"))
     var format: LiveFormat?
-    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording, segment, warning, retention (default: all).", valueName: "topic"))
+    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording, segment, warning, retention, listening, trigger (default: all).", valueName: "topic"))
     var topics: [Topic] = []
     @Option(help: ArgumentHelp("Seconds between time and level updates at most (default: 0.1; 1 for waybar and plain).", valueName: "seconds"))
     var interval: Double?

@@ -14,12 +14,12 @@ struct DeclaredOnceTests {
     static let recctlSpelling: [String: String] = [
         "name": "<name>", "format": "--format", "sampleRate": "--rate", "channels": "--channels", "bitDepth": "--bit-depth",
         "quality": "--quality", "bitRate": "--bitrate", "duration": "--duration", "at": "--at", "segmentLength": "--segment",
-        "alignToClock": "--align-to-clock", "fileTemplate": "--template", "preRoll": "--pre-roll",
+        "alignToClock": "--align-to-clock", "fileTemplate": "--template", "preRoll": "--pre-roll", "trigger": "--trigger",
     ]
 
     @Test func theParserTakesExactlyTheDeclaredMembers() {
         #expect(RecdProtocol.Method.start.parameterNames == StartParams.names)
-        #expect(StartParams.names.contains("segmentLength") && StartParams.names.count == 13, "\(StartParams.names.sorted())")
+        #expect(StartParams.names.contains("segmentLength") && StartParams.names.count == 14, "\(StartParams.names.sorted())")
     }
 
     @Test func recctlStartHasAnOptionForEveryMember() throws {

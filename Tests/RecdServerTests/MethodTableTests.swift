@@ -7,6 +7,7 @@ import RecdCommands
 @testable import RecdServer
 import RecdProtocol
 import RecorderCore
+import RecorderModel
 import Testing
 
 /// The dispatch table on its own, without a socket.
@@ -32,10 +33,18 @@ struct MethodTableTests {
             "name": .string("x"), "format": .string("wav"), "sampleRate": .number(48000), "channels": .number(2),
             "bitDepth": .number(16), "quality": .string("high"), "bitRate": .number(64000), "duration": .number(1),
             "at": .string("2026-11-22T10:00:00Z"), "segmentLength": .number(3600), "alignToClock": .bool(true),
-            "fileTemplate": .string("{name}/%Y%m%dT%H%M%SZ"), "preRoll": .number(2.5)]
+            "fileTemplate": .string("{name}/%Y%m%dT%H%M%SZ"), "preRoll": .number(2.5),
+            "trigger": .object(["aboveFloor": .number(15), "highPass": .number(300), "hang": .number(1.5), "keepShort": .bool(true)])]
         #expect(Set(all.keys) == RecdProtocol.Method.start.parameterNames)
         let start = try decodeParams(StartParams.self, .object(all))
         #expect(start?.name == "x")
+        #expect(start?.trigger == TriggerParams(highPass: 300, aboveFloor: 15, hang: 1.5, keepShort: true))
+        // The trigger's members are checked as the top level's are: an unknown one is refused by name.
+        #expect(throws: RPCError.self) { try decodeParams(StartParams.self, .object(["trigger": .object(["hangover": .number(1)])])) }
+        #expect(StartParams(trigger: TriggerParams(hang: -1)).rangeRefusal() == "trigger: 'hang' must be between 0 and 3600 seconds, not -1")
+        #expect(StartParams(trigger: TriggerParams(highPass: 3000, lowPass: 300)).rangeRefusal()?.contains("must be below 'lowPass'") == true)
+        // An aboveFloor alone makes a configured absolute trigger relative.
+        #expect(TriggerParams(aboveFloor: 10).settings(over: TriggerSettings(threshold: -30)).threshold == nil)
         #expect(start?.duration == 1)
         #expect(start?.preRoll == 2.5)
         #expect(RecdProtocol.Method.listen.parameterNames == ["preRoll"])
