@@ -50,6 +50,7 @@ aac = load("aac.json")
 profile = load("profile.json")
 listening = load("listening.json")
 tap = load("tap.json")
+trigger = load("trigger.json")
 tree = env_file("tree.env")
 default_tone = []
 if os.path.exists(os.path.join(results_dir, "first_frame_default_tone.jsonl")):
@@ -132,6 +133,10 @@ SUMMARY_ROWS = [
     ("8a", "tap latency, capture → client read, p99 (device format / 16 kHz mono)", "< 2 periods + 5 ms"),
     ("8b", "recd CPU per hour recording FLAC with 20 taps at 16 kHz mono, against no taps", "report"),
     ("8c", "CPU per consumer-hour: a tap against arecord | sox", "report"),
+    ("9a", "CPU per hour armed (sound-activated, nothing written) against sox's VOX (`silence`)", "≤ 0.5×"),
+    ("9b", "CPU per hour armed against arecord", "≤ 1.5×"),
+    ("9c", "CPU per hour armed against recd listening (the trigger's own cost)", "report"),
+    ("9d", "detection: `opened` notification − the onset's capture time / − the player's write, p50 and p99", "report"),
 ]
 
 
@@ -270,6 +275,34 @@ if tap:
         "clients (latency = read time − (capture time + (frames − 1) / rate)); recd's CPU-time clock over a `duration` recording "
         f"with and without {tap['taps']} tap clients; `arecord -D benchpaced -f S16_LE -r 48000 -c 2 -t raw | sox … -r 16000 -c 1` "
         "CPU of both processes")
+
+
+if trigger:
+    tc = trigger["cpu"]
+    armed = tc["recd_armed"]["total_s_per_hour"]
+    targets.append(("9a", "CPU per hour armed (48 kHz stereo, trigger band 300–3400 Hz, nothing written) against sox's VOX",
+                    "≤ 0.5×", f"{num(armed, 1)} s/h", f"sox VOX {num(tc['sox_vox']['total_s_per_hour'], 1)} s/h",
+                    ratio(trigger["ratio_sox"]), trigger["ratio_sox"] <= 0.5))
+    targets.append(("9b", "CPU per hour armed against arecord", "≤ 1.5×", f"{num(armed, 1)} s/h",
+                    f"arecord {num(tc['arecord']['total_s_per_hour'], 1)} s/h", ratio(trigger["ratio_arecord"]),
+                    trigger["ratio_arecord"] <= 1.5))
+    targets.append(("9c", "CPU per hour armed against recd listening (`listen`, no trigger)", "report", f"{num(armed, 1)} s/h",
+                    f"listening {num(tc['recd_listening']['total_s_per_hour'], 1)} s/h", ratio(trigger["ratio_listening"]), True))
+    tl = trigger["latency"]
+    targets.append(("9d", f"detection ({tl['detected']}/{tl['bursts']} bursts, attack 0.05 s): `opened` arrival − onset capture time; "
+                    "− the player's write of the burst", "report",
+                    f"p50 {num(tl['from_onset']['p50'], 1)} ms, p99 {num(tl['from_onset']['p99'], 1)} ms",
+                    f"from the write: p50 {num(tl['from_write']['p50'], 1)} ms, p99 {num(tl['from_write']['p99'], 1)} ms",
+                    "–", tl["detected"] == tl["bursts"]))
+    how["9a"] = how["9b"] = how["9c"] = (
+        f"`bench/trigger.py` on `benchpaced` with white noise at -50 dBFS written to `pacat --latency-msec=10` (run.sh's pink noise "
+        f"stopped), {num(trigger['seconds'], 0)} s in {trigger['slices']} slices, all at once: recd `start` with "
+        f"`trigger` {json.dumps(trigger['cpu_trigger'])}, a second recd `listen`ing, `{trigger['sox_command']}`, "
+        "`arecord -D benchpaced -f S16_LE -r 48000 -c 2 -t raw > /dev/null` (CPU-time clocks of every process)")
+    how["9d"] = (
+        "the same device: a 1 kHz tone at -10 dBFS added for 0.5 s every 2.5 s; per burst, the arrival of the `trigger` topic's "
+        "`opened` less the event's `onset` (capture time, recd alone) and less time.time() at the write of the burst's first 10 ms "
+        "chunk to pacat (also pacat, the null sink and the monitor)")
 
 
 # --- the document ---------------------------------------------------------------------

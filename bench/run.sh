@@ -19,8 +19,10 @@
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
 # BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10),
-# BENCH_STEPS (which steps, of: capture aac control memory start listening tap fanout profile; default all).
+# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout profile; default all).
 # BENCH_TAP_SECONDS (120): each window of the taps step.
+# BENCH_TRIGGER_SECONDS (120): the CPU window of the sound-activated step (trigger); BENCH_TRIGGER_BURSTS (20);
+# BENCH_TRIGGER_PERIOD (0.01): recd's [capture] period_time in that step.
 set -euo pipefail
 
 bin=$(cd "${1:?usage: run.sh BINDIR}" && pwd)
@@ -28,7 +30,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${BENCH_OUT:-$root/bench/out/$run_id}
-steps=" ${BENCH_STEPS:-capture aac control memory start listening tap fanout profile} "
+steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout profile} "
 step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
@@ -43,9 +45,10 @@ start_runs=${BENCH_START_RUNS:-15}
 listen_seconds=${BENCH_LISTEN_SECONDS:-300}
 listen_runs=${BENCH_LISTEN_RUNS:-10}
 tap_seconds=${BENCH_TAP_SECONDS:-120}
+trigger_seconds=${BENCH_TRIGGER_SECONDS:-120}
 profile=${BENCH_PROFILE:-1}
 
-for tool in python3 sox ffmpeg ffprobe arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf; do
+for tool in python3 sox pacat ffmpeg ffprobe arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf; do
     command -v "$tool" >/dev/null || { echo "run.sh: $tool is missing (make deps-bench)" >&2; exit 1; }
 done
 
@@ -129,7 +132,7 @@ step control && section "2. Control round trip ($calls status calls; $cold_runs 
 step memory && section "4. Memory ($memory_hours h of audio from the unpaced device)" \
     python3 memory.py "$bin" "$work" benchlong benchshort "$memory_hours" 900 3 "$results/memory.json"
 
-if step start || step listening || step tap || step fanout; then
+if step start || step listening || step tap || step trigger || step fanout; then
 say "A private PulseAudio server with a null sink"
 mkdir -p "$work/pulse"
 cat >"$work/pulse/pa.conf" <<EOF
@@ -166,6 +169,15 @@ step listening && section "7. Listening: CPU against arecord ($listen_seconds s)
 
 step tap && section "8. Taps: latency, 20 taps while recording, against arecord | sox ($tap_seconds s)" \
     python3 tap.py "$bin" "$work" benchpaced "$tap_seconds" "$results/tap.json"
+
+if step trigger; then
+    # The step plays its own signal (quiet noise, then tone bursts, through pacat with a 10 ms
+    # buffer): the pink noise would be above any threshold.
+    kill "$tone_pid"; wait "$tone_pid" 2>/dev/null || true; tone_pid=
+    section "9. Sound-activated recording: CPU armed against sox VOX and arecord ($trigger_seconds s), detection latency" \
+        python3 trigger.py "$bin" "$work" benchpaced "$trigger_seconds" "$results/trigger.json"
+    tone -b 40000 -p 10000
+fi
 
 step fanout && section "3. Fan-out ($fanout_clients subscribers, $fanout_seconds s)" \
     python3 fanout.py "$bin" "$work" benchpaced \
