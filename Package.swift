@@ -157,13 +157,13 @@ let package = Package(
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
         .testTarget(name: "RecdConfigurationTests", dependencies: ["RecdConfiguration", "RecorderModel"]),
         .testTarget(name: "RecdServerTests", dependencies: [
-            "RecdServer", "RecdCommands", "RecdProtocol", "RecorderCore",
+            "RecdServer", "RecdCommands", "RecdProtocol", "RecorderCore", "RecorderModel",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOEmbedded", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .testTarget(name: "EndToEndTests", dependencies: ["RecdClient", "RecdProtocol", "Sndfile", "RecdTestSupport"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["RecdClient", "RecdProtocol", "RecorderModel", "Sndfile", "RecdTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -65,8 +65,9 @@ alsa = os.path.join(workdir, "alsa.conf")
 with open(alsa, "w") as f:
     f.write(f'pcm.phrases {{ type pulse server "unix:{pulse}/native" device "sink.monitor" }}\n')
 env["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:" + alsa
-# A quiet stream keeps the sink running, as a live microphone keeps a device running.
-keepalive = subprocess.Popen("sox -q -n -t raw -r 48000 -c 2 -b 16 -e signed-integer - synth 3600 whitenoise vol 0.0005 "
+# A quiet stream keeps the sink running, as a live microphone keeps a device running: noise at
+# the level of the timeline's, so that the background does not change when the phrases begin.
+keepalive = subprocess.Popen("sox -q -n -t raw -r 48000 -c 2 -b 16 -e signed-integer - synth 3600 whitenoise vol 0.0017 "
                              "| pacat --rate=48000 --channels=2 --format=s16le --latency-msec=10", shell=True, env=env)
 
 recordings = os.path.join(workdir, "recordings")
