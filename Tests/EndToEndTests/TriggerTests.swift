@@ -172,6 +172,10 @@ struct TriggerTests {
                         payload: #"{"name":"mq","trigger":{"highPass":100,"threshold":-35,"hang":0.5,"preRoll":0.5,"bogus":1}}"#)
         let refused = try #require(watcher.first("recd/trigger/reply"), "\(watcher.messages)")
         #expect(refused.payload.contains("bogus"), "an unknown trigger member is refused: \(refused)")
+        // recctl watch on a terminal prints each event above its meter line.
+        let terminal = try BackgroundCommand("/usr/bin/script", ["-qfec", "'\(Binaries.recctl)' --socket '\(daemon.socket)' watch --until finished",
+                                                                 "/dev/null"], environment: ["NO_COLOR": "1"])
+        #expect(waitUntil { terminal.stdout.contains("idle") }, "\(terminal.stdout)")
         let mark = watcher.messages.count
         try mqttPublish(port: broker.port, topic: "recd/trigger/command/start",
                         payload: #"{"name":"mq","trigger":{"highPass":100,"threshold":-35,"hang":0.5,"preRoll":0.5}}"#)
@@ -189,6 +193,9 @@ struct TriggerTests {
         let onset = try #require((closed.json?["onsetFrame"] as? NSNumber)?.intValue)
         #expect(abs(onset - 3 * 48000) <= 480, "onset \(onset)")
         let _: Recording = try daemon.connect().call(.stop)
+        #expect(terminal.wait(timeout: 30) == 0, "\(terminal.stderr)")
+        #expect(terminal.stdout.contains("event 1 opened \(file) (onset "), "\(terminal.stdout.debugDescription)")
+        #expect(terminal.stdout.contains("event 1 closed \(file) ("), "\(terminal.stdout.debugDescription)")
     }
 }
 
