@@ -875,6 +875,7 @@ public final class Recorder: @unchecked Sendable {
                 $0.lastClosed = last
             }
             announce(last, directory: plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
+            if let event = session.eventEnded(in: last, reason: deviceLost ? "deviceLost" : "failed") { triggerEvent.send(event) }
         }
         // The next capture session (after a gap) numbers its segments on from here.
         plan?.nextIndex = session.gate?.nextIndex ?? session.currentSegment.withLock { $0.index } + 1

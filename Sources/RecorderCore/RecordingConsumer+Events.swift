@@ -268,6 +268,17 @@ extension RecordingConsumer {
     /// A triggered recording with no event open has no file to finalize at its end.
     var hasOpenFile: Bool { writer != nil }
 
+    /// After capture ended with an event open (the device went away, a write failed): the
+    /// event's `closed`, for the file the recorder finalized as `finished`. Control queue, once
+    /// the capture thread has ended.
+    func eventEnded(in finished: Segment, reason: String) -> TriggerEvent? {
+        guard let gate, let open = gate.open else { return nil }
+        gate.open = nil
+        gate.nextIndex = finished.index + 1
+        gate.counters.openOnset.store(Double.nan.bitPattern, ordering: .relaxed)
+        return event(.closed, open, segment: finished, lastAbove: gate.trigger.lastAbove, peak: gate.trigger.eventPeak, reason: reason)
+    }
+
     func event(_ kind: TriggerEvent.Kind, _ event: EventGate.OpenEvent, segment: Segment, lastAbove: Int64?,
                peak: Double, reason: String?) -> TriggerEvent {
         let sound = lastAbove.map { Double($0 - event.onset) / Double(configuration.sampleRate) } ?? 0

@@ -197,6 +197,35 @@ struct TriggerTests {
         #expect(terminal.stdout.contains("event 1 opened \(file) (onset "), "\(terminal.stdout.debugDescription)")
         #expect(terminal.stdout.contains("event 1 closed \(file) ("), "\(terminal.stdout.debugDescription)")
     }
+
+    @Test func aDeviceLostDuringAnEventClosesItsFileAndTheTriggerRearmsWhenTheDeviceIsBack() throws {
+        let server = try PulseServer()
+        try server.tone()  // -15 dBFS all along: an event opens as soon as the trigger is armed
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"flac\"\n")
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.trigger]))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "lost", trigger: TriggerParams(threshold: -30, hang: 1, preRoll: 0.5)))
+        let opened = Self.collectEvents(watcher, timeout: 30) { $0.contains { $0.kind == .opened } }
+        try #require(opened.count == 1, "\(opened) \(daemon.log)")
+        #expect(daemon.waitForStatus { $0.currentTime >= 1 } != nil)
+        server.kill()
+        let closed = Self.collectEvents(watcher, timeout: 30) { $0.contains { $0.kind == .closed } }
+        let lost = try #require(closed.first { $0.kind == .closed }, "the event closes with the device: \(closed) \(daemon.log)")
+        #expect(lost.reason == "deviceLost" && lost.event == 1 && lost.index == 1, "\(lost)")
+        // Its file is finalized and whole: what was captured before the loss.
+        let probe = try FFmpegTools.probe(lost.path)
+        #expect(probe.codecName == "flac" && (probe.frames ?? 0) >= 48000, "\(probe)")
+        #expect(daemon.waitForStatus { $0.state.name == .waitingForDevice } != nil)
+        try server.restart()
+        try server.tone()
+        let again = Self.collectEvents(watcher, timeout: 30) { $0.contains { $0.kind == .opened } }
+        let next = try #require(again.first { $0.kind == .opened }, "armed again once the device is back: \(again) \(daemon.log)")
+        #expect(next.event == 2 && next.index == 2, "\(next)")
+        let status: StatusResult = try client.call(.status)
+        #expect(status.trigger?.events == 2 && status.trigger?.state == "open", "\(String(describing: status.trigger))")
+        let _: Recording = try client.call(.stop)
+    }
 }
 
 /// Recording windows on a running daemon: short windows by the local clock, a triggered
