@@ -42,6 +42,8 @@ final class LiveView {
     private var seenDeletion = false
     /// The snapshot's trigger event happened before the watch began.
     private var seenTriggerEvent = false
+    /// A triggered recording's event is open (from the `trigger` topic, snapshot included).
+    private var eventOpen = false
 
     init(format: LiveFormat, quiet: Bool = false) {
         self.format = format
@@ -73,6 +75,7 @@ final class LiveView {
                 if seenDeletion, let deletion { printAbove(Output.describeDeletion(deletion)) }
             case .trigger(let event):
                 defer { seenTriggerEvent = true }
+                eventOpen = event?.kind == .opened
                 if seenTriggerEvent, let event { printAbove(Output.describeEvent(event)) }
             case .segment(let segment):
                 defer { seenSegment = true }
@@ -82,8 +85,8 @@ final class LiveView {
         guard !quiet else { return }
         switch format {
         case .terminal: draw()
-        case .waybar: emit(StatusBar.waybar(state: state, time: time, levels: levels, error: error))
-        case .plain: emit(StatusBar.plain(state: state, time: time, levels: levels, error: error))
+        case .waybar: emit(StatusBar.waybar(state: state, time: time, levels: levels, error: error, eventOpen: eventOpen))
+        case .plain: emit(StatusBar.plain(state: state, time: time, levels: levels, error: error, eventOpen: eventOpen))
         case .json: break
         }
     }
@@ -239,8 +242,15 @@ enum StatusBar {
         var percentage: Int
     }
 
-    static func text(state: RecorderState, time: Double, error: RecorderError?) -> String {
+    /// A triggered recording with no event open: listening, nothing written (a bar shows it
+    /// as such, not as recording).
+    static func isArmed(_ state: RecorderState, eventOpen: Bool) -> Bool {
+        state.name == .recording && state.recording?.trigger != nil && !eventOpen
+    }
+
+    static func text(state: RecorderState, time: Double, error: RecorderError?, eventOpen: Bool = false) -> String {
         let elapsed = clock(time)
+        if isArmed(state, eventOpen: eventOpen) { return "◎ armed" }
         switch state.name {
         case .recording: return "● " + elapsed
         case .paused: return "‖ " + elapsed
@@ -258,8 +268,9 @@ enum StatusBar {
         return Int(((max(-60, min(0, peak)) + 60) / 60 * 100).rounded())
     }
 
-    static func waybar(state: RecorderState, time: Double, levels: Levels, error: RecorderError?) -> String {
-        var tooltip = "recd: \(state.name.rawValue)"
+    static func waybar(state: RecorderState, time: Double, levels: Levels, error: RecorderError?, eventOpen: Bool = false) -> String {
+        let armed = isArmed(state, eventOpen: eventOpen)
+        var tooltip = "recd: " + (armed ? "armed (sound-activated)" : state.name.rawValue)
         if let recording = state.recording {
             tooltip += " \(recording.name).\(recording.format.fileExtension)\nelapsed \(Output.duration(time))"
             tooltip += "\n\(recording.format.rawValue) \(recording.sampleRate) Hz \(recording.channels) ch"
@@ -269,15 +280,15 @@ enum StatusBar {
         }
         if let error = error ?? state.error { tooltip += "\n\(error.code.rawValue): \(error.message)" }
         if let wait = state.deviceWait { tooltip += "\nwaiting for the device: \(wait.error.message)" }
-        let line = WaybarLine(text: text(state: state, time: time, error: error), tooltip: tooltip,
-                              class: state.name.rawValue, percentage: percentage(state: state, levels: levels))
+        let line = WaybarLine(text: text(state: state, time: time, error: error, eventOpen: eventOpen), tooltip: tooltip,
+                              class: armed ? "armed" : state.name.rawValue, percentage: percentage(state: state, levels: levels))
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return String(decoding: (try? encoder.encode(line)) ?? Data(), as: UTF8.self)
     }
 
-    static func plain(state: RecorderState, time: Double, levels: Levels, error: RecorderError?) -> String {
-        var line = text(state: state, time: time, error: error)
+    static func plain(state: RecorderState, time: Double, levels: Levels, error: RecorderError?, eventOpen: Bool = false) -> String {
+        var line = text(state: state, time: time, error: error, eventOpen: eventOpen)
         if state.name == .recording, let peak = levels.channels.map(\.peak).max() {
             line += " " + Meter.decibels(peak).trimmingWhitespace() + " dB"
         }

@@ -176,6 +176,8 @@ struct TriggerTests {
         let terminal = try BackgroundCommand("/usr/bin/script", ["-qfec", "'\(Binaries.recctl)' --socket '\(daemon.socket)' watch --until finished",
                                                                  "/dev/null"], environment: ["NO_COLOR": "1"])
         #expect(waitUntil { terminal.stdout.contains("idle") }, "\(terminal.stdout)")
+        let bar = try BackgroundCommand(Binaries.recctl, ["--socket", daemon.socket, "watch", "--format", "waybar", "--until", "finished"])
+        #expect(waitUntil { bar.stdout.contains("\"idle\"") }, "\(bar.stdout)")
         let mark = watcher.messages.count
         try mqttPublish(port: broker.port, topic: "recd/trigger/command/start",
                         payload: #"{"name":"mq","trigger":{"highPass":100,"threshold":-35,"hang":0.5,"preRoll":0.5}}"#)
@@ -196,6 +198,16 @@ struct TriggerTests {
         #expect(terminal.wait(timeout: 30) == 0, "\(terminal.stderr)")
         #expect(terminal.stdout.contains("event 1 opened \(file) (onset "), "\(terminal.stdout.debugDescription)")
         #expect(terminal.stdout.contains("event 1 closed \(file) ("), "\(terminal.stdout.debugDescription)")
+        // A status bar shows armed, then recording while the event's file is written, then armed.
+        #expect(bar.wait(timeout: 30) == 0, "\(bar.stderr)")
+        var classes: [String] = []
+        for line in bar.stdout.split(separator: "\n") {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                  let name = object["class"] as? String else { continue }
+            if classes.last != name { classes.append(name) }
+        }
+        let during = Array(classes.drop { $0 != "armed" }.prefix(3))
+        #expect(during == ["armed", "recording", "armed"], "\(classes) \(bar.stdout.suffix(2000))")
     }
 
     @Test func aDeviceLostDuringAnEventClosesItsFileAndTheTriggerRearmsWhenTheDeviceIsBack() throws {
