@@ -247,6 +247,13 @@ extension DaemonConfiguration {
         if settings.threshold != nil, reader.line(of: "trigger.above_floor") != nil {
             throw reader.invalid("trigger.threshold", "give either 'threshold' (absolute, dBFS) or 'above_floor' (relative to the noise floor), not both")
         }
+        // Each key's range was checked at its line; what is left is how two keys go together.
+        if let highPass = settings.highPass, let lowPass = settings.lowPass, highPass >= lowPass {
+            throw reader.invalid("trigger.high_pass", "must be below low_pass (\(Limits.number(lowPass)) Hz), not \(Limits.number(highPass))")
+        }
+        if let maximum = settings.maximumLength, settings.minimumLength > maximum {
+            throw reader.invalid("trigger.minimum_length", "must not exceed maximum_length (\(Limits.number(maximum)) s)")
+        }
         if let refusal = settings.refusal {
             throw ConfigurationError(file: reader.file, line: reader.line(of: "trigger"), key: "trigger", message: refusal)
         }

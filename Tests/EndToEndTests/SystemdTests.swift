@@ -182,6 +182,11 @@ struct SystemdTests {
         ("[recording\nformat = \"wav\"\n", "recd.toml:1"),
         ("[capture]\nbuffer_time = -1\n", "recd.toml:2: capture.buffer_time: must be between"),
         ("[recording]\nformat = \"flac\"\nbit_depth = 32\n", "recd.toml:1: recording: flac takes a bitDepth of 16, 24"),
+        ("[trigger]\nlow_pass = 300\nhigh_pass = 3000\n", "recd.toml:3: trigger.high_pass: must be below low_pass (300 Hz), not 3000"),
+        ("[trigger]\nhang = \"2 weeks\"\n", "recd.toml:2: trigger.hang: must be a duration"),
+        ("[trigger]\nthreshold = -20\nabove_floor = 12\n", "recd.toml:2: trigger.threshold: give either 'threshold'"),
+        ("[schedule]\nwindows = [\"05:00..09:00\", \"mon-fry 05:00..09:00\"]\n", "recd.toml:2: schedule.windows: window 2: 'mon-fry'"),
+        ("[schedule]\nwindows = [\"sunrise..sunrise+3h\"]\n", "recd.toml:1: schedule:"),
         // Found by fuzzing: toml++ (the TOML library recd used before) aborted on these, and
         // the key reader trapped on the empty key.
         ("[recording]\n[{\"format\": 1}]\n", "recd.toml:2: a table header must be a name in brackets"),
