@@ -84,7 +84,7 @@ extension Recorder {
                     let recording = try startOnQueue(name: plan.name, settings: nil, trigger: plan.trigger, waitForUnknownDevice: true)
                     scheduling.withLock { $0.recordingId = recording.id }
                     logger.notice("recording window opened", metadata: [
-                        "recording.id": "\(recording.id)", "window.end": "\(status.currentEnd.map(UTCStamp.text) ?? "")"])
+                        "recording.id": "\(recording.id)", "window.end": "\(status.currentEnd.map(UTCTimestamp.text) ?? "")"])
                 } catch {
                     logger.error("recording window opened, but recording could not start",
                                  metadata: ["error.code": "\(error.code.rawValue)", "error.message": "\(error.message)"])
@@ -120,9 +120,4 @@ extension Recorder {
             run.timer = timer
         }
     }
-}
-
-/// UTC times in log lines.
-private enum UTCStamp {
-    static func text(_ date: Date) -> String { CalendarTime.format(date, "%Y-%m-%dT%H:%M:%SZ", local: false) }
 }

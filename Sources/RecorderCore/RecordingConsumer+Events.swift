@@ -239,11 +239,7 @@ extension RecordingConsumer {
             return
         }
         gate.nextIndex = closed.index + 1
-        let segmentClosed = self.segmentClosed
-        syncQueue.async { [self] in
-            let (finished, failure) = SegmentFinalizer.finish(old.writer, closed)
-            if let failure { finalizeFailure.withLock { $0 = $0 ?? failure } }
-            segmentClosed(finished, failure)
+        finalizeInBackground(old, closed) { finished in
             var final = told
             final.path = finished.path
             final.duration = finished.duration

@@ -380,17 +380,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
                 end(.stopped)
                 return false
             }
-        } catch let error as SndfileError {
-            end(.failed(.saving(error)))
-            return false
-        } catch let error as MPEG4Error {
-            end(.failed(.saving(error)))
-            return false
-        } catch let error as RecorderError {
-            end(.failed(error))
-            return false
         } catch {
-            end(.failed(RecorderError(.unknown, "writing the recording from '\(deviceName)' failed: \(error)")))
+            end(.failed(Self.writeFailure(error, device: deviceName)))
             return false
         }
         if let outOfSpace {
@@ -507,15 +498,21 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         segmentStartLost = framesLost.load(ordering: .relaxed)
         segmentFramesWritten.store(0, ordering: .releasing)
         currentSegment.withLock { $0 = segment }
-        let segmentClosed = self.segmentClosed
         let continued = gate?.continued(closed, next: segment, consumer: self)
+        finalizeInBackground(old, closed) { finished in continued?(finished) }
+        return closed
+    }
+
+    /// Finalizes a closed segment's file on the sync queue, off the capture thread, announces
+    /// it, then runs `then` with it as finalized (its final path).
+    func finalizeInBackground(_ old: HandedOver, _ closed: Segment, then: @escaping @Sendable (Segment) -> Void = { _ in }) {
+        let segmentClosed = self.segmentClosed
         syncQueue.async { [self] in
             let (finished, failure) = SegmentFinalizer.finish(old.writer, closed)
             if let failure { finalizeFailure.withLock { $0 = $0 ?? failure } }
             segmentClosed(finished, failure)
-            continued?(finished)
+            then(finished)
         }
-        return closed
     }
 
     /// Writes `frames` file frames through `write(offset, count)`, moving to the next segment
