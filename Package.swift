@@ -117,7 +117,7 @@ let package = Package(
         ]),
         .executableTarget(name: "recd", dependencies: [
             "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
-            "Systemd", "CLinux", "Mosquitto", "CBuildInfo",
+            "Systemd", "Mosquitto", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

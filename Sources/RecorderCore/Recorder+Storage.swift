@@ -60,6 +60,8 @@ struct StorageMonitorState {
     var lastScan: UInt64 = 0
     /// A file closed: scan (and apply retention) at the next tick.
     var scanRequested = true
+    /// Uptime (ns) of the last `ProcessMemory.releaseFreePages()`.
+    var lastTrim: UInt64 = 0
     var recordingsBytes: Int64 = 0
     var recordingsCount = 0
     var outlook: [RetentionCandidate] = []
@@ -184,6 +186,13 @@ extension Recorder {
         }
         if scan { space = applyRetention(configuration, needFree: needFree) ?? space }
         session?.refreshSpaceLimit()
+        // What a closed file's encoder and buffers freed goes back to the system.
+        let trim = storageMonitor.withLock { monitor in
+            let due = scan || Double(now &- monitor.lastTrim) / 1e9 >= ProcessMemory.trimInterval
+            if due { monitor.lastTrim = now }
+            return due
+        }
+        if trim { ProcessMemory.releaseFreePages() }
         let cached = storageMonitor.withLock { $0 }
         // The figures first, then the warning drawn from them: a `status` read between the two
         // never shows a warning raised or cleared that the free space it shows does not explain.

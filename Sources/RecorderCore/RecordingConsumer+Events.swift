@@ -231,7 +231,8 @@ extension RecordingConsumer {
             // Not a file anyone wants: the next event's file takes its index.
             framesWritten.subtract(frames, ordering: .relaxed)
             gate.counters.discarded.add(1, ordering: .relaxed)
-            syncQueue.async {
+            syncQueue.async { [self] in
+                forgetSync(of: old.writer)
                 old.writer.discard()
                 unlink(closed.partialPath)
                 announce(told)

@@ -88,8 +88,13 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     let syncIntervalNanoseconds: UInt64
     var lastSync: UInt64 = 0
     let syncQueue = DispatchQueue(label: "recd.capture.sync")
-    /// An fsync is queued or running: never queue another behind it.
-    private let syncPending = Atomic<Bool>(false)
+    /// The capture thread's once-a-second fsync requests, coalesced onto the sync queue. A
+    /// source, not a block per request: a block allocated on the capture thread and freed on
+    /// a Dispatch worker fills that worker's cache (doc/architecture.md, "Resident memory").
+    private let syncRequests: DispatchSourceUserDataOr
+    /// The writer the last request was for (the capture thread may have moved to the next
+    /// segment's by the time the request runs); taken by the request, cleared before a close.
+    private let syncTarget = NIOLockedValueBox<HandedOver?>(nil)
 
     // Shared with the timer and the control thread.
     let framesWritten = Atomic<Int64>(0)
@@ -171,6 +176,21 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         } else {
             converter = nil
         }
+        syncRequests = DispatchSource.makeUserDataOrSource(queue: syncQueue)
+        syncRequests.setEventHandler { [weak self] in
+            guard let self else { return }
+            let target = syncTarget.withLockedValue { target in defer { target = nil }; return target }
+            try? target?.writer.sync()
+        }
+        syncRequests.activate()
+    }
+
+    deinit { syncRequests.cancel() }
+
+    /// No requested fsync may run on `writer` from here on (it is about to close). On the sync
+    /// queue, where requests run, or before waiting for it.
+    func forgetSync(of writer: any AudioFileWriter) {
+        syncTarget.withLockedValue { if $0?.writer === writer { $0 = nil } }
     }
 
     // MARK: Control (called from the recorder's control queue)
@@ -297,7 +317,9 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     /// Finalizes the file after capture ended: header, sync, close.
     func closeFile() throws(RecorderError) {
-        syncQueue.sync {}  // no background fsync may run once the descriptor is closed
+        // No background fsync may run once the descriptor is closed.
+        if let writer { forgetSync(of: writer) }
+        syncQueue.sync {}
         do { try writer?.close() } catch { throw RecorderError.saving(error) }
     }
 
@@ -317,6 +339,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     /// Closes the file without finalizing it, for a recording about to be deleted.
     func discardFile() {
+        if let writer { forgetSync(of: writer) }
         syncQueue.sync {}
         writer?.discard()
     }
@@ -508,6 +531,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     func finalizeInBackground(_ old: HandedOver, _ closed: Segment, then: @escaping @Sendable (Segment) -> Void = { _ in }) {
         let segmentClosed = self.segmentClosed
         syncQueue.async { [self] in
+            forgetSync(of: old.writer)
             let (finished, failure) = SegmentFinalizer.finish(old.writer, closed)
             if let failure { finalizeFailure.withLock { $0 = $0 ?? failure } }
             segmentClosed(finished, failure)
@@ -630,13 +654,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     func syncFile() {
         guard let writer else { return }
         writer.checkpoint()
-        guard !syncPending.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        // This writer: the capture thread may have moved to the next segment's by the time it runs.
-        let current = HandedOver(writer)
-        syncQueue.async { [self] in
-            try? current.writer.sync()
-            syncPending.store(false, ordering: .releasing)
-        }
+        syncTarget.withLockedValue { $0 = HandedOver(writer) }
+        syncRequests.or(data: 1)
     }
 }
 

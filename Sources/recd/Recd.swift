@@ -1,6 +1,5 @@
 import ArgumentParser
 import CBuildInfo
-import CLinux
 import FoundationEssentials
 import Glibc
 import Logging
@@ -103,10 +102,7 @@ struct Recd: AsyncParsableCommand {
     }
 
     func run() async throws {
-        // glibc gives each thread that allocates an arena of its own (up to 8 per core) and keeps
-        // them: every recording's capture thread is a new thread, so a daemon's heap grew by about
-        // 2 MiB over its first ten recordings. Two serve the event loops and the capture thread.
-        _ = recd_limit_malloc_arenas(2)
+        ProcessMemory.configure()
         let configuration: DaemonConfiguration
         do {
             configuration = try loadConfiguration()

@@ -1,0 +1,37 @@
+import CLinux
+import Glibc
+
+/// What recd asks of glibc's malloc so that a daemon running for months keeps a flat resident
+/// size (issue 27; doc/architecture.md, "Resident memory over a long run"; BENCHMARKS.md,
+/// "Long runs").
+///
+/// - glibc gives each thread that allocates an arena of its own (up to 8 per core) and keeps
+///   them: every recording's capture thread is a new thread, so a daemon's heap grew by about
+///   2 MiB over its first ten recordings. Two serve the event loops and the capture thread.
+///
+/// Measured with `make soak`: what grew was memory malloc held free, not memory in use.
+/// - glibc raises its mmap threshold to the size of every large block freed (dynamically, up
+///   to 32 MiB): after the first encoder or client queue is freed, every later one comes from
+///   the heap instead of its own mapping, and the holes they leave are refilled only in part.
+///   A fixed threshold keeps large, short-lived blocks out of the heap.
+/// - Free pages between live blocks stay resident until `malloc_trim`: it is called after
+///   each scan of the recordings directory (a file closed: a recording or a segment ended)
+///   and every `trimInterval` seconds.
+public enum ProcessMemory {
+    /// Blocks at least this large get their own mapping, returned to the system when freed.
+    public static let mmapThreshold: Int32 = 64 * 1024
+    /// Free memory at the top of the heap beyond this is returned at once.
+    public static let trimThreshold: Int32 = 128 * 1024
+    /// Seconds between two trims when no file closes.
+    static let trimInterval: Double = 600
+
+    /// Sets malloc's arenas and thresholds; once, before the daemon's threads start.
+    public static func configure() {
+        _ = recd_limit_malloc_arenas(2)
+        _ = mallopt(M_MMAP_THRESHOLD, mmapThreshold)
+        _ = mallopt(M_TRIM_THRESHOLD, trimThreshold)
+    }
+
+    /// Hands the free pages inside malloc's arenas back to the system.
+    static func releaseFreePages() { _ = malloc_trim(0) }
+}
