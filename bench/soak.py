@@ -5,7 +5,8 @@ null sink and a 440 Hz tone played into it):
   alone        one FLAC 48 kHz stereo recording, nothing else
   subscribers  the same, in 30 s segments, with 20 clients subscribed to state, currentTime,
                levels and recording at 20 Hz, listening with a 10 s pre-roll from the daemon's
-               start ([listen]); the PulseAudio server is stopped for 10 s every 20 minutes
+               start ([listen]), two audio taps read all along (16 kHz mono and the device's
+               format; a tap the device's loss ends is opened again); the PulseAudio server is stopped for 10 s every 20 minutes
                (the device is lost and comes back, for the recording and for listening)
   churn        start/pause/resume/stop/cancel/rename cycles, some with a duration; 50
                subscribers that come and go (random topics and intervals, some unsubscribe and
@@ -41,6 +42,7 @@ import selectors
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -247,6 +249,74 @@ def subscribers_worker(path, count, topics, interval, conn):
                 connect()
                 continue
             received += buffer.count(b"\n", 0, size)
+
+
+TAP_HEADER = struct.Struct("<4sIQdIIII")  # doc/protocol.md, `tap`: the chunk header
+TAP_FORMATS = [{"rate": 16000, "channels": 1}, {}]  # a detector's 16 kHz mono; the device's own
+
+
+def tap_worker(path, formats, conn):
+    """One tap client per format in `formats`, reading the audio until told to stop; a tap
+    that ends (the device lost) is opened again once recd takes it. Sends back the frames
+    read, the chunks' lost frames and the reopenings."""
+    stats = {"frames": 0, "lost": 0, "reopened": 0, "refused": 0}
+    lock = threading.Lock()
+    stopping = threading.Event()
+    sockets = []
+
+    def client(params):
+        first = True
+        while not stopping.is_set():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+                with lock:
+                    sockets.append(s)
+                s.sendall(request("tap", params))
+                stream = s.makefile("rb")
+                answer = json.loads(stream.readline() or b"{}")
+                if "result" not in answer:
+                    with lock:
+                        stats["refused"] += 1
+                    stopping.wait(1)
+                    continue
+                if not first:
+                    with lock:
+                        stats["reopened"] += 1
+                first = False
+                while True:
+                    header = stream.read(TAP_HEADER.size)
+                    if len(header) < TAP_HEADER.size:
+                        break
+                    _, _, _, _, frames, lost, _, length = TAP_HEADER.unpack(header)
+                    if len(stream.read(length)) < length:
+                        break
+                    with lock:
+                        stats["frames"] += frames
+                        stats["lost"] += lost
+            except OSError:
+                stopping.wait(1)
+            finally:
+                with lock:
+                    if s in sockets:
+                        sockets.remove(s)
+                s.close()
+
+    threads = [threading.Thread(target=client, args=(params,), daemon=True) for params in formats]
+    for thread in threads:
+        thread.start()
+    conn.recv()
+    stopping.set()
+    with lock:
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+    for thread in threads:
+        thread.join(10)
+    with lock:
+        conn.send(dict(stats))
 
 
 SUBSCRIPTION_ID = re.compile(rb'"subscription":"(\d+)"')
@@ -776,6 +846,7 @@ def main():
             follower.start()
             spawn(subscribers_worker, daemons["subscribers"].socket, 20,
                   ["state", "currentTime", "levels", "recording"], 0.05)
+            spawn(tap_worker, daemons["subscribers"].socket, TAP_FORMATS)
             controls["subscribers"] = daemons["subscribers"].client(timeout=120)
             controls["subscribers"].call("start", {"name": "subscribers", "format": "flac", "sampleRate": RATE,
                                                    "channels": 2, "segmentLength": SEGMENT_SECONDS})
