@@ -25,6 +25,7 @@ every 10 minutes, so a run in progress can be read.
 
 usage: soak.py BINDIR [--minutes 120] [--warmup 15] [--out DIR]
        soak.py --report DIR          (summary and plot again from DIR/samples.jsonl)
+       soak.py --compare BEFORE AFTER OUT.png   (two runs' RssAnon in one plot)
 Knobs also from the environment: SOAK_MINUTES, SOAK_WARMUP_MINUTES, SOAK_SAMPLE_SECONDS (60),
 SOAK_LOSS_MINUTES (20), SOAK_LOSS_SECONDS (10), SOAK_OUT, SOAK_KEEP=1 (keep the work directory).
 SIGINT or SIGTERM ends the run early; the files are still checked and the report written.
@@ -738,6 +739,30 @@ def plot(out, samples, warmup_minutes):
     plt.close(fig)
 
 
+def compare(before, after, png):
+    """One plot of two runs' RssAnon, load by load: before dashed, after solid."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axis = plt.subplots(figsize=(8, 4.5))
+    colors = {"alone": "tab:blue", "subscribers": "tab:orange", "churn": "tab:green"}
+    for run, style in ((before, "--"), (after, "-")):
+        samples = read_samples(run)
+        for load in LOADS:
+            rows = [r for r in samples.get(load, []) if not r.get("final")]
+            if rows:
+                axis.plot([r["t"] / 3600 for r in rows], [r["RssAnon"] / 1024 for r in rows], color=colors[load],
+                          linestyle=style, label=f"{load}: {'before' if run == before else 'after'}")
+    axis.grid(alpha=0.3)
+    axis.set_ylabel("RssAnon (MiB)")
+    axis.set_xlabel("hours")
+    axis.set_title("recd soak: anonymous resident memory, before (dashed) and after (solid)")
+    axis.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=72)
+    plt.close(fig)
+
+
 # --- the run --------------------------------------------------------------------------------
 
 def main():
@@ -751,9 +776,14 @@ def main():
     parser.add_argument("--out", default=os.environ.get("SOAK_OUT"))
     parser.add_argument("--report", metavar="DIR", help="only write DIR's summary and plot again")
     parser.add_argument("--markdown", metavar="DIR", help="print DIR's figures as a Markdown table (BENCHMARKS.md)")
+    parser.add_argument("--compare", nargs=3, metavar=("BEFORE", "AFTER", "PNG"),
+                        help="plot two runs' RssAnon in one picture (a change's before and after)")
     parser.add_argument("--loads", default=",".join(LOADS), help="which loads (for profiling one alone)")
     parser.add_argument("--wrapper", default="", help="a command recd runs under (heaptrack, valgrind ...)")
     args = parser.parse_args()
+    if args.compare:
+        compare(*args.compare)
+        return
     if args.report:
         report(args.report, args.warmup)
         return
