@@ -19,9 +19,9 @@ import Glibc
 ///   and every `trimInterval` seconds.
 public enum ProcessMemory {
     /// Blocks at least this large get their own mapping, returned to the system when freed.
-    public static let mmapThreshold: Int32 = 64 * 1024
+    static let mmapThreshold: Int32 = 64 * 1024
     /// Free memory at the top of the heap beyond this is returned at once.
-    public static let trimThreshold: Int32 = 128 * 1024
+    static let trimThreshold: Int32 = 128 * 1024
     /// Seconds between two trims when no file closes.
     static let trimInterval: Double = 600
 
