@@ -284,31 +284,40 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
         }
     }
 
-    /// Tap thread: the capture time of the converter's next output frame is `anchorTime` plus
-    /// the frames it gave since (soxr's output begins with the input's first frame).
-    private var anchorTime = Double.nan
+    /// Tap thread: the converter's next output frame was captured `framesSinceAnchor` output
+    /// frames after the input frame at `anchor.position` (soxr's output begins with the input's
+    /// first frame; set again after a gap). `anchor.time`: that frame's time if the engine has none.
+    private var anchor: (position: Int64, time: Double)?
     private var framesSinceAnchor = 0
     private var carriedLost: UInt64 = 0
     private var carriedFlags: UInt32 = 0
+
+    /// Every chunk is timed by the engine's estimate as it goes out, the converted ones too:
+    /// the estimate gets better in the first seconds (the least delayed read so far), and every
+    /// tap, format and recording then says the same time for the same frame.
+    private func captureTime(ofPosition position: Int64, orElse fallback: Double) -> Double {
+        captureTimeOfPosition(position) ?? fallback
+    }
 
     private func deliver(_ entry: Entry) {
         let samples = UnsafeRawPointer(ring + entry.offset)
         let deviceRate = Double(device.sampleRate)
         let lost = UInt64((Double(entry.lostBefore) * Double(format.sampleRate) / deviceRate).rounded())
         let flags = (entry.gap ? TapChunkHeader.gapFlag : 0) | (entry.preRoll ? TapChunkHeader.preRollFlag : 0)
-        let captured = captureTimeOfPosition(entry.position) ?? entry.captureTime
-        if entry.gap || anchorTime.isNaN {
-            anchorTime = captured
+        if entry.gap || anchor == nil {
+            anchor = (entry.position, entry.captureTime)
             framesSinceAnchor = 0
         }
+        let anchor = anchor ?? (entry.position, entry.captureTime)
         // What this entry says (a gap, frames lost) goes with the next output: a converter
         // starting again may give nothing for its first input.
         carriedLost += lost
         carriedFlags |= flags
         let send = { (payload: UnsafeRawPointer, frames: Int) in
             guard frames > 0 else { return }
-            let time = self.converter == nil ? captured
-                : self.anchorTime + Double(self.framesSinceAnchor) / Double(self.format.sampleRate)
+            let time = self.converter == nil ? self.captureTime(ofPosition: entry.position, orElse: entry.captureTime)
+                : self.captureTime(ofPosition: anchor.position, orElse: anchor.time)
+                    + Double(self.framesSinceAnchor) / Double(self.format.sampleRate)
             self.framesSinceAnchor += frames
             self.hand(payload: payload, frames: frames, captureTime: time, lost: self.carriedLost, flags: self.carriedFlags)
             self.carriedLost = 0
