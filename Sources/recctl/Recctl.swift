@@ -407,7 +407,12 @@ struct Listen: ParsableCommand {
             }
             Glibc.exit(0)
         }
+        // Until the source is armed, SIGINT is ignored: go on (and print) only once it is, or
+        // a Ctrl-C right after the first lines is lost and recctl listens on.
+        let armed = DispatchSemaphore(value: 0)
+        interrupt.setRegistrationHandler { armed.signal() }
         interrupt.resume()
+        armed.wait()
         // Ends by itself only when listening does (`unlisten`, or `stop` with nothing recording,
         // from elsewhere): a recording started and stopped meanwhile leaves it listening.
         for update in subscription.snapshot { view.apply([update.value], seq: update.seq, timestamp: update.timestamp) }
