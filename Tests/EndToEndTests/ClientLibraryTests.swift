@@ -16,6 +16,20 @@ final class Collected: @unchecked Sendable {
     func withLock<T>(_ body: (inout [RecorderChange]) -> T) -> T { lock.withLock { body(&changes) } }
 }
 
+/// Runs a task's jobs on a serial Dispatch queue instead of the cooperative pool. Swift Testing
+/// runs the synchronous tests on that pool too, and they block its threads (one per core: two
+/// here) while they wait for daemons; an async task then waited minutes to run (a full
+/// ThreadSanitizer run: the follower had received nothing after 120 s).
+final class DispatchTaskExecutor: TaskExecutor, @unchecked Sendable {
+    // @unchecked: the queue is the only state, and it is itself thread-safe.
+    private let queue: DispatchQueue
+    init(label: String) { queue = DispatchQueue(label: label) }
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+}
+
 /// What other programs use: the async RecorderClient, the Python and shell examples in
 /// doc/examples, and RecorderCore in-process (Examples/simple-recorder).
 @Suite("client libraries and examples")
@@ -41,6 +55,13 @@ struct ClientLibraryTests {
     static let bound = 120.0
 
     @Test func asyncChangesFollowARecordingAndSurviveARestartOfRecd() async throws {
+        // The test and its follower on executors of their own (see DispatchTaskExecutor).
+        try await withTaskExecutorPreference(DispatchTaskExecutor(label: "recd.test.async-changes")) {
+            try await asyncChangesFollowARecordingAndSurviveARestartOfRecd(follower: DispatchTaskExecutor(label: "recd.test.follower"))
+        }
+    }
+
+    func asyncChangesFollowARecordingAndSurviveARestartOfRecd(follower executor: DispatchTaskExecutor) async throws {
         let input = writeCounterInput(inputs, seconds: 4)
         let socket = inputs.file("recd.sock")
         let recordings = inputs.file("recordings")
@@ -49,7 +70,7 @@ struct ClientLibraryTests {
         let client = RecorderClient(socketPath: socket)
         let received = Collected()
         let stream = client.changes(topics: [.state], retryDelay: 0.1)
-        let follower = Task {
+        let follower = Task(executorPreference: executor) {
             for await change in stream { received.withLock { $0.append(change) } }
         }
         defer { follower.cancel() }
