@@ -26,12 +26,13 @@ DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux
 # make soak's plot; heaptrack for finding what a soak shows growing.
 SOAK_PACKAGES  = python3-matplotlib heaptrack
 
-.PHONY: help deps deps-bench deps-deb build-info build release deb test-deb hot-functions test test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish soak install uninstall clean
+.PHONY: help deps deps-bench deps-deb build-info build build-tests build-tsan release deb test-deb hot-functions test check test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish soak install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
 	@echo "make build    debug build of recd and recctl"
-	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install"
+	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install (about 15 minutes)"
+	@echo "make check    the inner loop: debug build, unit tests and a few end-to-end tests (about 2 minutes)"
 	@echo "make fuzz     fuzz the request parser and configuration reader (FUZZ_SECONDS, default 600)"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
 	@echo "make demo-shell  the demo, then a shell with recctl pointed at its recd and device"
@@ -74,30 +75,42 @@ build-info:
 	@h=Sources/CBuildInfo/commit.h; line='#define RECD_COMMIT "$(BUILD_COMMIT)"'; \
 	if [ "$$(cat $$h 2>/dev/null)" != "$$line" ]; then echo "$$line" >$$h; touch Sources/CBuildInfo/build_info.c; fi
 
+# One build per configuration, each in one folder with one set of flags, so that no target
+# builds what another built: debug (with the tests) in .build/debug, TSan (with the tests) in
+# .build-tsan, and the shipping release binaries in .build/release, which make install, deb,
+# demo, demo-shell, bench, soak and the release end-to-end tests all use.
 build: deps build-info
 	$(SWIFT) build
+
+build-tests: deps build-info
+	$(SWIFT) build --build-tests
+
+build-tsan: deps build-info
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 
 release: deps build-info
 	$(SWIFT) build $(RELEASE_FLAGS)
 
+# Every test once where it proves something (Tests/suite.py): the unit tests in debug and under
+# TSan, the end-to-end tests against the release binaries and against a TSan-built recd (each
+# test function its own process, several at once), then fuzzing, units, install and the
+# package. Prints each phase's seconds at the end. TEST_WORKERS sets how many tests run at once.
 test: deps
-	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
-	$(MAKE) --no-print-directory check-imports test-tsan fuzz-smoke check-units check-install test-release test-deb
+	python3 Tests/suite.py test
 
-# The end-to-end suites again, against the release binaries as they ship (static runtime, lld,
-# the hot-functions order, recctl a static PIE): what `make install` installs is what is tested.
-test-release: deps
-	$(SWIFT) build --build-tests
-	$(SWIFT) build $(RELEASE_FLAGS)
-	RECD_TEST_BINARIES="$$($(SWIFT) build -c release --show-bin-path)" $(SWIFT) test --skip-build --filter EndToEndTests
+# The inner loop while working: an incremental debug build, the unit tests and a few end-to-end
+# smoke tests against the debug binaries.
+check: deps
+	python3 Tests/suite.py check
 
-# Every test again under the thread sanitizer (its own build folder): the recorder, Observed,
-# the parser and dispatch in process, and the end-to-end suites against a recd that is itself
-# built with TSan; halt_on_error makes any report fail the test that provoked it.
-test-tsan: deps
-	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
-	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan
+# One configuration's tests alone: the end-to-end suites against the release binaries as they
+# ship (static runtime, lld, the hot-functions order, recctl a static PIE); every test under the
+# thread sanitizer (halt_on_error: any report fails the test that provoked it).
+test-release: build-tests release
+	python3 Tests/suite.py run release
+
+test-tsan: build-tsan
+	python3 Tests/suite.py run tsan
 
 # libFuzzer over the request parser and the configuration reader (Sources/recd-fuzz).
 # `make fuzz FUZZ_SECONDS=1800` for a long run; new inputs go to .build-fuzz/corpus, crashes
@@ -106,9 +119,11 @@ test-tsan: deps
 # 2e14, Int64.max, NaN...).
 FUZZ_DICT     = -dict=Tests/fuzz/recd.dict
 FUZZ_SECONDS ?= 600
-FUZZ_BIN      = .build-fuzz/release/recd-fuzz
+# A debug build: it compiles in 60 s where a release one took 100 (make test builds it every
+# time), its assertions are on, and it still runs 300 000 inputs in about 25 s.
+FUZZ_BIN      = .build-fuzz/debug/recd-fuzz
 fuzz-build: deps
-	$(SWIFT) build -c release --sanitize=fuzzer -Xswiftc -parse-as-library -Xswiftc -DFUZZING \
+	$(SWIFT) build --sanitize=fuzzer -Xswiftc -parse-as-library -Xswiftc -DFUZZING \
 	  --scratch-path .build-fuzz --product recd-fuzz
 
 FUZZ_ARGS    ?= -max_total_time=$(FUZZ_SECONDS)
@@ -117,12 +132,12 @@ fuzz: fuzz-build
 	SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) $(FUZZ_ARGS) $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/corpus Tests/fuzz/corpus
 
-# A short fuzzing run (part of make test): the seed corpus replayed by the plain build, then
-# 300 000 new inputs from a fixed seed (well under a minute), the same on every machine
-# (deterministic hashing: Swift seeds Dictionary and Set order per process otherwise).
-fuzz-smoke: fuzz-build
-	$(SWIFT) build --product recd-fuzz
-	"$$($(SWIFT) build --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
+# A short fuzzing run (part of make test): the seed corpus replayed by the release build's
+# recd-fuzz (built without the fuzzer, it replays the files it is given), then 300 000 new inputs
+# from a fixed seed, the same on every machine (deterministic hashing: Swift seeds Dictionary
+# and Set order per process otherwise).
+fuzz-smoke: fuzz-build release
+	"$$($(SWIFT) build -c release --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
 	rm -rf .build-fuzz/smoke && mkdir -p .build-fuzz/smoke
 	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/smoke Tests/fuzz/corpus
@@ -131,8 +146,8 @@ fuzz-smoke: fuzz-build
 check-imports:
 	python3 Tests/layers/check-imports.py
 
-check-units: build
-	Tests/units/check-units.sh "$$($(SWIFT) build --show-bin-path)/recd"
+check-units: release
+	Tests/units/check-units.sh "$$($(SWIFT) build -c release --show-bin-path)/recd"
 
 # make install / uninstall into a staging directory (a release build).
 check-install: deps
@@ -143,8 +158,8 @@ check-install: deps
 # DEB_ARCH names another Debian architecture when the binaries were built for it.
 DEB_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null)
 DEB       = recd_$(VERSION)_$(DEB_ARCH).deb
-deb: deps-deb build-info
-	$(SWIFT) build $(RELEASE_FLAGS)
+deb: deps-deb release
+	@echo "make deb: make install into a staging tree, then dpkg-deb and lintian"
 	bash packaging/deb/build-deb.sh --version "$(VERSION)" --commit "$(BUILD_COMMIT)" --arch "$(DEB_ARCH)" --output "$(DEB)"
 
 # Installs that package into a clean Debian 12 root filesystem (mmdebstrap, cached under
@@ -154,19 +169,15 @@ test-deb: deb
 	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo --preserve-env=RECD_TEST_DEB_CACHE,RECD_TEST_DEB_KEEP"; \
 	$$sudo bash Tests/deb/test-deb.sh "$(DEB)"
 
-demo: deps
-	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recd
-	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
+# Both use the release build (make release) unless CONFIG=debug.
+demo: $(if $(filter release,$(CONFIG)),release,build)
 	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)"
 
 # The demo, then a shell with recctl pointed at its recd and device (they stop when it exits).
-demo-shell: deps
-	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recd
-	$(SWIFT) build $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS),-c $(CONFIG)) --product recctl
+demo-shell: $(if $(filter release,$(CONFIG)),release,build)
 	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" --shell
 
-bench: deps-bench
-	$(SWIFT) build $(RELEASE_FLAGS)
+bench: deps-bench release
 	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
 
 # Memory, threads and descriptors over hours of wall-clock time: three daemons at once (recording
@@ -178,9 +189,8 @@ bench: deps-bench
 SOAK_MINUTES        ?= 120
 SOAK_WARMUP_MINUTES ?= 15
 SOAK_PYTHON         ?= /usr/bin/python3
-soak: deps-bench
+soak: deps-bench release
 	$(call install_packages,$(SOAK_PACKAGES))
-	$(SWIFT) build $(RELEASE_FLAGS)
 	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_WARMUP_MINUTES=$(SOAK_WARMUP_MINUTES) \
 	  $(SOAK_PYTHON) bench/soak.py "$$($(SWIFT) build -c release --show-bin-path)"
 
@@ -222,25 +232,30 @@ GENERATED   = .build/install-files
 MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 
 # Man pages and completions come from the command definitions themselves: man pages through
-# swift-argument-parser's GenerateManual plugin (one page per subcommand: recctl.1,
+# swift-argument-parser's generate-manual tool (one page per subcommand: recctl.1,
 # recctl.start.1, ...: `man recctl.start`), completions from each binary's --generate-completion-script.
 # Two touches after generating: a paragraph break in a page is `.Pp`, not an empty line (which
 # groff warns about), and a bash completion has no #! line (it is sourced, never run).
-# The plugin builds the package again with plain release flags: in its own folder, so that what
-# is installed is the build above (static runtime, lld, the hot-functions order).
-# The plugin also writes a page for ArgumentParser's implicit `help` subcommand (recd.help.1,
+# The tool reads the release binaries' help (--experimental-dump-help). It is run directly, built
+# from the resolved swift-argument-parser checkout in a folder of its own (20 s), not through
+# the package's GenerateManual plugin: the plugin builds the whole package again first, with
+# flags of its own (a second release build, or a relink of .build/release that the next
+# `make release` undoes).
+# The tool also writes a page for ArgumentParser's implicit `help` subcommand (recd.help.1,
 # recctl.help.1: stubs) and so gives recd(1), which has no subcommands, a `subcommand` in its
 # synopsis: both go, and recd(1) points at recctl(1) and recd.toml(5) instead.
 # recd.toml(5) is made from etc/recd.toml (doc/recd.toml.5.awk), the documented reference.
 # The units' ExecStart= names /usr/local/bin/recd; it is rewritten to $(PREFIX)/bin/recd.
 # An existing /etc/recd/recd.toml is never overwritten: the shipped one goes next to it
 # as recd.toml.example.
-install: build-info
-	$(SWIFT) build $(RELEASE_FLAGS)
+GENERATE_MANUAL = .build/argument-parser/debug/generate-manual
+install: release
 	rm -rf $(GENERATED)
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
-	RECD_STATIC_RECCTL= $(SWIFT) package --scratch-path .build/manual --allow-writing-to-directory $(GENERATED)/man generate-manual --multi-page \
-	  $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man
+	$(SWIFT) build --package-path .build/checkouts/swift-argument-parser --scratch-path .build/argument-parser --product generate-manual
+	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; for tool in recd recctl; do \
+	  $(GENERATE_MANUAL) "$$bin/$$tool" --multi-page $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man; \
+	done
 	rm -f $(GENERATED)/man/recd.help.1 $(GENERATED)/man/recctl.help.1
 	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd\.help 1$$/.Xr recctl 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd.1
 	sed -i -e '/^\.Xr recctl\.help 1/d' $(GENERATED)/man/recctl.1

@@ -12,6 +12,13 @@ import PackageDescription
 let staticClient: [LinkerSetting] = Context.environment["RECD_STATIC_RECCTL"] == "1"
     ? [.unsafeFlags(["-static-stdlib", "-static-executable", "-use-ld=lld", "-Xclang-linker", "-static-pie"], .when(configuration: .release))]
     : []
+// The tests' signal generators (RecdTestSupport: a minute of noise, a trigger scene, a sine)
+// are compiled optimized in every configuration: unoptimized, and more so under
+// ThreadSanitizer, they cost more CPU than the daemons they feed (a 30 s trigger scene took 9 s
+// to make under TSan, 0.05 s optimized). Only there: the tests themselves and the code under
+// test keep their configuration's flags (optimized, a test's copy of an array taken under a lock
+// was read after the lock, which TSan reported).
+let optimizedTestCode: [SwiftSetting] = [.unsafeFlags(["-O"], .when(configuration: .debug))]
 let package = Package(
     name: "recd",
     platforms: [.macOS(.v15)],
@@ -147,7 +154,7 @@ let package = Package(
         .executableTarget(name: "simple-recorder", dependencies: ["RecorderCore", "RecorderModel"], path: "Examples/simple-recorder"),
 
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
-        .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport"),
+        .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport", swiftSettings: optimizedTestCode),
         .testTarget(name: "RecorderCoreTests", dependencies: [
             "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "RecdTestSupport",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

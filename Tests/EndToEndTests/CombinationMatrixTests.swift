@@ -261,7 +261,7 @@ struct CombinationMatrixTests {
         #expect(daemon.waitForStatus { $0.currentTime >= 0.7 } != nil, "\(cell): never recorded")
         server.kill()
         let waiting = try #require(daemon.waitForStatus { $0.state.name == .waitingForDevice || !$0.state.isActive },
-                                   "\(cell): the loss was not noticed")
+                                   "\(cell): the loss was not noticed\n\(daemon.log.suffix(3000))")
         #expect(waiting.state.name == .waitingForDevice, "\(cell): \(waiting.state.name) \(String(describing: waiting.error))")
         try server.restart()
         try server.tone()

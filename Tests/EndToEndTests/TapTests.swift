@@ -264,13 +264,12 @@ struct TapTests {
         stuck.pause()
         let recording: Recording = try client.call(.start, StartParams(name: "exact", duration: 12, preRoll: 0))
         #expect(recording.frameLimit == Int64(12 * 48000))
-        // The stuck tap reads nothing for 10 s while recd records.
         let dropped = daemon.waitForStatus(timeout: 30) { ($0.taps?.first { $0.format.sampleRate == 48000 }?.chunksDropped ?? 0) > 0 }
         #expect(dropped != nil, "recd drops what the stuck tap leaves unread")
-        usleep(10_000_000)
-        stuck.resume()
-        // Finished, and back to listening for the taps.
+        // The stuck tap reads nothing until the recording has finished, and recd is back to
+        // listening for the taps.
         let finished = try #require(daemon.waitForStatus(timeout: 60) { $0.state == .listening && $0.recording != nil })
+        stuck.resume()
         #expect(finished.recording?.frames == Int64(12 * 48000), "the recording is exact")
         #expect(finished.statistics.xruns == 0)
         #expect(waitUntil { stuck.received.contains { $0.header.lostFrames > 0 } }, "the stuck tap is told what it lost")

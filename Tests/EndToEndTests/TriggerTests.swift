@@ -18,26 +18,7 @@ struct TriggerTests {
     /// A test scene, 48 kHz stereo 16-bit: noise at -60 dBFS and 50 Hz hum at -20 dBFS all
     /// along, and 1 kHz tone bursts at -20 dBFS over `bursts` (seconds, [start, end)).
     static func scene(seconds: Double, bursts: [(Double, Double)], seed: UInt32 = 0x5EED) -> [Int16] {
-        let rate = 48000.0
-        let frames = Int(seconds * rate)
-        var samples = [Int16](repeating: 0, count: frames * 2)
-        var state = seed
-        let noiseAmplitude = 0.001 * 3.0.squareRoot()  // uniform: RMS a/√3 = 0.001, -60 dBFS
-        let sineAmplitude = 0.1 * 2.0.squareRoot()     // RMS 0.1, -20 dBFS
-        let burstFrames = bursts.map { (Int(($0.0 * rate).rounded()), Int(($0.1 * rate).rounded())) }
-        for frame in 0..<frames {
-            let time = Double(frame) / rate
-            var common = sineAmplitude * sin(2 * Double.pi * 50 * time)
-            if burstFrames.contains(where: { frame >= $0.0 && frame < $0.1 }) {
-                common += sineAmplitude * sin(2 * Double.pi * 1000 * time)
-            }
-            for channel in 0..<2 {
-                state = state &* 1_664_525 &+ 1_013_904_223
-                let noise = (Double(state >> 8) / Double(1 << 24) * 2 - 1) * noiseAmplitude
-                samples[frame * 2 + channel] = Int16((max(-1, min(1, common + noise)) * 32767).rounded())
-            }
-        }
-        return samples
+        Signal.triggerScene(seconds: seconds, bursts: bursts, seed: seed)
     }
 
     /// Reads `trigger` notifications until `done` says the list is complete, or `timeout`.

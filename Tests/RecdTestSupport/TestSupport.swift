@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Testing
 
 /// Capture devices for tests, all through the real libasound (see ../shared/TESTING.md):
 ///
@@ -119,8 +120,10 @@ public final class PulseServer {
     public let directory = TemporaryDirectory()
     public private(set) var process: ChildProcess
     public var address: String { "unix:" + directory.file("native") }
-    /// `tone()`'s player, restarted with the server.
-    private var tonePlayer: ChildProcess?
+    /// `tone()`'s module-sine, while it plays.
+    private var toneModule: String?
+    /// Records the sink's monitor while the tone plays (`checkMonitor()`).
+    private var monitorRecorder: ChildProcess?
 
     public init() throws {
         // The sink first: once the socket takes connections, the device is there.
@@ -139,27 +142,97 @@ public final class PulseServer {
         process = try Self.launch(directory)
     }
 
-    /// Plays a 440 Hz tone into the sink with pacat at low latency until `stopTone()` or the
-    /// server's end: a live signal keeps the idle null sink from rendering in 2 s blocks.
-    public func tone(seconds: Int = 60) throws {
-        let path = directory.file("tone.raw")
-        if !FileManager.default.fileExists(atPath: path) {
-            Signal.write(Signal.toInt16(Signal.sine(frequency: 440, rate: 48000, frames: seconds * 48000, channels: 2,
-                                                    amplitude: 0.25)), to: path)
+    /// Plays a 440 Hz sine at -12 dBFS peak (-15 dBFS RMS) into the sink until `stopTone()`,
+    /// `kill()` or the server's end. The tone is made inside the server (module-sine), so it
+    /// cannot underrun however loaded the machine is: a player client (`pacat`) was starved
+    /// under load and left runs of exact zeros in the input, clicks at their edges. A live
+    /// signal also keeps the idle null sink from rendering in 2 s blocks. module-sine plays at
+    /// half of full scale; its stream's volume, set before this returns, halves that.
+    public func tone() throws {
+        stopTone()
+        let script = """
+        set -e
+        module=$(pactl load-module module-sine sink=testsink frequency=440)
+        input=$(pactl list short sink-inputs | awk '$4 == "module-sine.c" { print $1 }')
+        pactl set-sink-input-volume "$input" \(Self.halfAmplitudeVolume)
+        echo "$module"
+        """
+        toneModule = try pactl(script).trimmingCharacters(in: .whitespacesAndNewlines)
+        // The monitor, recorded alongside for `checkMonitor()`.
+        monitorRecorder = try ChildProcess("/bin/sh", ["-c", "exec parec --device=testsink.monitor --rate=48000 --channels=1 "
+                                                        + "--format=s16le --latency-msec=200 2>/dev/null"],
+                                           environment: clientEnvironment, output: directory.file("monitor.raw"))
+    }
+
+    /// PulseAudio's volume for a gain of 0.5 (its software volume is cubic: (v / 65536)³).
+    static let halfAmplitudeVolume = 52016
+
+    public func stopTone() {
+        if let toneModule, process.isRunning { _ = try? pactl("pactl unload-module \(toneModule)") }
+        toneModule = nil
+        checkMonitor()
+    }
+
+    /// Whether the input had runs of exact zeros while the tone played: a 440 Hz sine at this
+    /// level has at most one zero sample in a row, so a longer run is an underrun of the input,
+    /// not recd. Reported as a warning beside whatever the test reports, so that a failure
+    /// caused by the signal names its cause.
+    private func checkMonitor() {
+        guard let recorder = monitorRecorder else { return }
+        monitorRecorder = nil
+        recorder.signal(SIGKILL)
+        _ = recorder.wait(timeout: 10)
+        let path = directory.file("monitor.raw")
+        defer { unlink(path) }
+        guard let data = FileManager.default.contents(atPath: path) else { return }
+        let runs = data.withUnsafeBytes { Self.zeroRuns(in: $0.bindMemory(to: Int16.self)) }
+        guard !runs.isEmpty else { return }
+        Issue.record("""
+            the paced device's input (the tone, read back from the sink's monitor) had \(runs.count) runs of exact zeros, \
+            the longest \(runs.max()!) frames: an underrun of the test signal, not recd's doing
+            """, severity: .warning)
+    }
+
+    /// Lengths of the runs of two or more zero samples, between the first and the last
+    /// non-zero sample (silence before the tone starts and after it stops is not a gap).
+    public static func zeroRuns(in samples: UnsafeBufferPointer<Int16>) -> [Int] {
+        guard let first = samples.firstIndex(where: { $0 != 0 }), let last = samples.lastIndex(where: { $0 != 0 }) else { return [] }
+        var runs: [Int] = []
+        var run = 0
+        for index in first...last {
+            if samples[index] == 0 {
+                run += 1
+            } else {
+                if run >= 2 { runs.append(run) }
+                run = 0
+            }
         }
+        return runs
+    }
+
+    /// The environment of a client of this server.
+    private var clientEnvironment: [String: String] {
         var environment = ProcessInfo.processInfo.environment
         environment["PULSE_SERVER"] = address
         environment["HOME"] = directory.path
-        tonePlayer = try ChildProcess("/usr/bin/pacat", ["--rate=48000", "--channels=2", "--format=s16le", "--latency-msec=10",
-                                                         "--device=testsink"],
-                                      environment: environment, input: path)
+        return environment
     }
 
-    public func stopTone() {
-        tonePlayer?.signal(SIGKILL)
-        _ = tonePlayer?.wait(timeout: 10)
-        tonePlayer = nil
+    /// Runs a shell script with pactl (or other clients) against this server; its output.
+    private func pactl(_ script: String) throws -> String {
+        let output = directory.file("pactl.out")
+        unlink(output)
+        let child = try ChildProcess("/bin/sh", ["-c", script], environment: clientEnvironment, output: output)
+        guard let status = child.wait(timeout: 30) else {
+            child.signal(SIGKILL)
+            throw TestFailure("pactl did not finish: \(script)")
+        }
+        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        guard status == 0 else { throw TestFailure("pactl failed (\(status)): \(text)") }
+        return text
     }
+
+    deinit { checkMonitor() }
 
     private static func launch(_ directory: TemporaryDirectory) throws -> ChildProcess {
         var environment = ProcessInfo.processInfo.environment
@@ -197,9 +270,10 @@ public final class PulseServer {
 
     /// Kills the server (and the tone): clients capturing from it see the device vanish.
     public func kill() {
-        stopTone()
+        toneModule = nil
         process.signal(SIGKILL)
         _ = process.wait(timeout: 10)
+        checkMonitor()
     }
 
     /// Freezes the server (SIGSTOP): capture from it stalls without failing.
@@ -436,5 +510,60 @@ extension Signal {
             for channel in 0..<channels { samples[frame * channels + channel] = value }
         }
         return samples
+    }
+}
+
+// The larger signals (a minute of noise, half a minute of trigger scene) are made here, in the
+// one test module compiled optimized (Package.swift, optimizedTestCode): unoptimized and under
+// ThreadSanitizer, a 30 s scene took 9 s of CPU to make, 0.05 s optimized.
+extension Signal {
+    /// Interleaved 16-bit noise from a fixed LCG, about -12 dBFS: no two stretches alike, so a
+    /// stretch found in it is found at one offset only.
+    public static func noise16(frames: Int, channels: Int, seed: UInt32) -> [Int16] {
+        var state = seed
+        return [Int16](unsafeUninitializedCapacity: frames * channels) { buffer, count in
+            for index in 0..<frames * channels {
+                state = state &* 1_664_525 &+ 1_013_904_223
+                buffer[index] = Int16(truncatingIfNeeded: Int32(bitPattern: state) >> 18)
+            }
+            count = frames * channels
+        }
+    }
+
+    /// A trigger test scene, 48 kHz stereo 16-bit: noise at -60 dBFS and 50 Hz hum at -20 dBFS all
+    /// along, and 1 kHz tone bursts at -20 dBFS over `bursts` (seconds, [start, end)).
+    public static func triggerScene(seconds: Double, bursts: [(Double, Double)], seed: UInt32) -> [Int16] {
+        let rate = 48000.0
+        let frames = Int(seconds * rate)
+        var samples = [Int16](repeating: 0, count: frames * 2)
+        var state = seed
+        let noiseAmplitude = 0.001 * 3.0.squareRoot()  // uniform: RMS a/√3 = 0.001, -60 dBFS
+        let sineAmplitude = 0.1 * 2.0.squareRoot()     // RMS 0.1, -20 dBFS
+        let burstFrames = bursts.map { (Int(($0.0 * rate).rounded()), Int(($0.1 * rate).rounded())) }
+        for frame in 0..<frames {
+            let time = Double(frame) / rate
+            var common = sineAmplitude * sin(2 * Double.pi * 50 * time)
+            if burstFrames.contains(where: { frame >= $0.0 && frame < $0.1 }) {
+                common += sineAmplitude * sin(2 * Double.pi * 1000 * time)
+            }
+            for channel in 0..<2 {
+                state = state &* 1_664_525 &+ 1_013_904_223
+                let noise = (Double(state >> 8) / Double(1 << 24) * 2 - 1) * noiseAmplitude
+                samples[frame * 2 + channel] = Int16((max(-1, min(1, common + noise)) * 32767).rounded())
+            }
+        }
+        return samples
+    }
+
+    /// Signal to noise (dB) of `converted` against `reference` shifted by `lag`, away from both
+    /// ends (`margin` samples), where resampling filters start and stop.
+    public static func signalToNoise(_ converted: [Double], _ reference: [Double], lag: Int, margin: Int = 1600, upTo end: Int? = nil) -> Double {
+        var signal = 0.0, noise = 0.0
+        for index in margin..<min(end ?? Int.max, converted.count - margin) where index + lag >= 0 && index + lag < reference.count {
+            let a = converted[index], b = reference[index + lag]
+            signal += b * b
+            noise += (a - b) * (a - b)
+        }
+        return 10 * log10(signal / max(noise, 1e-20))
     }
 }
