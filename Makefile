@@ -76,9 +76,9 @@ build-info:
 	if [ "$$(cat $$h 2>/dev/null)" != "$$line" ]; then echo "$$line" >$$h; touch Sources/CBuildInfo/build_info.c; fi
 
 # One build per configuration, each in one folder with one set of flags, so that no target
-# builds what another built: debug (with the tests) in .build/debug, TSan (with the tests) in
-# .build-tsan, and the shipping release binaries in .build/release, which make install, deb,
-# demo, demo-shell, bench, soak and the release end-to-end tests all use.
+# builds what another built: the shipping release binaries in .build/release, which make
+# install, deb, demo, demo-shell, bench, soak and the release end-to-end tests all use; TSan
+# with the tests in .build-tsan (make test); debug with the tests in .build/debug (make check).
 build: deps build-info
 	$(SWIFT) build
 
@@ -91,10 +91,11 @@ build-tsan: deps build-info
 release: deps build-info
 	$(SWIFT) build $(RELEASE_FLAGS)
 
-# Every test once where it proves something (Tests/suite.py): the unit tests in debug and under
-# TSan, the end-to-end tests against the release binaries and against a TSan-built recd (each
-# test function its own process, several at once), then fuzzing, units, install and the
-# package. Prints each phase's seconds at the end. TEST_WORKERS sets how many tests run at once.
+# Every test where it proves something (Tests/suite.py, doc/testing.md): the release and TSan
+# builds; the unit tests under TSan and the end-to-end tests against a TSan-built recd and
+# against the release binaries, each test function its own process, several at once; beside
+# them, at a lower priority, imports, fuzzing, units, install and the package. Prints each
+# phase's start and length at the end. TEST_WORKERS sets how many tests run at once.
 test: deps
 	python3 Tests/suite.py test
 
@@ -104,13 +105,14 @@ check: deps
 	python3 Tests/suite.py check
 
 # One configuration's tests alone: the end-to-end suites against the release binaries as they
-# ship (static runtime, lld, the hot-functions order, recctl a static PIE); every test under the
-# thread sanitizer (halt_on_error: any report fails the test that provoked it).
-test-release: build-tests release
+# ship (static runtime, lld, the hot-functions order, recctl a static PIE; the TSan build's
+# harness drives them); every test under the thread sanitizer (halt_on_error: any report fails
+# the test that provoked it).
+test-release: build-tsan release
 	python3 Tests/suite.py run release
 
 test-tsan: build-tsan
-	python3 Tests/suite.py run tsan
+	python3 Tests/suite.py run unit tsan
 
 # libFuzzer over the request parser and the configuration reader (Sources/recd-fuzz).
 # `make fuzz FUZZ_SECONDS=1800` for a long run; new inputs go to .build-fuzz/corpus, crashes

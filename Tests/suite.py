@@ -232,7 +232,7 @@ def main():
     parser.add_argument("suite", choices=["test", "check", "run"])
     parser.add_argument("configurations", nargs="*", help="for run: unit, tsan, release (make test's); debug, debug-smoke (make check's)")
     parser.add_argument("--filter", help="for run: only the tests whose names match this regular expression")
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("TEST_WORKERS", "8")),
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("TEST_WORKERS", "6")),
                         help="how many test processes at once (a TSan one counts twice); TEST_WORKERS")
     arguments = parser.parse_args()
     phases_run = []  # (name, start, seconds, ok)

@@ -563,6 +563,19 @@ extension Signal {
         return samples
     }
 
+    /// The energy of `reference[range]` and of its difference from `copy` read `shift` samples
+    /// later: the signal and the noise of a copy that lags by `shift`.
+    public static func difference(_ copy: [Int16], from reference: [Int16], shiftedBy shift: Int,
+                                  over range: Range<Int>) -> (signal: Double, noise: Double) {
+        var signal = 0.0, noise = 0.0
+        for index in range {
+            let source = Double(reference[index]), sample = Double(copy[index + shift])
+            signal += source * source
+            noise += (sample - source) * (sample - source)
+        }
+        return (signal, noise)
+    }
+
     /// Signal to noise (dB) of `converted` against `reference` shifted by `lag`, away from both
     /// ends (`margin` samples), where resampling filters start and stop.
     public static func signalToNoise(_ converted: [Double], _ reference: [Double], lag: Int, margin: Int = 1600, upTo end: Int? = nil) -> Double {

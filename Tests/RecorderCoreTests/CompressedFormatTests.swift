@@ -130,15 +130,10 @@ struct CompressedFormatTests {
         let decoded = try FFmpegTools.decodeInt16(recording.path)
         // Align: the lag (in frames) with the least error over the first second.
         func error(lag: Int, range: Range<Int>) -> (signal: Double, noise: Double) {
-            var signal = 0.0, noise = 0.0
-            for index in range {
-                let source = Double(reference[index]), copy = Double(decoded[index + lag * 2])
-                signal += source * source
-                noise += (copy - source) * (copy - source)
-            }
-            return (signal, noise)
+            Signal.difference(decoded, from: reference, shiftedBy: lag * 2, over: range)
         }
-        let lag = (0...2048).min { error(lag: $0, range: 0..<96_000).noise < error(lag: $1, range: 0..<96_000).noise }!
+        let noise = (0...2048).map { error(lag: $0, range: 0..<96_000).noise }
+        let lag = noise.indices.min { noise[$0] < noise[$1] }!
         let measured = error(lag: lag, range: 0..<(rate * 2 * 4 - 2 * 2048 - 2 * lag))
         let snr = 10 * log10(measured.signal / measured.noise)
         print("AAC 48 kHz stereo 192 kbit/s on a 50 Hz–15 kHz chirp: lag \(lag) frames, SNR \(String(format: "%.1f", snr)) dB")
