@@ -31,8 +31,8 @@ SOAK_PACKAGES  = python3-matplotlib heaptrack
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
 	@echo "make build    debug build of recd and recctl"
-	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install (about 15 minutes)"
-	@echo "make check    the inner loop: debug build, unit tests and a few end-to-end tests (about 2 minutes)"
+	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install (about 21 minutes)"
+	@echo "make check    the inner loop: debug build, unit tests and a few end-to-end tests (about 1 minute after an edit)"
 	@echo "make fuzz     fuzz the request parser and configuration reader (FUZZ_SECONDS, default 600)"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
 	@echo "make demo-shell  the demo, then a shell with recctl pointed at its recd and device"
