@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -140,6 +141,11 @@ class Job:
 
     def finish(self, problem):
         self.seconds = time.monotonic() - self.started
+        # Whatever the test left running (a daemon whose test died before it could stop it).
+        try:
+            os.killpg(self.process.pid, 9)
+        except ProcessLookupError:
+            pass
         self.output.close()
         text = open(self.log, errors="replace").read()
         ran = re.findall(r"Test run with (\d+) tests?", text)
@@ -157,6 +163,23 @@ class Job:
         return "\n".join((failing or text)[-lines:])
 
 
+def step(pending, running, done, failed, capacity, label):
+    """Starts what fits, waits a moment, collects what finished."""
+    load = sum(job.configuration.weight for job in running)
+    while pending and (not running or load + pending[0].configuration.weight <= capacity):
+        job = pending.pop(0)
+        job.start()
+        running.append(job)
+        load += job.configuration.weight
+    time.sleep(0.05)
+    for job in [job for job in running if job.poll()]:
+        running.remove(job)
+        done.append(job)
+        if job.status:
+            failed.append(job)
+            print(f"[{label}] ✘ {job.key} ({job.seconds:.0f} s): {job.status}\n{job.tail()}\n", flush=True)
+
+
 def run_pool(jobs, capacity, label):
     """Runs the jobs, the longest first, with at most `capacity` weight at once. The failed."""
     os.makedirs(LOGS, exist_ok=True)
@@ -165,24 +188,22 @@ def run_pool(jobs, capacity, label):
     running, done, failed = [], [], []
     started = last_report = time.monotonic()
     print(f"[{label}] {len(jobs)} tests, up to {capacity} at once (logs: {os.path.relpath(LOGS, ROOT)})", flush=True)
-    while pending or running:
-        load = sum(job.configuration.weight for job in running)
-        while pending and (not running or load + pending[0].configuration.weight <= capacity):
-            job = pending.pop(0)
-            job.start()
-            running.append(job)
-            load += job.configuration.weight
-        time.sleep(0.05)
-        for job in [job for job in running if job.poll()]:
-            running.remove(job)
-            done.append(job)
-            if job.status:
-                failed.append(job)
-                print(f"[{label}] ✘ {job.key} ({job.seconds:.0f} s): {job.status}\n{job.tail()}\n", flush=True)
-        if time.monotonic() - last_report > 60:
-            last_report = time.monotonic()
-            print(f"[{label}] {len(done)}/{len(jobs)} done, {len(failed)} failed, {time.monotonic() - started:.0f} s; "
-                  f"running: {', '.join(job.key for job in running[:4])}{' …' if len(running) > 4 else ''}", flush=True)
+    try:
+        while pending or running:
+            step(pending, running, done, failed, capacity, label)
+            if time.monotonic() - last_report > 60:
+                last_report = time.monotonic()
+                print(f"[{label}] {len(done)}/{len(jobs)} done, {len(failed)} failed, {time.monotonic() - started:.0f} s; "
+                      f"running: {', '.join(job.key for job in running[:4])}{' …' if len(running) > 4 else ''}", flush=True)
+    except BaseException:
+        # Interrupted (Ctrl-C): each test is a session of its own, which the terminal's signal
+        # does not reach; stop them and everything they started.
+        for job in running:
+            try:
+                os.killpg(job.process.pid, 9)
+            except ProcessLookupError:
+                pass
+        raise
     durations.update({job.key: round(job.seconds, 1) for job in done if not job.status})
     os.makedirs(os.path.dirname(DURATIONS), exist_ok=True)
     with open(DURATIONS, "w") as file:
@@ -205,7 +226,7 @@ class Background:
 
     def __init__(self, steps, phases_run, failures):
         self.steps, self.phases_run, self.failures = steps, phases_run, failures
-        self.thread = threading.Thread(target=self.run)
+        self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
     def run(self):
@@ -235,6 +256,9 @@ def main():
     parser.add_argument("--workers", type=int, default=int(os.environ.get("TEST_WORKERS", "6")),
                         help="how many test processes at once (a TSan one counts twice); TEST_WORKERS")
     arguments = parser.parse_args()
+    # Ctrl-C or a stop stops the tests too (run_pool), also when started with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     phases_run = []  # (name, start, seconds, ok)
     failures = []
     configs = configurations()
