@@ -54,11 +54,6 @@ def make(target, **extra):
     return ["make", "--no-print-directory", target] + [f"{k}={v}" for k, v in extra.items()]
 
 
-def bin_path(*arguments):
-    return subprocess.run(["swift", "build", *arguments, "--show-bin-path"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
 class Configuration:
     """A test bundle, the environment its tests run in, and which of its tests to run."""
 
