@@ -194,7 +194,7 @@ struct CombinationMatrixTests {
         let cell = "\(format.rawValue) × trigger"
         let server = try PulseServer()
         // 2.0–4.5 s: an event of 3.5 s with its pre-roll and hang, cut at 2 s; 6.0–6.6: one of 1.6 s.
-        let scene = TriggerTests.scene(seconds: 30, bursts: [(2.0, 4.5), (6.0, 6.6)])
+        let scene = Signal.triggerScene(seconds: 30, bursts: [(2.0, 4.5), (6.0, 6.6)])
         let path = inputs.file("scene-\(format.rawValue).raw")
         Signal.write(scene, to: path)
         let daemon = try Daemon(device: TestDevices.pacedFile(path, server: server),

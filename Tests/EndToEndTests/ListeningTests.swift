@@ -125,7 +125,7 @@ struct ListeningTests {
         #expect(sox.status == 0, "\(sox.stderr)")
         let reference = try Data(contentsOf: URL(fileURLWithPath: referencePath)).withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
         let converted = file.map(Double.init), expected = reference.map(Double.init)
-        func snr(lag: Int) -> Double { signalToNoise(converted, expected, lag: lag) }
+        func snr(lag: Int) -> Double { Signal.signalToNoise(converted, expected, lag: lag) }
         let aligned = snr(lag: 0)
         #expect(aligned > 30, "the file matches the converted input: \(aligned) dB")
         #expect(aligned > snr(lag: 1) + 10 && aligned > snr(lag: -1) + 10, "and only where it should")

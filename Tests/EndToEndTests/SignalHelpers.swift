@@ -10,12 +10,6 @@ func noiseInput(_ directory: TemporaryDirectory, seconds: Int, seed: UInt32 = 0x
     return (path, samples)
 }
 
-/// Signal to noise (dB) of `converted` against `reference` shifted by `lag`, away from both
-/// ends (`margin` samples), where resampling filters start and stop.
-func signalToNoise(_ converted: [Double], _ reference: [Double], lag: Int, margin: Int = 1600, upTo end: Int? = nil) -> Double {
-    Signal.signalToNoise(converted, reference, lag: lag, margin: margin, upTo: end)
-}
-
 extension Daemon {
     /// recd's threads with this name (/proc/PID/task/*/comm).
     func threads(named name: String) -> Int {

@@ -15,12 +15,6 @@ import Testing
 struct TriggerTests {
     let inputs = TemporaryDirectory()
 
-    /// A test scene, 48 kHz stereo 16-bit: noise at -60 dBFS and 50 Hz hum at -20 dBFS all
-    /// along, and 1 kHz tone bursts at -20 dBFS over `bursts` (seconds, [start, end)).
-    static func scene(seconds: Double, bursts: [(Double, Double)], seed: UInt32 = 0x5EED) -> [Int16] {
-        Signal.triggerScene(seconds: seconds, bursts: bursts, seed: seed)
-    }
-
     /// Reads `trigger` notifications until `done` says the list is complete, or `timeout`.
     static func collectEvents(_ client: RecdConnection, timeout: Double, until done: ([TriggerEvent]) -> Bool) -> [TriggerEvent] {
         var events: [TriggerEvent] = []
@@ -39,7 +33,7 @@ struct TriggerTests {
         // 13.0: a 5 ms click (shorter than the attack); 14.0–14.1: a blip that opens and is
         // discarded (its sound is under the minimum); 16.0–23.5: a long burst, cut every 5 s.
         let bursts = [(4.0, 5.0), (8.0, 8.5), (8.8, 9.3), (9.6, 10.1), (13.0, 13.005), (14.0, 14.1), (16.0, 23.5)]
-        let samples = Self.scene(seconds: 40, bursts: bursts)
+        let samples = Signal.triggerScene(seconds: 40, bursts: bursts)
         let path = inputs.file("scene.raw")
         Signal.write(samples, to: path)
         let daemon = try Daemon(device: TestDevices.pacedFile(path, server: server),
@@ -124,7 +118,7 @@ struct TriggerTests {
         let server = try PulseServer()
         try server.tone()
         let broker = try MosquittoBroker()
-        let samples = Self.scene(seconds: 30, bursts: [(3.0, 4.0)])
+        let samples = Signal.triggerScene(seconds: 30, bursts: [(3.0, 4.0)])
         let path = inputs.file("mqtt-scene.raw")
         Signal.write(samples, to: path)
         let daemon = try Daemon(device: TestDevices.pacedFile(path, server: server), config: """

@@ -540,7 +540,7 @@ extension Signal {
 
     /// A trigger test scene, 48 kHz stereo 16-bit: noise at -60 dBFS and 50 Hz hum at -20 dBFS all
     /// along, and 1 kHz tone bursts at -20 dBFS over `bursts` (seconds, [start, end)).
-    public static func triggerScene(seconds: Double, bursts: [(Double, Double)], seed: UInt32) -> [Int16] {
+    public static func triggerScene(seconds: Double, bursts: [(Double, Double)], seed: UInt32 = 0x5EED) -> [Int16] {
         let rate = 48000.0
         let frames = Int(seconds * rate)
         var samples = [Int16](repeating: 0, count: frames * 2)
