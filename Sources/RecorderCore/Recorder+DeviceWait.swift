@@ -11,16 +11,9 @@ import RecorderModel
 extension Recorder {
     /// `start` found no device: the recording exists, waiting for it, with no file yet.
     func startWaiting(id: String, name: String, plan: SessionPlan, error: RecorderError) -> Recording {
-        let configuration = plan.configuration
-        let settings = plan.settings
-        // Until the device opens, the format is what was asked for (the device may change it).
-        let rate = settings.sampleRate ?? configuration.captureSampleRate ?? 48000
-        let channels = settings.channels ?? configuration.captureChannels ?? 2
-        let recording = Recording(
-            id: id, name: name, path: "", format: settings.format, sampleRate: rate, channels: channels,
-            bitDepth: settings.effectiveBitDepth, quality: settings.quality, device: configuration.device,
-            deviceFormat: DeviceFormat(sampleFormat: settings.preferredCaptureFormat.rawValue, sampleRate: rate, channels: channels),
-            startedAt: Date(), segmentSettings: plan.segments)
+        var recording = Self.unopenedRecording(id: id, name: name, settings: plan.settings, configuration: plan.configuration,
+                                               segments: plan.segments)
+        recording.startedAt = Date()
         var plan = plan
         let since = Date()
         plan.gapStart = since
@@ -36,6 +29,19 @@ extension Recorder {
             "recording.id": "\(id)", "error.message": "\(error.message)"])
         scheduleRetry(recording, error: error, since: since, attempts: 1)
         return recording
+    }
+
+    /// A recording whose device is not open yet (waited for, or a start scheduled for later):
+    /// no file, and the format asked for (the device may change it).
+    static func unopenedRecording(id: String, name: String, settings: RecordingSettings, configuration: RecorderConfiguration,
+                                  segments: SegmentSettings?) -> Recording {
+        let rate = settings.sampleRate ?? configuration.captureSampleRate ?? 48000
+        let channels = settings.channels ?? configuration.captureChannels ?? 2
+        return Recording(
+            id: id, name: name, path: "", format: settings.format, sampleRate: rate, channels: channels,
+            bitDepth: settings.effectiveBitDepth, quality: settings.quality, device: configuration.device,
+            deviceFormat: DeviceFormat(sampleFormat: settings.preferredCaptureFormat.rawValue, sampleRate: rate, channels: channels),
+            segmentSettings: segments)
     }
 
     /// Publishes the wait and arms the next attempt: 0.1 s, doubling, at most `maximumRetryInterval`.

@@ -12,7 +12,12 @@ extension Recorder {
     /// last `preRoll` seconds (the configured length when nil) are kept for the next `start`.
     /// While recording, listening joins the recording's device; the recording ended, recd goes
     /// back to listening. A device that is missing (or goes away) is waited for, as a
-    /// recording waits, when `waitForDevice` is on. Listening again changes the pre-roll.
+    /// recording waits, when `waitForDevice` is on.
+    ///
+    /// Listeners share one ring, as long as the longest pre-roll any of them asked for: listening
+    /// again without a pre-roll, or with a shorter one, leaves it as it is (one client's
+    /// `recctl listen` must not cut another's `--pre-roll 20`); a longer one replaces it with a
+    /// longer ring, which fills afresh.
     @discardableResult
     public func listen(preRoll: Double? = nil) throws(RecorderError) -> ListeningStatus {
         try onControl { () throws(RecorderError) in try beginListening(preRoll: preRoll, requested: true) }
@@ -23,8 +28,7 @@ extension Recorder {
         do {
             if refusingRecordings { throw RecorderError(.invalidState, "cannot listen: recd is shutting down") }
             let configuration = self.configuration
-            let preRoll = preRoll ?? configuration.preRoll
-            if let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
+            if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
                 throw RecorderError(.invalidSettings, refusal)
             }
             if var listenPlan {
@@ -32,8 +36,8 @@ extension Recorder {
                     listenPlan.requested = true
                     self.listenPlan = listenPlan
                 }
-                // Already listening: a new length replaces the ring (what it held is dropped).
-                if requested, listenPlan.preRoll != preRoll {
+                // Already listening: only a longer pre-roll replaces the ring.
+                if requested, let preRoll, preRoll > listenPlan.preRoll {
                     listenPlan.preRoll = preRoll
                     self.listenPlan = listenPlan
                     if let engine { attachListening(to: engine) }
@@ -41,6 +45,7 @@ extension Recorder {
                 }
                 return currentListeningStatus() ?? listening.value!
             }
+            let preRoll = preRoll ?? configuration.preRoll
             listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration, requested: requested)
             if let engine {
                 attachListening(to: engine)

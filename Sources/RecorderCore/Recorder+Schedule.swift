@@ -81,7 +81,7 @@ extension Recorder {
         if status.active {
             if !state.value.isActive {
                 do throws(RecorderError) {
-                    let recording = try startOnQueue(name: plan.name, settings: nil, trigger: plan.trigger, waitForUnknownDevice: true)
+                    let recording = try startOnQueue(name: plan.name, settings: nil, trigger: plan.trigger, unattended: true)
                     scheduling.withLock { $0.recordingId = recording.id }
                     logger.notice("recording window opened", metadata: [
                         "recording.id": "\(recording.id)", "window.end": "\(status.currentEnd.map(UTCTimestamp.text) ?? "")"])

@@ -178,6 +178,8 @@ public final class Recorder: @unchecked Sendable {
     var current: Recording?
     private var timers: [DispatchSourceTimer] = []
     private var startTimer: DispatchSourceTimer?
+    /// A `start` at a later time (`at`): nothing is opened or created until then.
+    var scheduledStart: ScheduledStart?
     /// The recording (session) under way: what every one of its segments is made with.
     var plan: SessionPlan?
     var retryTimer: DispatchSourceTimer?
@@ -283,11 +285,15 @@ public final class Recorder: @unchecked Sendable {
     /// instead of failing, unless it is scheduled (`at`).
     ///
     /// A device ALSA cannot find at all (`hw:9,9`, a misspelt name) that this recorder has
-    /// never opened is refused (`deviceNotFound`) rather than waited for, unless
-    /// `waitForUnknownDevice`: someone who just typed the name is better told at once than
-    /// left waiting for a device that will never come. A device that has been opened before
-    /// (unplugged since) is waited for, and so is any device for an unattended start
-    /// (autostart passes `waitForUnknownDevice`: a USB device may appear after boot).
+    /// never opened is refused (`deviceNotFound`) rather than waited for, unless the start is
+    /// `unattended`: someone who just typed the name is better told at once than left waiting
+    /// for a device that will never come. A device that has been opened before (unplugged
+    /// since) is waited for, and so is any device for an unattended start (autostart, a
+    /// schedule's window: a USB device may appear after boot).
+    ///
+    /// A single file's name that is taken is refused, unless `unattended`: then the recording
+    /// takes the first free numbered name (`fg-2`, `fg-3`…), so a station whose autostart has
+    /// a fixed name records again after every restart instead of sitting idle.
     @discardableResult
     ///
     /// While listening, the recording takes the device as listening opened it (converting
@@ -302,18 +308,18 @@ public final class Recorder: @unchecked Sendable {
     public func start(name: String?, settings: RecordingSettings?, duration: Double? = nil,
                       at date: Date? = nil, segments: SegmentSettings? = nil, preRoll: Double? = nil,
                       trigger: TriggerSettings? = nil,
-                      waitForUnknownDevice: Bool = false) throws(RecorderError) -> Recording {
+                      unattended: Bool = false) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
             try startOnQueue(name: name, settings: settings, duration: duration, at: date, segments: segments,
-                             preRoll: preRoll, trigger: trigger, waitForUnknownDevice: waitForUnknownDevice)
+                             preRoll: preRoll, trigger: trigger, unattended: unattended)
         }
     }
 
     /// `start` on the control queue (a schedule's window opening calls it there too).
     func startOnQueue(name: String?, settings: RecordingSettings?, duration: Double? = nil, at date: Date? = nil,
                       segments: SegmentSettings? = nil, preRoll: Double? = nil, trigger: TriggerSettings? = nil,
-                      waitForUnknownDevice: Bool = false) throws(RecorderError) -> Recording {
-        do {
+                      unattended: Bool = false, id: String? = nil) throws(RecorderError) -> Recording {
+        do throws(RecorderError) {
             if let duration { try Self.validate(duration: duration) }
             if let trigger {
                 try trigger.validate()
@@ -325,8 +331,13 @@ public final class Recorder: @unchecked Sendable {
                 throw RecorderError(.invalidSettings, refusal)
             }
             if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
+            if let date, date > Date() {
+                return try scheduleStart(ScheduledStart(id: UUID().uuidString.lowercased(), name: name, settings: settings,
+                                                   duration: duration, segments: segments, preRoll: preRoll, trigger: trigger,
+                                                   date: date))
+            }
             let prepared = try prepareOnQueue(name: name, settings: settings, segments: segments, operation: "start",
-                                              waitingAllowed: date == nil, waitForUnknownDevice: waitForUnknownDevice,
+                                              id: id, waitingAllowed: date == nil, unattended: unattended,
                                               duration: duration, trigger: trigger.map { trigger in
                                                   var trigger = trigger
                                                   // The start's own pre-roll first, then the trigger's, then listening's.
@@ -341,6 +352,12 @@ public final class Recorder: @unchecked Sendable {
                 discardPrepared()
                 throw error
             }
+        } catch {
+            // Nobody waits for an unattended start's answer: its failure is the recorder's
+            // state and error (status, MQTT, systemd's STATUS=), not only a line in the journal.
+            // One refused because something else records is not a failure of the recorder.
+            if unattended, error.code != .invalidState, self.error.value?.message != error.message { _ = fail(error) }
+            throw error
         }
     }
 
@@ -412,6 +429,7 @@ public final class Recorder: @unchecked Sendable {
     func stopOnQueue() throws(RecorderError) -> Recording {
         do {
             if case .waitingForDevice = state.value { return endWaiting() }
+            if let scheduled = endScheduledStart() { return scheduled }
             guard let session, let recording = current, state.value.isActive else {
                 throw .invalidState("stop", state.value)
             }
@@ -443,6 +461,7 @@ public final class Recorder: @unchecked Sendable {
                 logger.info("recording cancelled", metadata: ["recording.id": "\(recording.id)"])
                 return
             }
+            if endScheduledStart() != nil { return }
             guard let session, let recording = current, state.value.isActive else {
                 throw .invalidState("cancel", state.value)
             }
@@ -505,11 +524,12 @@ public final class Recorder: @unchecked Sendable {
 
     @discardableResult
     private func prepareOnQueue(name: String?, settings: RecordingSettings?, segments: SegmentSettings?,
-                                operation: String = "prepare a recording", waitingAllowed: Bool = false,
-                                waitForUnknownDevice: Bool = false, duration: Double? = nil,
+                                operation: String = "prepare a recording", id: String? = nil, waitingAllowed: Bool = false,
+                                unattended: Bool = false, duration: Double? = nil,
                                 trigger: TriggerSettings? = nil) throws(RecorderError) -> Recording {
         switch state.value {
         case .idle, .listening, .finished, .failed: break
+        case .preparing where scheduledStart?.id == id && id != nil: break  // its time has come
         default: throw .invalidState(operation, state.value)
         }
         if refusingRecordings { throw RecorderError(.invalidState, "cannot \(operation): recd is shutting down") }
@@ -530,19 +550,22 @@ public final class Recorder: @unchecked Sendable {
             throw fail(RecorderError(.failedToBegin, "cannot create recordings directory \(directory): \(Self.reason(errnoValue))"))
         }
         try checkSpaceBeforeStart(configuration)
-        let name = if let name { name } else { uniqueDefaultName(in: directory, fileExtension: settings.format.fileExtension) }
+        let fileExtension = settings.format.fileExtension
+        var name = name ?? Self.firstFreeName("recording-" + CalendarTime.format(Date(), "%Y-%m-%dT%H-%M-%S"),
+                                              in: directory, fileExtension: fileExtension)
         let template = segments.effectiveTemplate
-        if template == SegmentSettings.single {
-            // One file named after the recording: a name in use is a mistake, not a new segment.
-            let path = "\(directory)/\(name).\(settings.format.fileExtension)"
-            if FileManager.default.fileExists(atPath: path) || FileManager.default.fileExists(atPath: path + ".part") {
-                throw RecorderError(.invalidSettings, "a recording named '\(name)' already exists at \(path)")
+        if template == SegmentSettings.single, Self.isTaken(name, in: directory, fileExtension: fileExtension) {
+            // One file named after the recording: a name in use is a client's mistake, not a
+            // new segment; an unattended start numbers it instead.
+            guard unattended else {
+                throw RecorderError(.invalidSettings, "a recording named '\(name)' already exists at \(directory)/\(name).\(fileExtension)")
             }
+            name = Self.firstFreeName(name, in: directory, fileExtension: fileExtension)
         }
         var plan = SessionPlan(settings: settings, segments: segments, configuration: configuration, duration: duration)
         plan.trigger = trigger
         activeTrigger.withLock { $0 = trigger == nil ? nil : plan.triggerCounters }
-        let id = UUID().uuidString.lowercased()
+        let id = id ?? UUID().uuidString.lowercased()
 
         let engine: CaptureEngine
         if let listening = self.engine {
@@ -553,7 +576,7 @@ public final class Recorder: @unchecked Sendable {
                 engine = try openEngine(configuration, settings)
             } catch {
                 let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
-                guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || waitForUnknownDevice else {
+                guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || unattended else {
                     throw fail(.opening(error))
                 }
                 return startWaiting(id: id, name: name, plan: plan, error: .opening(error))
@@ -1059,16 +1082,20 @@ public final class Recorder: @unchecked Sendable {
         }
     }
 
-    private func uniqueDefaultName(in directory: String, fileExtension: String) -> String {
-        let base = "recording-" + CalendarTime.format(Date(), "%Y-%m-%dT%H-%M-%S")
+    /// `base`, or `base-2`, `base-3`… : the first that names neither a file nor a `.part`.
+    static func firstFreeName(_ base: String, in directory: String, fileExtension: String) -> String {
         var candidate = base
         var counter = 1
-        while FileManager.default.fileExists(atPath: "\(directory)/\(candidate).\(fileExtension)")
-                || FileManager.default.fileExists(atPath: "\(directory)/\(candidate).\(fileExtension).part") {
+        while isTaken(candidate, in: directory, fileExtension: fileExtension) {
             counter += 1
             candidate = "\(base)-\(counter)"
         }
         return candidate
+    }
+
+    private static func isTaken(_ name: String, in directory: String, fileExtension: String) -> Bool {
+        let path = "\(directory)/\(name).\(fileExtension)"
+        return FileManager.default.fileExists(atPath: path) || FileManager.default.fileExists(atPath: path + ".part")
     }
 
     /// Makes a rename durable: fsync the directory that holds the entry.

@@ -295,11 +295,11 @@ extension Recorder {
         let trigger = session?.gate?.trigger
         let counters = activeTrigger.withLock { $0 }
         let floor = trigger?.currentFloor
-        let open = settings.threshold ?? floor.map { $0 + settings.aboveFloor }
+        let levels = settings.levels(floor: floor)
         return TriggerStatus(
             settings: settings, state: counters?.onset == nil ? "armed" : "open",
             events: counters?.events.load(ordering: .relaxed) ?? 0, discarded: counters?.discarded.load(ordering: .relaxed) ?? 0,
-            level: trigger?.currentLevel ?? -160, floor: floor, openLevel: open, closeLevel: open.map { $0 - settings.hysteresis },
+            level: trigger?.currentLevel ?? -160, floor: floor, openLevel: levels?.open, closeLevel: levels?.close,
             eventOnset: counters?.onset.map { Date(timeIntervalSince1970: $0) })
     }
 }

@@ -66,6 +66,10 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     var anchorFrames: Int64 = 0
     /// After a pause: the next chunk sets the anchor afresh.
     private var reanchor = false
+    /// The first segment of a clock-aligned session: its cut follows the anchor as it improves.
+    /// Its start is the first read's estimate, late by however long that read waited (a busy
+    /// machine: 133 ms was seen), and a later, less delayed read moves the cut to the boundary.
+    private var refiningFirstCut = false
     /// Device frames received, for the anchor (capture thread).
     private var received: Int64 = 0
     let configuration: PCMConfiguration
@@ -368,6 +372,9 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             reanchor = false
             anchor = estimate
             anchorWindow = estimate
+        } else if refiningFirstCut, estimate < anchor - 0.001 {
+            anchor = estimate
+            segmentTarget = clock.frames(startingAt: Date(timeIntervalSince1970: anchor), follows: false)
         }
         if firstRead {
             // The first segment begins with the first frame.
@@ -378,6 +385,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             // A gap ends when audio flows again, not when the device opened.
             if segment.gapBefore != nil { segment.gapBefore?.end = start }
             segmentTarget = clock.frames(startingAt: start, follows: false)
+            refiningFirstCut = clock.alignToClock && segmentTarget != nil
             nameAfterStart(namedAt: namedAt)
             writer?.stampOrigin(origin(startedAt: start))
             currentSegment.withLock { $0 = segment }
@@ -509,6 +517,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// Closes the current segment at the last frame written and opens the next, which starts
     /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
     private func rotate(at time: Date, reason: SegmentEnd) throws(RecorderError) -> Segment {
+        refiningFirstCut = false
         let next = try files.create(index: segment.index + 1, startedAt: time,
                                     namedAt: clock.nameTime(forStart: time, follows: reason == .length))
         next.0.stampOrigin(origin(startedAt: time))

@@ -160,16 +160,10 @@ final class SoundTrigger: @unchecked Sendable {
     /// Frames until the current block is complete: feed at most this many at a time.
     var framesToBlockEnd: Int { blockFrames - filled }
 
-    /// The levels that open and close an event now; nil while a relative threshold has no floor yet.
+    /// The levels that open and close an event now (`TriggerSettings.levels`); nil while a
+    /// relative threshold has no floor yet.
     var thresholds: (open: Double, close: Double)? {
-        let open: Double
-        if let threshold = settings.threshold {
-            open = threshold
-        } else {
-            guard floorWindow.count >= floorMinimumBlocks, let floor = floorWindow.value else { return nil }
-            open = floor + settings.aboveFloor
-        }
-        return (open, open - settings.hysteresis)
+        settings.levels(floor: floorWindow.count >= floorMinimumBlocks ? floorWindow.value : nil)
     }
 
     /// Feeds `frames` (at most `framesToBlockEnd`) interleaved device frames that begin at

@@ -62,6 +62,28 @@ public struct TriggerSettings: Sendable, Equatable, Codable {
     /// Seconds per detection block: levels, the floor and every decision move in these steps.
     public static let blockSeconds = 0.01
 
+    /// The levels (dBFS) that open an event and keep it open, over a noise floor `floor`
+    /// (nil: not measured yet); nil while a relative threshold has no floor.
+    ///
+    /// An event closes below the opening level less `hysteresis`, but never below halfway
+    /// from the floor to the opening level: it closes when the sound has gone, whatever the
+    /// background. An absolute `threshold = -40` over a steady background at -43.7 dBFS
+    /// would otherwise close only below -46, which the background never reaches. With the
+    /// defaults of a relative threshold (12 dB above the floor, 6 of hysteresis) the two are
+    /// the same level.
+    public func levels(floor: Double?) -> (open: Double, close: Double)? {
+        let open: Double
+        if let threshold {
+            open = threshold
+        } else {
+            guard let floor else { return nil }
+            open = floor + aboveFloor
+        }
+        var close = open - hysteresis
+        if let floor, floor < open { close = Swift.max(close, (floor + open) / 2) }
+        return (open, close)
+    }
+
     /// The ranges (`Limits` style), by the names the protocol and the configuration use.
     public static let ranges: [(name: String, unit: String, range: ClosedRange<Double>, value: @Sendable (TriggerSettings) -> Double?)] = [
         ("highPass", "Hz", 10...100_000, { $0.highPass }),

@@ -109,6 +109,9 @@ public final class SoundFileWriter {
     /// streams cannot (libsndfile corrupts an Ogg stream if asked to).
     private let hasRewritableHeader: Bool
 
+    /// Seconds of Opus held before an Ogg page is written (libsndfile's default: 1).
+    public static let opusPageLatency = 0.25
+
     /// The file was renamed while open (its descriptor stays valid): later messages name the new path.
     public func renamed(to newPath: String) { path = newPath }
 
@@ -141,6 +144,12 @@ public final class SoundFileWriter {
         }
         // Float data converted to integer samples saturates instead of wrapping around.
         sf_command(handle, Int32(SFC_SET_CLIPPING), nil, Int32(SF_TRUE))
+        if format.encoding == .opus {
+            // libsndfile holds up to a second of Opus before it writes an Ogg page: what a
+            // crash loses. A quarter of a second costs ~100 bytes/s of page headers.
+            var latency = Self.opusPageLatency * 1000
+            sf_command(handle, Int32(SFC_SET_OGG_PAGE_LATENCY_MS), &latency, Int32(MemoryLayout<Double>.size))
+        }
         // The bit-rate mode first: libsndfile applies the compression level according to it.
         // (libsndfile 1.2.0 returns 0 whether or not it took the mode: read it back.)
         var mode = Int32(SF_BITRATE_MODE_VARIABLE)

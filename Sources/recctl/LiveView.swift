@@ -44,6 +44,9 @@ final class LiveView {
     private var seenTriggerEvent = false
     /// A triggered recording's event is open (from the `trigger` topic, snapshot included).
     private var eventOpen = false
+    /// When listening began (the `listening` topic): while only listening, the time shown is
+    /// how long it has listened, not the last recording's length.
+    private var listeningSince: Date?
 
     init(format: LiveFormat, quiet: Bool = false) {
         self.format = format
@@ -68,7 +71,8 @@ final class LiveView {
             case .currentTime(let seconds): time = seconds
             case .levels(let newLevels): levels = newLevels
             case .error(let newError): error = newError
-            case .recording, .listening: break
+            case .recording: break
+            case .listening(let listening): listeningSince = listening?.since
             case .warning(let newWarning): warning = newWarning
             case .retention(let deletion):
                 defer { seenDeletion = true }
@@ -83,8 +87,9 @@ final class LiveView {
             }
         }
         guard !quiet else { return }
+        let time = shownTime
         switch format {
-        case .terminal: draw()
+        case .terminal: draw(time: time)
         case .waybar: emit(StatusBar.waybar(state: state, time: time, levels: levels, error: error, eventOpen: eventOpen))
         case .plain: emit(StatusBar.plain(state: state, time: time, levels: levels, error: error, eventOpen: eventOpen))
         case .json: break
@@ -108,7 +113,13 @@ final class LiveView {
         drawn = false
     }
 
-    private func draw() {
+    /// The recording's length, or while only listening, how long it has listened.
+    private var shownTime: Double {
+        guard state.name == .listening else { return time }
+        return listeningSince.map { max(0, Date().timeIntervalSince($0)) } ?? 0
+    }
+
+    private func draw(time: Double) {
         if terminalResized.exchange(false, ordering: .relaxed) { columns = Self.terminalColumns() }
         let line = LiveLine.render(state: state, time: time, levels: levels, error: error, warning: warning, columns: columns)
         // Carriage return + erase line: the meter is redrawn in place. It never reaches the last
@@ -169,7 +180,7 @@ enum LiveLine {
     static func render(state: RecorderState, time: Double, levels: Levels, error: RecorderError?,
                        warning: RecorderWarning? = nil, detail: Detail) -> String {
         var line = Output.styledState(state.name) + "  " + Output.duration(time)
-        if state.name == .recording || state.name == .paused {
+        if [.recording, .paused, .listening].contains(state.name) {
             for (index, channel) in levels.channels.enumerated() where detail.meters || detail.peak {
                 line += "  " + Meter.name(channel: index, of: levels.channels.count)
                 if detail.meters { line += " " + Meter.bar(channel, width: detail.meterWidth) }
@@ -275,7 +286,7 @@ enum StatusBar {
             tooltip += " \(recording.name).\(recording.format.fileExtension)\nelapsed \(Output.duration(time))"
             tooltip += "\n\(recording.format.rawValue) \(recording.sampleRate) Hz \(recording.channels) ch"
         }
-        if state.name == .recording, let peak = levels.channels.map(\.peak).max() {
+        if state.name == .recording || state.name == .listening, let peak = levels.channels.map(\.peak).max() {
             tooltip += "\npeak " + Meter.decibels(peak).trimmingWhitespace() + " dBFS"
         }
         if let error = error ?? state.error { tooltip += "\n\(error.code.rawValue): \(error.message)" }
@@ -289,7 +300,7 @@ enum StatusBar {
 
     static func plain(state: RecorderState, time: Double, levels: Levels, error: RecorderError?, eventOpen: Bool = false) -> String {
         var line = text(state: state, time: time, error: error, eventOpen: eventOpen)
-        if state.name == .recording, let peak = levels.channels.map(\.peak).max() {
+        if state.name == .recording || state.name == .listening, let peak = levels.channels.map(\.peak).max() {
             line += " " + Meter.decibels(peak).trimmingWhitespace() + " dB"
         }
         return line

@@ -124,15 +124,22 @@ enum Output {
         let recording = status.state.name == .listening ? nil : status.recording
         if let recording {
             rows.append(("elapsed", duration(status.currentTime)))
-            let writing = status.state.isActive && status.state.name != .waitingForDevice
-            if !recording.path.isEmpty {
+            // A triggered recording between events writes nothing: its path is the last event's
+            // file, finalized.
+            let betweenEvents = recording.trigger != nil && status.trigger?.state != "open"
+            let writing = status.state.isActive && status.state.name != .waitingForDevice && !betweenEvents
+            if betweenEvents, status.state.isActive {
+                rows.append(("file", "none open" + (recording.path.isEmpty ? "" : dim(" (the last event's: \(recording.path))"))))
+            } else if !recording.path.isEmpty {
                 rows.append(("file", recording.path + (writing ? dim(" (writing .part)") : "")))
             }
-            if let segment = recording.segment, segment.index > 1 || recording.segmentSettings?.length != nil {
+            if writing, let segment = recording.segment, segment.index > 1 || recording.segmentSettings?.length != nil {
                 let length = recording.segmentSettings?.length.map {
-                    " of " + duration($0) + (recording.segmentSettings?.alignToClock == true ? " on the clock" : "")
+                    (recording.trigger != nil ? ", cut at " : " of ") + duration($0)
+                        + (recording.segmentSettings?.alignToClock == true ? " on the clock" : "")
                 } ?? ""
-                rows.append(("segment", "#\(segment.index)\(length), from " + localTime(segment.startedAt)))
+                rows.append(recording.trigger != nil ? ("event", "file #\(segment.index)\(length), from " + localTime(segment.startedAt))
+                                                     : ("segment", "#\(segment.index)\(length), from " + localTime(segment.startedAt)))
             }
             rows.append(("format", format(of: recording)))
         }
@@ -281,6 +288,9 @@ enum Output {
         return parts.joined(separator: "; ")
     }
 
+    /// "1 event", "2 events".
+    static func counted(_ count: Int, _ noun: String) -> String { "\(count) \(noun)" + (count == 1 ? "" : "s") }
+
     /// The `trigger` rows of `recctl status`: state, level against the thresholds, counts.
     static func triggerRows(_ trigger: TriggerStatus) -> [(String, String)] {
         let settings = trigger.settings
@@ -290,7 +300,7 @@ enum Output {
         if let open = trigger.openLevel, let close = trigger.closeLevel { state += String(printf: ", opens at %.1f, closes below %.1f", open, close) }
         if trigger.floor == nil, settings.threshold == nil { state += ", measuring the floor" }
         rows.append(("trigger", state))
-        rows.append(("", "\(trigger.events) events" + (trigger.discarded > 0 ? ", \(trigger.discarded) discarded as too short" : "")))
+        rows.append(("", counted(trigger.events, "event") + (trigger.discarded > 0 ? ", \(trigger.discarded) discarded as too short" : "")))
         var how: String
         if let threshold = settings.threshold {
             how = String(printf: "%.1f dBFS", threshold)

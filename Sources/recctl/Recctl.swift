@@ -332,7 +332,13 @@ struct Stop: ParsableCommand {
             recording = stopped
         }
         if options.json { return Output.printJSON(recording) }
-        if recording.path.isEmpty {
+        if let at = recording.scheduledAt, recording.startedAt == nil {
+            Output.line("cancelled \(Output.bold(recording.name)), scheduled for \(Output.localTime(at)): nothing was recorded")
+        } else if recording.trigger != nil, recording.path.isEmpty {
+            Output.line("stopped \(Output.bold(recording.name)): no sound opened an event, nothing was recorded")
+        } else if recording.trigger != nil {
+            Output.line("stopped \(Output.bold(recording.name)); the last event's file: \(recording.path)")
+        } else if recording.path.isEmpty {
             // Stopped while waiting for a device that never came: no file was made.
             Output.line("stopped \(Output.bold(recording.name)): nothing was recorded (the device never appeared)")
         } else {
@@ -452,7 +458,19 @@ struct Cancel: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "cancel", abstract: "Stop the recording and delete its file.")
     @OptionGroup var options: ConnectionOptions
 
-    func run() throws { try options.changeState(.cancel) { _ in "cancelled" } }
+    func run() throws {
+        // What is being cancelled, to say so after: the answer is only the state that follows.
+        let before = try? options.connect().call(.status, as: StatusResult.self).recording
+        try options.changeState(.cancel) { _ in
+            guard let recording = before else { return "cancelled" }
+            if recording.scheduledAt != nil, recording.startedAt == nil {
+                return "cancelled \(Output.bold(recording.name)), scheduled for \(Output.localTime(recording.scheduledAt!)): nothing was recorded"
+            }
+            if recording.path.isEmpty { return "cancelled \(Output.bold(recording.name)): it had no file" }
+            let kept = (recording.segment?.index ?? 1) > 1 ? " (its closed segments stay)" : ""
+            return "cancelled \(Output.bold(recording.name)): deleted \(recording.path)\(kept)"
+        }
+    }
 }
 
 struct Split: ParsableCommand {

@@ -68,7 +68,7 @@ struct RecdService: Service {
         Task { [recorder, logger, blocking] in _ = try? await blocking.run {
             do throws(RecorderError) {
                 let recording = try recorder.start(name: name, settings: nil, trigger: trigger,
-                                                   waitForUnknownDevice: true)
+                                                   unattended: true)
                 logger.notice("recording started at startup", metadata: ["recording.name": "\(recording.name)",
                                                                          "recording.state": "\(recorder.state.value.name.rawValue)"])
             } catch {

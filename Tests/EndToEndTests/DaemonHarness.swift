@@ -101,6 +101,12 @@ final class Daemon {
     }
 }
 
+/// Runs `arguments` on a pseudo-terminal (script(1)), as someone at a terminal would.
+func onTerminal(_ arguments: [String], environment: [String: String] = [:]) throws -> BackgroundCommand {
+    let command = arguments.map { "'" + $0.replacingOccurrences(of: "'", with: #"'\''"#) + "'" }.joined(separator: " ")
+    return try BackgroundCommand("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: environment)
+}
+
 /// Runs a command to completion, capturing its output.
 struct CommandResult {
     var status: Int32

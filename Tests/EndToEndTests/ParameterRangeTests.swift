@@ -127,6 +127,10 @@ struct ParameterRangeTests {
             let result = try #require(reply["result"] as? [String: Any], "\(label): \(reply)")
             checkAccepted(parameter, value: value, result: result, label: label)
             if parameter.method == "start" { guardian.cancel() }
+            // Listening again never shortens the shared pre-roll: each value listens afresh.
+            if parameter.method == "listen" {
+                _ = try? guardian.daemon.connect().exchange(#"{"jsonrpc":"2.0","id":0,"method":"unlisten"}"#, timeout: 30)
+            }
         }
     }
 

@@ -523,11 +523,6 @@ struct RecctlTests {
     }
 
     /// Runs `arguments` on a pseudo-terminal (util-linux `script`), so that recctl sees a terminal.
-    func onTerminal(_ arguments: [String], environment: [String: String] = [:]) throws -> BackgroundCommand {
-        let command = arguments.map { "'" + $0.replacingOccurrences(of: "'", with: #"'\''"#) + "'" }.joined(separator: " ")
-        return try BackgroundCommand("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: environment)
-    }
-
     func waitForState(_ daemon: Daemon, _ name: RecorderState.Name, timeout: Double = 20) throws -> StatusResult {
         let client = try daemon.connect()
         var status: StatusResult = try client.call(.status)
