@@ -196,21 +196,6 @@ public final class CapturePCM {
         if error.code != -EINTR { try start() }
     }
 
-    /// After an overrun, how long capture has been stopped (seconds), measured from the
-    /// moment the overrun happened as arecord does; nil if the PCM is not in an overrun.
-    public func overrunDuration() -> Double? {
-        var status: OpaquePointer?
-        guard snd_pcm_status_malloc(&status) == 0, let status else { return nil }
-        defer { snd_pcm_status_free(status) }
-        guard snd_pcm_status(handle, status) == 0, snd_pcm_status_get_state(status) == SND_PCM_STATE_XRUN else { return nil }
-        var now = snd_timestamp_t()
-        var trigger = snd_timestamp_t()
-        snd_pcm_status_get_tstamp(status, &now)
-        snd_pcm_status_get_trigger_tstamp(status, &trigger)
-        let seconds = Double(now.tv_sec - trigger.tv_sec) + Double(now.tv_usec - trigger.tv_usec) / 1_000_000
-        return seconds > 0 ? seconds : nil
-    }
-
     /// Stops capture and discards what the device buffered (used for pause).
     public func drop() {
         _ = snd_pcm_drop(handle)

@@ -266,6 +266,7 @@ final class CaptureEngine: @unchecked Sendable {
         reanchor = true  // frames stopped while the clock went on
         drift.restart()
         lastProgress.store(Self.uptime(), ordering: .relaxed)
+        lastRead = (Self.uptime(), 0)
         isRunning.store(true, ordering: .releasing)
     }
 
@@ -311,6 +312,7 @@ final class CaptureEngine: @unchecked Sendable {
                 let got = try pcm.read(into: buffer, frames: frames)
                 let readUptime = Self.uptime()
                 lastProgress.store(readUptime, ordering: .relaxed)
+                lastRead = (readUptime, Swift.max(0, available - got))
                 if got == 0 { continue }
                 let position = framesCaptured.load(ordering: .relaxed)
                 // Frames the device holds beyond this read were captured before now as well.
@@ -347,6 +349,8 @@ final class CaptureEngine: @unchecked Sendable {
 
     private var pendingOverruns = 0
     private var pendingLost: Int64 = 0
+    /// When the last read returned, and the frames the device still held beyond it.
+    private var lastRead: (uptime: UInt64, unread: Int) = (0, 0)
 
     /// The anchor (position 0's time) is the least delayed estimate: within a window of a
     /// minute of frames, the minimum; each new window starts from its own first estimate and
@@ -371,11 +375,17 @@ final class CaptureEngine: @unchecked Sendable {
         }
     }
 
-    /// Overrun or suspend: count it, estimate what was lost, restart. Anything else rethrows.
+    /// Overrun or suspend: count it, measure what was lost, restart. Anything else rethrows.
+    ///
+    /// Lost is everything the device captured after the last frame read: the time since that
+    /// read by the monotonic clock, plus what the device held beyond it (the restart drops the
+    /// buffer). Not the status's trigger timestamp: through ALSA's plugins (pulse, jack) that
+    /// is when the stream started, and a 1 s overrun four seconds in was counted as 4 s.
     private func recover(from error: ALSAError) throws(ALSAError) {
         var lost: Int64 = 0
-        if error.code == -EPIPE, let seconds = pcm.overrunDuration() {
-            lost = Int64(seconds * Double(configuration.sampleRate))
+        if error.code == -EPIPE || error.code == -ESTRPIPE, lastRead.uptime > 0 {
+            let seconds = Double(Self.uptime() &- lastRead.uptime) / 1e9
+            lost = Int64((seconds * Double(configuration.sampleRate)).rounded()) + Int64(lastRead.unread)
         }
         try pcm.recover(from: error)
         if error.code == -EPIPE || error.code == -ESTRPIPE {

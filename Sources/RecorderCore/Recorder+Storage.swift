@@ -333,6 +333,18 @@ extension Recorder {
         }
     }
 
+    /// A reload refused (`reason`) or done (nil): raises or clears `configurationNotReloaded`.
+    public func configurationReload(refused reason: String?) {
+        warning.update { warning in
+            if let reason {
+                warning = RecorderWarning(code: .configurationNotReloaded,
+                                          message: "the configuration was not reloaded, recd runs on the one it had: \(reason)", since: Date())
+            } else if warning?.code == .configurationNotReloaded {
+                warning = nil
+            }
+        }
+    }
+
     /// Clears the digital-silence warning (a recording begins or ends); a space warning stays.
     func clearSilenceWarning() {
         warning.update { if $0?.code == .digitalSilence { $0 = nil } }

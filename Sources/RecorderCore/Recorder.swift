@@ -1038,8 +1038,17 @@ public final class Recorder: @unchecked Sendable {
     private func publishTime(of session: RecordingConsumer, rate: Int) {
         let totals = ledger.withLock { $0 }
         currentTime.send(Double(totals.frames + session.framesWritten.load(ordering: .relaxed)) / Double(rate))
-        statistics.send(CaptureStatistics(xruns: totals.xruns + session.xruns.load(ordering: .relaxed),
-                                          framesLost: totals.framesLost + session.framesLost.load(ordering: .relaxed),
+        let xruns = totals.xruns + session.xruns.load(ordering: .relaxed)
+        let framesLost = totals.framesLost + session.framesLost.load(ordering: .relaxed)
+        let before = statistics.value
+        if xruns > before.xruns {
+            // Off the capture thread: each loss, with its length, in the journal as it happens.
+            let lost = Double(framesLost - before.framesLost) / Double(session.configuration.sampleRate)
+            logger.warning("audio lost: the device overran", metadata: [
+                "overruns": "\(xruns - before.xruns)", "lost.seconds": "\(String(printf: "%.3f", lost))",
+                "overruns.total": "\(xruns)", "device.name": "\(session.deviceName)"])
+        }
+        statistics.send(CaptureStatistics(xruns: xruns, framesLost: framesLost,
                                           framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
                                           segmentsClosed: totals.segmentsClosed, gaps: totals.gaps,
                                           deviceClockDriftPPM: session.deviceClockDriftPPM ?? totals.deviceClockDriftPPM))

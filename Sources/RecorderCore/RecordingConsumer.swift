@@ -362,6 +362,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         if let gate { return receiveGated(chunk, gate: gate) }
         xruns.add(chunk.overruns, ordering: .relaxed)
         framesLost.add(chunk.framesLost, ordering: .relaxed)
+        if chunk.overruns > 0, !firstRead { countLossInOpenSegment() }
         // The engine's least delayed estimate when it has one (a recording that joins a device
         // open for a while, or taps, is then on the same clock as they are); else this read's.
         let captured = engine.captureTime(ofPosition: chunk.position) ?? chunk.captureTime
@@ -503,6 +504,15 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// What a file whose first frame was captured at `time` says about its origin.
     func origin(startedAt time: Date) -> FileOrigin {
         FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: deviceName)
+    }
+
+    /// The open segment's `xruns` and `framesLost` as they are now, for status (not only when
+    /// it closes).
+    func countLossInOpenSegment() {
+        segment.xruns = xruns.load(ordering: .relaxed) - segmentStartXruns
+        segment.framesLost = framesLost.load(ordering: .relaxed) - segmentStartLost
+        currentSegment.withLock { $0 = segment }
+        segmentStarted()  // the recorder publishes the segment as it now is
     }
 
     /// When the frame after the last one written was captured: the next segment's start.

@@ -169,6 +169,9 @@ public struct RecorderWarning: Sendable, Equatable, Codable {
         case digitalSilence
         /// Free space on the recordings' filesystem is below `[storage] warning_free`.
         case lowDiskSpace
+        /// A reload (SIGHUP, `systemctl reload`) was refused: recd runs on the configuration it
+        /// had. Cleared by the next reload that succeeds.
+        case configurationNotReloaded
     }
 
     public var code: Code

@@ -122,6 +122,9 @@ enum Output {
         }
         // While listening, the last recording (finished) is `recctl ls`'s business.
         let recording = status.state.name == .listening ? nil : status.recording
+        if let recording, let at = recording.scheduledAt, recording.startedAt == nil, status.state.name == .preparing {
+            rows.append(("starts", localTime(at) + " (in " + duration(max(0, at.timeIntervalSinceNow)) + "): nothing is opened or created until then"))
+        }
         if let recording {
             rows.append(("elapsed", duration(status.currentTime)))
             // A triggered recording between events writes nothing: its path is the last event's

@@ -206,7 +206,7 @@ struct Start: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "start",
         abstract: "Start a recording.",
-        discussion: "Unset settings follow the daemon's configuration. With --wait, recctl stays until the recording ends, showing progress, and exits 0 when it finished, 1 when it failed or was cancelled.")
+        discussion: "Unset settings follow the daemon's configuration. With --wait, recctl stays until the recording ends, showing progress, and exits 0 when it finished, 1 when it failed or was cancelled. Ctrl-C leaves the wait, not the recording: recd records on (a daemon's recording outlives the command that started it), recctl says so on stderr and exits 130; `recctl stop` ends it. With --at nothing is opened or created until that time; `recctl stop` before then cancels the start.")
 
     @Argument(help: "The recording's name (the file name without extension). Default: recording-<date>.")
     var name: String?
@@ -284,6 +284,9 @@ struct Start: ParsableCommand {
         if options.json { Output.printJSON(recording) } else if let trigger = recording.trigger {
             let how = trigger.threshold.map { String(printf: "at %.1f dBFS", $0) } ?? String(printf: "%.1f dB above the noise floor", trigger.aboveFloor)
             Output.line("recording \(Output.bold(recording.name)): armed, a file per sound event (opens \(how))")
+        } else if let at = recording.scheduledAt, recording.startedAt == nil {
+            Output.line("recording \(Output.bold(recording.name)): starts at \(Output.localTime(at)); nothing is opened or created until then "
+                        + "(`recctl stop` cancels it)")
         } else if recording.segment == nil {
             // The device is missing: recd waits for it.
             Output.line("recording \(Output.bold(recording.name)): waiting for the device; it starts when the device appears "
@@ -296,6 +299,19 @@ struct Start: ParsableCommand {
         guard let subscription else { return }
         // Progress is for people: on a pipe only the outcome is printed (or every event with --json).
         let view = LiveView(json: options.json, quiet: !options.json && !Output.isTerminal)
+        // Ctrl-C ends the wait; the recording goes on in recd, and recctl says so.
+        signal(SIGINT, SIG_IGN)
+        let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        let name = recording.name
+        interrupt.setEventHandler {
+            view.finish()
+            Output.error("stopped waiting; recording '\(name)' goes on in recd (`recctl stop` ends it)")
+            Glibc.exit(130)
+        }
+        let armed = DispatchSemaphore(value: 0)
+        interrupt.setRegistrationHandler { armed.signal() }
+        interrupt.resume()
+        armed.wait()
         // The snapshot shows the state before this start: only what follows can end the wait.
         var started = false
         let final = try options.follow(connection, subscription, in: view, snapshotCounts: false) { state in
@@ -550,16 +566,44 @@ struct Info: ParsableCommand {
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {
-        let file: RecordingFile = try options.call(try options.connect(), .recordingsInfo, RecordingNameParams(name: name))
+        let connection = try options.connect()
+        // A name `ls` shows for a group (a segmented or sound-activated recording: `birds/`)
+        // is the group: its files, summed up.
+        if let group = try RecordingGroup.files(named: name, connection) {
+            if options.json { return Output.printJSON(group) }
+            return Output.printTable(group)
+        }
+        let file: RecordingFile = try options.call(connection, .recordingsInfo, RecordingNameParams(name: name))
         if options.json { return Output.printJSON(file) }
         Output.printInfo(file)
     }
 }
 
+/// The names `ls` shows for groups of files: a recording's segments, a sound-activated
+/// recording's events, all under its name (`station/ (2 segments)`).
+enum RecordingGroup {
+    /// The files of the group `name` (with or without its trailing `/`); nil when `name` is
+    /// one file's (or no group's): the daemon then answers for it.
+    static func files(named name: String, _ connection: RecdConnection) throws -> [RecordingFile]? {
+        let group = name.hasSuffix("/") ? String(name.dropLast()) : name
+        // A file's own name wins, as the daemon resolves it.
+        if !name.hasSuffix("/"), (try? connection.call(.recordingsInfo, RecordingNameParams(name: name), as: RecordingFile.self)) != nil {
+            return nil
+        }
+        let listed = try connection.call(.recordingsList, as: RecordingsListResult.self)
+        let files = listed.recordings.filter { $0.sessionName == group || $0.file.hasPrefix(group + "/") }
+        return files.isEmpty ? nil : files
+    }
+}
+
 struct Remove: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "rm", abstract: "Delete recordings.")
-    @Argument(help: "File names or unique names.")
+    static let configuration = CommandConfiguration(
+        commandName: "rm", abstract: "Delete recordings.",
+        discussion: "A group `recctl ls` shows (`station/ (2 segments)`, a sound-activated recording's events) is deleted whole: on a terminal after saying how many files and asking, elsewhere only with --all.")
+    @Argument(help: "File names, unique names, or group names as `ls` shows them.")
     var names: [String]
+    @Flag(help: "Delete every file of a group without asking.")
+    var all = false
     @OptionGroup var options: ConnectionOptions
 
     func validate() throws {
@@ -570,15 +614,40 @@ struct Remove: ParsableCommand {
         let connection = try options.connect()
         var failed = false
         for name in names {
-            do {
-                let result: DeleteResult = try connection.call(.recordingsDelete, RecordingNameParams(name: name))
-                if options.json { Output.printJSON(result) } else { Output.line("deleted \(result.deleted)") }
-            } catch {
-                options.report(error)
-                failed = true
+            guard let group = try RecordingGroup.files(named: name, connection) else {
+                if !remove(name, connection) { failed = true }
+                continue
             }
+            let total = Output.duration(group.reduce(0) { $0 + $1.duration }) + ", " + Output.size(group.reduce(0) { $0 + $1.size })
+            let what = "\(name.hasSuffix("/") ? name : name + "/") is \(group.count) file\(group.count == 1 ? "" : "s") (\(total))"
+            if !all {
+                guard Output.isTerminal, isatty(STDIN_FILENO) == 1 else {
+                    Output.error("\(what): add --all to delete them all")
+                    failed = true
+                    continue
+                }
+                print("\(what); delete them all? [y/N] ", terminator: "")
+                fflush(nil)
+                guard let answer = readLine(), ["y", "yes"].contains(answer.lowercased()) else {
+                    Output.line("kept \(name)")
+                    continue
+                }
+            }
+            for file in group where !remove(file.file, connection) { failed = true }
         }
         if failed { throw Exit.refused }
+    }
+
+    /// Deletes one file by name; false when refused (said on stderr).
+    private func remove(_ name: String, _ connection: RecdConnection) -> Bool {
+        do {
+            let result: DeleteResult = try connection.call(.recordingsDelete, RecordingNameParams(name: name))
+            if options.json { Output.printJSON(result) } else { Output.line("deleted \(result.deleted)") }
+            return true
+        } catch {
+            options.report(error)
+            return false
+        }
     }
 }
 

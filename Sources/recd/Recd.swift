@@ -173,7 +173,7 @@ struct Recd: AsyncParsableCommand {
                 return reloaded
             } catch {
                 logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(error)"])
-                return nil
+                throw error
             }
         }, autostart: configuration.autostart
             ? .init(name: configuration.autostartRecordingName, trigger: configuration.triggerEnabled ? configuration.trigger : nil) : nil,

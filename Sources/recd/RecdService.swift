@@ -20,8 +20,8 @@ struct RecdService: Service {
     /// Where the recorder's blocking operations and the configuration's re-reading run.
     let blocking: BlockingCalls
     let listenTarget: ListenTarget
-    /// Re-reads the configuration (SIGHUP); nil when it cannot be used.
-    let reload: @Sendable () -> DaemonConfiguration?
+    /// Re-reads the configuration (SIGHUP); throws what makes it unusable.
+    let reload: @Sendable () throws -> DaemonConfiguration
     /// Start recording as soon as clients can connect (under this name, or a fresh one); nil:
     /// wait for a client.
     let autostart: Autostart?
@@ -43,7 +43,7 @@ struct RecdService: Service {
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         try await server.listen(listenTarget)
         // Ready only once clients can connect (MPD does the same).
-        Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
+        Systemd.notify("READY=1\nSTATUS=\(Self.statusLine(recorder))")
         logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
         if listenAtStart { startListening() }
         if let autostart { startRecording(name: autostart.name, trigger: autostart.trigger) }
@@ -150,14 +150,15 @@ struct RecdService: Service {
         // ThreadSanitizer cannot see the latter's futex on Linux.
         let last = NIOLockedValueBox("")
         let report: @Sendable () -> Void = {
-            let status = Self.status(recorder)
+            let status = Self.statusLine(recorder)
             let changed = last.withLockedValue { previous in
                 defer { previous = status }
                 return previous != status
             }
             if changed { Systemd.notify("STATUS=" + status) }
         }
-        let tokens = [recorder.state.subscribe { _ in report() }, recorder.currentTime.subscribe { _ in report() }]
+        let tokens = [recorder.state.subscribe { _ in report() }, recorder.currentTime.subscribe { _ in report() },
+                      recorder.warning.subscribe { _ in report() }]
         let (cancelled, end) = AsyncStream<Never>.makeStream()
         await withTaskCancellationHandler {
             for await _ in cancelled {}
@@ -181,6 +182,13 @@ struct RecdService: Service {
         case .finished: return "idle (last: \(file))"
         case .failed(_, let error): return "failed: \(error.code.rawValue)"
         }
+    }
+
+    /// systemd's STATUS=: the state, and a refused reload after it.
+    static func statusLine(_ recorder: Recorder) -> String {
+        let state = status(recorder)
+        guard recorder.warning.value?.code == .configurationNotReloaded else { return state }
+        return state + "; configuration not reloaded (recctl status says why)"
     }
 
     static func formatElapsed(_ seconds: Double) -> String {
@@ -212,15 +220,20 @@ struct RecdService: Service {
         for await _ in hangups {
             Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(DispatchTime.now().uptimeNanoseconds / 1000)")
             // Reading the file is blocking I/O: off the cooperative pool.
-            let reloaded = try? await blocking.run(reload)
-            if let configuration = reloaded ?? nil {
+            guard let reloaded = try? await blocking.run({ Result { try reload() } }) else { continue }
+            switch reloaded {
+            case .failure(let error):
+                // Said where an operator looks (status, MQTT, systemd's STATUS=), not only in the journal.
+                recorder.configurationReload(refused: "\(error)")
+            case .success(let configuration):
+                recorder.configurationReload(refused: nil)
                 recorder.reconfigure(configuration.recorderConfiguration)
                 if configuration.schedule != recorder.scheduledRecording { followSchedule(configuration.schedule) }
                 StandardErrorLogHandler.level.store(
                     UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
                 logger.notice("configuration reloaded; it applies from the next recording")
             }
-            Systemd.notify("READY=1\nSTATUS=\(Self.status(recorder))")
+            Systemd.notify("READY=1\nSTATUS=\(Self.statusLine(recorder))")
         }
     }
 }

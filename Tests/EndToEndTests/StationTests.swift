@@ -115,4 +115,166 @@ struct StationTests {
         let status = try #require(daemon.waitForStatus { $0.state.name == .listening && $0.listening?.preRollHeld ?? 0 >= 1 })
         #expect(status.listening?.preRollCapacity == 20, "\(String(describing: status.listening))")
     }
+
+    /// A refused reload is said where an operator looks — `status`, `recctl status`, systemd's
+    /// STATUS= — not only in the journal; the next good reload clears it.
+    @Test func aRefusedReloadShowsInStatusAndSystemdUntilAGoodOne() throws {
+        let notify = try NotifyListener()
+        let daemon = try Daemon(device: "null", config: "[recording]\nformat = \"wav\"\n", environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1") != nil)
+        try "[recording]\nformat = \"wav\"\n\n[storage]\nminimum_free = \"lots\"\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        daemon.process.signal(SIGHUP)
+        let refused = try #require(daemon.waitForStatus { $0.warning?.code == .configurationNotReloaded }, "\(daemon.log.suffix(1500))")
+        #expect(refused.warning?.message.contains("recd.toml:5: storage.minimum_free") == true, "\(String(describing: refused.warning))")
+        let text = try recctl(daemon, "status").stdout
+        #expect(text.contains("warning  configurationNotReloaded: the configuration was not reloaded"), "\(text)")
+        let status = try #require(notify.waitFor("configuration not reloaded"), "systemd's STATUS=")
+        #expect(status.contains("STATUS=idle; configuration not reloaded"), "\(status)")
+        try "[recording]\nformat = \"flac\"\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        daemon.process.signal(SIGHUP)
+        #expect(daemon.waitForStatus { $0.warning == nil } != nil, "cleared by a good reload")
+        #expect(daemon.process.isRunning)
+    }
+
+    /// Between events, `recctl status` says no file is open (the last event's is finalized),
+    /// with no segment row, and counts "1 event"; `recctl stop` names the last event's file,
+    /// and a triggered recording stopped before any event says no sound opened one (not that
+    /// the device never appeared).
+    @Test func aTriggeredRecordingBetweenEventsAndStoppedSaysWhatIsSo() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let path = inputs.file("scene.raw")
+        Signal.write(Signal.triggerScene(seconds: 30, bursts: [(1.5, 2.0)]), to: path)
+        let daemon = try Daemon(device: TestDevices.pacedFile(path, server: server))
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.trigger]))
+        #expect(try recctl(daemon, "start", "birds", "--format", "flac", "--threshold=-35", "--high-pass", "100", "--hang", "0.3").status == 0)
+        let events = TriggerTests.collectEvents(watcher, timeout: 30) { $0.contains { $0.kind == .closed } }
+        let closed = try #require(events.first { $0.kind == .closed }, "\(events)")
+        let text = try recctl(daemon, "status").stdout
+        #expect(text.contains("file     none open (the last event's: \(closed.path))"), "\(text)")
+        #expect(!text.contains(".part") && !text.contains("segment "), "\(text)")
+        #expect(text.contains("1 event\n") || text.contains("1 event,"), "\(text)")
+        let stopped = try recctl(daemon, "stop")
+        #expect(stopped.stdout == "stopped birds; the last event's file: \(closed.path)\n", "\(stopped.stdout)")
+
+        // Armed, nothing heard: the device was there all along.
+        let quiet = inputs.file("quiet.raw")
+        Signal.write(Signal.triggerScene(seconds: 30, bursts: []), to: quiet)
+        let second = try Daemon(device: TestDevices.pacedFile(quiet, server: server))
+        #expect(try recctl(second, "start", "birds", "--threshold=-35", "--high-pass", "100").status == 0)
+        #expect(second.waitForStatus { $0.trigger?.floor != nil } != nil)
+        let nothing = try recctl(second, "stop")
+        #expect(nothing.stdout == "stopped birds: no sound opened an event, nothing was recorded\n", "\(nothing.stdout)")
+        #expect(try second.recordingFiles() == ["birds"] || (try second.recordingFiles()).isEmpty)
+    }
+
+    /// `start --at` is `preparing` with its time and nothing else until then: no device, no
+    /// file; `stop` before then cancels it without leaving an empty file; at the time it records.
+    @Test func aStartAtALaterTimeCreatesNothingUntilThenAndStopCancelsIt() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let later = try recctl(daemon, "start", "at2", "--format", "wav", "--at", "+2h")
+        #expect(later.status == 0 && later.stdout.contains("at2: starts at "), "\(later.stdout)\(later.stderr)")
+        let status: StatusResult = try daemon.connect().call(.status)
+        #expect(status.state.name == .preparing)
+        let scheduled = try #require(status.recording?.scheduledAt)
+        #expect(abs(scheduled.timeIntervalSinceNow - 7200) < 60)
+        #expect(try recctl(daemon, "status").stdout.contains("nothing is opened or created until then"))
+        #expect(try daemon.recordingFiles().isEmpty, "nothing created two hours early")
+        let stop = try recctl(daemon, "stop")
+        #expect(stop.stdout.hasPrefix("cancelled at2, scheduled for "), "\(stop.stdout)")
+        #expect(try daemon.recordingFiles().isEmpty, "no empty at2.wav")
+        #expect(daemon.waitForStatus { $0.state.name == .idle } != nil)
+
+        // A start in 1.5 s: nothing until then, then the recording, from that time.
+        let soon = Date().addingTimeInterval(1.5)
+        #expect(try recctl(daemon, "start", "at3", "--format", "wav", "--at", "+1.5").status == 0)
+        #expect(try daemon.recordingFiles().isEmpty)
+        let recording = try #require(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 0.5 })
+        #expect((recording.recording?.startedAt ?? .distantPast) >= soon.addingTimeInterval(-0.2), "\(String(describing: recording.recording))")
+        let stopped = try recctl(daemon, "stop")
+        #expect(stopped.stdout.contains("-> \(daemon.recordings)/at3.wav"), "\(stopped.stdout)")
+    }
+
+    /// Ctrl-C in `recctl start --wait` leaves the wait, not the recording, and says so.
+    @Test func ctrlCInStartWaitSaysTheRecordingGoesOn() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let start = try BackgroundCommand(Binaries.recctl, ["start", "take", "--wait"], environment: ["RECD_SOCKET": daemon.socket])
+        #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 0.3 } != nil)
+        start.process.signal(SIGINT)
+        #expect(start.wait() == 130)
+        #expect(start.stderr.contains("recording 'take' goes on in recd (`recctl stop` ends it)"), "\(start.stderr)")
+        #expect(try daemon.connect().call(.status, as: StatusResult.self).state.name == .recording)
+    }
+
+    /// The group names `recctl ls` shows (`station/ (3 segments)`) work in `info` and `rm`:
+    /// info sums the group up; rm says how many files and takes them only with --all (or a yes
+    /// on a terminal).
+    @Test func theGroupNamesLsShowsWorkInInfoAndRm() throws {
+        let input = writeCounterInput(inputs, seconds: 10)
+        let daemon = try Daemon(device: TestDevices.file(input.path), config: "[segments]\nlength = 1\n")
+        #expect(try recctl(daemon, "start", "station", "--format", "wav", "--duration", "2.5", "--wait").status == 0)
+        let files = try listed(daemon).map(\.file)
+        #expect(files.count == 3 && files.allSatisfy { $0.hasPrefix("station/") }, "\(files)")
+        let info = try recctl(daemon, "info", "station")
+        #expect(info.status == 0, "\(info.stderr)")
+        #expect(info.stdout.contains("station/ (3 segments)") && files.allSatisfy { info.stdout.contains($0) }, "\(info.stdout)")
+        let refused = try recctl(daemon, "rm", "station")
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("station/ is 3 files (00:00:02.5, "), "\(refused.stderr)")
+        #expect(refused.stderr.contains("add --all to delete them all"), "\(refused.stderr)")
+        #expect(try listed(daemon).count == 3, "nothing deleted without --all")
+        // On a terminal: asked, and "n" keeps them.
+        let asked = try onTerminal([Binaries.recctl, "--socket", daemon.socket, "rm", "station/"])
+        #expect(waitUntil { asked.stdout.contains("delete them all? [y/N]") }, "\(asked.stdout)")
+        _ = asked.wait(timeout: 1)
+        asked.process.signal(SIGTERM)
+        #expect(try listed(daemon).count == 3)
+        let removed = try recctl(daemon, "rm", "station", "--all")
+        #expect(removed.status == 0, "\(removed.stderr)")
+        #expect(removed.stdout.components(separatedBy: "deleted ").count - 1 == 3, "\(removed.stdout)")
+        #expect(try listed(daemon).isEmpty)
+    }
+
+    /// The id of `process`'s thread named `name` (its `comm`).
+    static func thread(named name: String, of process: pid_t) -> String? {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process)/task")) ?? []
+        return tasks.first { task in
+            (try? String(contentsOfFile: "/proc/\(process)/task/\(task)/comm", encoding: .utf8))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) == name
+        }
+    }
+
+    /// An overrun on a device paced like a sound card (JACK's dummy backend): logged with its
+    /// length measured by the clock (a second's stall is about a second, not the 4 s since the
+    /// stream started that ALSA's trigger timestamp gives through the plugin), and counted in
+    /// the open segment while it is still being written.
+    @Test func anOverrunIsLoggedWithItsLengthAndCountedInTheOpenSegment() throws {
+        let jack = try JackServer()
+        let daemon = try Daemon(device: "hardpaced", config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n",
+                                environment: jack.environment)
+        #expect(try recctl(daemon, "start", "loss", "--segment", "1h").status == 0)
+        _ = try #require(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 4 }, "\(daemon.log.suffix(2000))")
+        // A disk that stalls for a second under the capture thread's write (strace delays its
+        // third write after attaching): the device overruns.
+        let capture = try #require(Self.thread(named: "recd-capture", of: daemon.process.pid), "no capture thread")
+        let stall = try BackgroundCommand("/usr/bin/strace", ["-qq", "-p", "\(capture)", "-e", "trace=write",
+                                                              "-e", "inject=write:delay_enter=1000000:when=3"])
+        defer { stall.process.signal(SIGINT) }
+        let after = try #require(daemon.waitForStatus { $0.statistics.xruns >= 1 && $0.recording?.segment?.xruns ?? 0 >= 1 },
+                                 "the overrun is counted in the open segment\n\(daemon.log.suffix(2000))")
+        #expect(after.state.name == .recording)
+        let lost = Double(after.statistics.framesLost) / 48000
+        #expect(lost >= 0.9 && lost <= 2, "a 1 s stall lost \(lost) s")
+        #expect(after.recording?.segment?.framesLost == after.statistics.framesLost)
+        #expect(waitUntil { daemon.log.contains("audio lost: the device overran") }, "\(daemon.log.suffix(2000))")
+        let line = daemon.log.split(separator: "\n").first { $0.contains("audio lost") }.map(String.init) ?? ""
+        let logged = line.firstMatch(of: /lost.seconds=([0-9.]+)/).flatMap { Double($0.1) } ?? -1
+        #expect(logged >= 0.9 && logged <= 2, "\(line)")
+        #expect(try recctl(daemon, "stop").status == 0)
+    }
 }

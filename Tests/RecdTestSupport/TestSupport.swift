@@ -39,6 +39,14 @@ public enum TestDevices {
             infile $FILE
             format "raw"
         }
+        pcm.hardpaced_raw {
+            type jack
+            capture_ports { 0 "system:capture_1" 1 "system:capture_2" }
+        }
+        pcm.hardpaced {
+            type plug
+            slave.pcm "hardpaced_raw"
+        }
         pcm.paced {
             @args [ SERVER ]
             @args.SERVER { type string }
@@ -67,6 +75,49 @@ public enum TestDevices {
     public static func paced(_ server: PulseServer) -> String {
         _ = configuration
         return "paced:SERVER=\(server.address)"
+    }
+}
+
+/// A JACK server on the dummy backend (../shared/TESTING.md, 2b): a device paced like a sound
+/// card that overruns like one. A reader late past its ring loses audio (EPIPE), where the
+/// PulseAudio device buffers seconds on the server and never overruns. Its capture ports carry
+/// silence. recd reads it as the ALSA device `hardpaced` with `environment` set.
+public final class JackServer {
+    public let name = "recd-test-\(getpid())-\(UUID().uuidString.prefix(6))"
+    public let process: ChildProcess
+    private let directory = TemporaryDirectory()
+
+    public init() throws {
+        _ = TestDevices.configuration
+        var environment = ProcessInfo.processInfo.environment
+        environment["JACK_NO_AUDIO_RESERVATION"] = "1"
+        // -S: synchronous mode; without it port data slips by a period now and then under load.
+        process = try ChildProcess("/usr/bin/jackd", ["-n", name, "--no-realtime", "-S", "-d", "dummy", "-r", "48000",
+                                                      "-p", "480", "-C", "2", "-P", "2"],
+                                   environment: environment, output: directory.file("jackd.log"))
+        let deadline = Date().addingTimeInterval(15)
+        while !Self.answers(name) {
+            guard Date() < deadline, process.isRunning else {
+                throw TestFailure("jackd did not start: \((try? String(contentsOfFile: directory.file("jackd.log"), encoding: .utf8)) ?? "")")
+            }
+            usleep(50_000)
+        }
+    }
+
+    /// What a client of this server needs in its environment.
+    public var environment: [String: String] { ["JACK_DEFAULT_SERVER": name, "JACK_NO_START_SERVER": "1"] }
+
+    private static func answers(_ name: String) -> Bool {
+        var environment = ProcessInfo.processInfo.environment
+        environment["JACK_DEFAULT_SERVER"] = name
+        environment["JACK_NO_START_SERVER"] = "1"
+        guard let probe = try? ChildProcess("/usr/bin/jack_lsp", [], environment: environment, output: "/dev/null") else { return false }
+        return probe.wait(timeout: 5) == 0
+    }
+
+    deinit {
+        process.signal(SIGTERM)
+        if process.wait(timeout: 5) == nil { process.signal(SIGKILL) }
     }
 }
 
