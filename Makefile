@@ -160,7 +160,9 @@ check-install: deps
 # DEB_ARCH names another Debian architecture when the binaries were built for it.
 DEB_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null)
 DEB       = recd_$(VERSION)_$(DEB_ARCH).deb
-deb: deps-deb release
+deb: deps-deb
+	@echo "make deb: the release build first (about 4 min from a fresh clone, seconds when it is there)"
+	@$(MAKE) --no-print-directory release
 	@echo "make deb: make install into a staging tree, then dpkg-deb and lintian"
 	bash packaging/deb/build-deb.sh --version "$(VERSION)" --commit "$(BUILD_COMMIT)" --arch "$(DEB_ARCH)" --output "$(DEB)"
 

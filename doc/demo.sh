@@ -74,7 +74,8 @@ say "recctl listen --pre-roll 5: the device open without a file (levels, and the
 # Not a terminal here: its events go to a file, one JSON line each. Ctrl-C (SIGINT) ends it.
 "$bin/recctl" listen --pre-roll 5 >"$work/listen.jsonl" &
 listen_pid=$!
-sleep 6
+# Until the 5 s are held (the sound server takes a moment to start delivering).
+for _ in $(seq 100); do "$bin/recctl" status | grep -q '5.0 s of 5.0 s held' && break; sleep 0.1; done
 "$bin/recctl" status
 
 say "recctl start take --format flac --pre-roll 5: the file begins 5 s before the start"
@@ -94,13 +95,16 @@ if command -v sndfile-info >/dev/null; then
 fi
 
 bin=$(cd "$bin" && pwd)
-printf 'export RECD_SOCKET=%s\nexport ALSA_CONFIG_PATH=%s\nexport PATH=%s:$PATH\n' \
-    "$RECD_SOCKET" "$ALSA_CONFIG_PATH" "$bin" >"$work/env"
+printf 'export RECD_SOCKET=%s\nexport ALSA_CONFIG_PATH=%s\nexport PULSE_SERVER=%s\nexport PATH=%s:$PATH\n' \
+    "$RECD_SOCKET" "$ALSA_CONFIG_PATH" "unix:$work/native" "$bin" >"$work/env"
 if $shell; then
     say "Your turn: recd keeps running on the device 'demo'"
     echo "In this shell, recctl talks to the demo's recd (pid $recd_pid). In another terminal:"
     sed 's/^/    /' "$work/env"
-    echo "(or: . $work/env). Try: recctl start take --format flac; recctl status; recctl stop; recctl ls"
+    echo "(or: . $work/env). Try: recctl start mine --format flac; recctl status; recctl stop; recctl ls"
+    echo "The device hears the 440 Hz tone. To make a sound over it (to try the trigger:"
+    echo "recctl start birds --threshold=-20 --high-pass 1000), play into the demo's sink:"
+    echo "    paplay --device=demosink /usr/share/sounds/alsa/Front_Center.wav"
     echo "Leave the shell (exit) to stop recd and the test device."
     # A shell's startup files may set PATH again: bash reads the lines after its own.
     if [ "$(basename "${SHELL:-/bin/bash}")" = bash ]; then

@@ -34,7 +34,11 @@ extension RecorderError {
     /// ("cannot stop while finished") would send people looking for a recording that ended.
     static func invalidState(_ operation: String, _ state: RecorderState) -> RecorderError {
         if !state.isActive, Self.operationsOnARecording.contains(operation) { return RecorderError(.invalidState, nothingRecording) }
-        return RecorderError(.invalidState, "cannot \(operation) while \(state.name)")
+        // Name what is under way ("cannot start while recording 'birds'"): the one to stop.
+        guard let recording = state.recording, state.isActive else {
+            return RecorderError(.invalidState, "cannot \(operation) while \(state.name)")
+        }
+        return RecorderError(.invalidState, "cannot \(operation) while \(state.name) '\(recording.name)' (stop it first)")
     }
     private static let operationsOnARecording: Set<String> = ["stop", "pause", "resume", "cancel", "split"]
 

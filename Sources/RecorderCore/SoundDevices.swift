@@ -26,10 +26,15 @@ public enum SoundDevices {
     /// The PCMs usable for capture that ALSA's configuration lists. May block briefly (it
     /// reads ALSA's configuration and asks the sound server).
     public static func captureDevices() -> [CaptureDevice] {
-        CapturePCM.captureDevices().map {
+        CapturePCM.captureDevices().filter { !notForCapture.contains($0.name) }.map {
             CaptureDevice(name: $0.name, description: $0.description, direction: $0.direction, card: $0.cardID)
         }
     }
+
+    /// alsa-plugins' PCMs that ALSA's hints list as both ways but that are not something to
+    /// record from: rate converters (the `rate_converter` of a `plug`, not devices) and the
+    /// channel mixers for playback.
+    static let notForCapture: Set<String> = ["lavrate", "samplerate", "speexrate", "upmix", "vdownmix"]
 
     /// The sound cards present now.
     public static func cards() -> [Card] {

@@ -283,7 +283,10 @@ enum StatusBar {
         let armed = isArmed(state, eventOpen: eventOpen)
         var tooltip = "recd: " + (armed ? "armed (sound-activated)" : state.name.rawValue)
         if let recording = state.recording {
-            tooltip += " \(recording.name).\(recording.format.fileExtension)\nelapsed \(Output.duration(time))"
+            // The file being written, as it is named (segments and events have names of their own).
+            let file = recording.trigger != nil ? "\(recording.name)/ (a file per sound event)"
+                : recording.path.split(separator: "/").last.map(String.init) ?? "\(recording.name).\(recording.format.fileExtension)"
+            tooltip += " \(file)\nelapsed \(Output.duration(time))"
             tooltip += "\n\(recording.format.rawValue) \(recording.sampleRate) Hz \(recording.channels) ch"
         }
         if state.name == .recording || state.name == .listening, let peak = levels.channels.map(\.peak).max() {

@@ -46,6 +46,44 @@ struct Recctl: ParsableCommand {
     /// Lets --socket and --json come before the subcommand too (`recctl --json status`):
     /// ArgumentParser gives every command in the chain that declares this group the same values.
     @OptionGroup var options: ConnectionOptions
+
+    static func main() {
+        // ArgumentParser says only "Unexpected argument 'strat'": say which command was meant.
+        if let (typed, meant) = misspelt(Array(CommandLine.arguments.dropFirst())) {
+            Output.error("no command '\(typed)'; did you mean '\(meant)'? (recctl --help lists them)")
+            Glibc.exit(64)
+        }
+        Self.main(nil)
+    }
+
+    /// The command word, when it is none of recctl's but within two edits of one.
+    static func misspelt(_ arguments: [String]) -> (String, String)? {
+        var index = 0
+        while index < arguments.count, arguments[index].hasPrefix("-") {
+            index += arguments[index] == "--socket" ? 2 : 1
+        }
+        guard index < arguments.count else { return nil }
+        let typed = arguments[index]
+        let names = configuration.subcommands.map { $0._commandName } + ["help"]
+        guard !names.contains(typed) else { return nil }
+        let closest = names.map { ($0, editDistance(typed, $0)) }.min { $0.1 < $1.1 }
+        guard let closest, closest.1 <= 2 else { return nil }
+        return (typed, closest.0)
+    }
+
+    /// Levenshtein distance.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for i in 1...max(1, a.count) where !a.isEmpty {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...max(1, b.count) where !b.isEmpty {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return a.isEmpty ? b.count : previous[b.count]
+    }
 }
 
 /// Options every subcommand shares.
@@ -259,7 +297,7 @@ struct Start: ParsableCommand {
             throw ValidationError("--at must be HH:MM[:SS], +DURATION or an RFC 3339 time, not '\(at)'")
         }
         // The daemon's own range check, here too: the same sentence, without a round trip.
-        if let refusal = params.rangeRefusal() { throw ValidationError(refusal) }
+        if let refusal = params.rangeRefusal() { throw ValidationError(OptionNames.onTheCommandLine(refusal)) }
     }
 
     /// The request, from options that passed `validate()`.
@@ -399,7 +437,7 @@ struct Listen: ParsableCommand {
         if let preRoll, preRoll != "0", TimeParsing.duration(preRoll) == nil {
             throw ValidationError("--pre-roll must be \(DurationText.spellings), or 0 for none, not '\(preRoll)'")
         }
-        if let refusal = params.rangeRefusal() { throw ValidationError(refusal) }
+        if let refusal = params.rangeRefusal() { throw ValidationError(OptionNames.onTheCommandLine(refusal)) }
     }
 
     func run() throws {
@@ -707,6 +745,21 @@ extension RecordingQuality: ExpressibleByArgument {}
 extension Topic: ExpressibleByArgument {}
 extension RecorderState.Name: ExpressibleByArgument {}
 
+/// The daemon's range sentences name the wire's members ('preRoll'); on the command line
+/// they name the options typed (--pre-roll).
+enum OptionNames {
+    static let options = [
+        "sampleRate": "--rate", "rate": "--rate", "channels": "--channels", "bitDepth": "--bit-depth", "bitRate": "--bitrate",
+        "duration": "--duration", "segmentLength": "--segment", "preRoll": "--pre-roll", "at": "--at",
+        "highPass": "--high-pass", "lowPass": "--low-pass", "threshold": "--threshold", "aboveFloor": "--above-floor",
+        "attack": "--attack", "hang": "--hang", "minimumLength": "--min-length", "maximumLength": "--max-length",
+    ]
+
+    static func onTheCommandLine(_ sentence: String) -> String {
+        options.reduce(sentence) { text, pair in text.replacing("'\(pair.key)'", with: pair.value) }
+    }
+}
+
 struct Tap: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tap",
@@ -736,14 +789,18 @@ struct Tap: ParsableCommand {
     }
 
     func validate() throws {
+        // As gzip does: binary audio on a terminal is noise that can upset it.
+        if isatty(STDOUT_FILENO) == 1 {
+            throw ValidationError("standard output is a terminal: recctl tap writes binary audio; pipe it into a program or a file (recctl tap --wav > take.wav)")
+        }
         for (name, text) in [("--duration", duration), ("--pre-roll", preRoll)] {
             if let text, text != "0" || name == "--duration", TimeParsing.duration(text) == nil {
                 throw ValidationError("\(name) must be \(DurationText.spellings), not '\(text)'")
             }
         }
         if let duration, let seconds = TimeParsing.duration(duration),
-           let refusal = Limits.refusal("duration", seconds, Limits.duration, "seconds") { throw ValidationError(refusal) }
-        if let refusal = params.rangeRefusal() { throw ValidationError(refusal) }
+           let refusal = Limits.refusal("duration", seconds, Limits.duration, "seconds") { throw ValidationError(OptionNames.onTheCommandLine(refusal)) }
+        if let refusal = params.rangeRefusal() { throw ValidationError(OptionNames.onTheCommandLine(refusal)) }
     }
 
     func run() throws {

@@ -298,7 +298,15 @@ struct FirstHourTests {
 
     @Test func theDemoLeavesAShellPointedAtItsRecdAndPrintsTheFileOnce() throws {
         let commands = inputs.file("commands")
-        try "recctl status\nexit\n".write(toFile: commands, atomically: true, encoding: .utf8)
+        // The shell's own suggestions work as printed: the recording it suggests, and a sound
+        // played into the demo's sink (PULSE_SERVER is set).
+        try """
+            recctl status
+            recctl start mine --format flac --duration 0.5 --wait && echo "suggested start: ok"
+            paplay --device=demosink /usr/share/sounds/alsa/Front_Center.wav && echo "played into the sink: ok"
+            exit
+
+            """.write(toFile: commands, atomically: true, encoding: .utf8)
         let result = try run("/bin/bash", [Self.repository + "/doc/demo.sh", Binaries.directory, "--shell"],
                              environment: ["DEMO_SECONDS": "1", "SHELL": "/bin/bash", "HOME": inputs.path],
                              input: commands, timeout: 120)
@@ -310,6 +318,10 @@ struct FirstHourTests {
         #expect(out.contains("export ALSA_CONFIG_PATH="))
         // The shell's recctl reached the demo's recd and device.
         #expect(out.contains("device   demo"), "\(out)")
+        #expect(out.contains("suggested start: ok"), "\(out)\n\(result.stderr)")
+        #expect(out.contains("played into the sink: ok"), "\(out)\n\(result.stderr)")
+        // The heading says 5 s of pre-roll; the recording has them.
+        #expect(out.contains("(from 5.0 s before)"), "\(out)")
         #expect(out.contains("recd exited with status 0"), "leaving the shell stops recd")
         #expect(!FileManager.default.fileExists(atPath: String(socket)), "its socket is gone")
         // The demo keeps its folder (the recording is the point); the test's goes.

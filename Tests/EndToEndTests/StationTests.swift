@@ -277,4 +277,45 @@ struct StationTests {
         #expect(logged >= 0.9 && logged <= 2, "\(line)")
         #expect(try recctl(daemon, "stop").status == 0)
     }
+
+    /// The small ones of the first hour, each as the operator met it.
+    @Test func theFirstHoursSmallThingsSayWhatIsSo() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        // `recctl tap` on a terminal: refused, as gzip refuses, instead of spraying audio.
+        let tap = try onTerminal([Binaries.recctl, "--socket", daemon.socket, "tap"])
+        #expect(tap.wait() == 64)
+        #expect(tap.stdout.contains("standard output is a terminal"), "\(tap.stdout)")
+        // A typo: the command meant.
+        let typo = try recctl(daemon, "strat", "x")
+        #expect(typo.status == 64 && typo.stderr.contains("no command 'strat'; did you mean 'start'?"), "\(typo.stderr)")
+        // A range error names the option typed, not the wire's member.
+        let range = try recctl(daemon, "start", "x", "--pre-roll", "999")
+        #expect(range.status == 64 && range.stderr.contains("--pre-roll must be") && !range.stderr.contains("'preRoll'"), "\(range.stderr)")
+        // A second start names what records.
+        #expect(try recctl(daemon, "start", "birds", "--format", "wav").status == 0)
+        let busy = try recctl(daemon, "start", "other")
+        #expect(busy.stderr.contains("cannot start while recording 'birds'"), "\(busy.stderr)")
+        // cancel says what it cancelled and that the file went.
+        let path = try #require(daemon.waitForStatus { $0.recording?.path.isEmpty == false }?.recording?.path)
+        let cancel = try recctl(daemon, "cancel")
+        #expect(cancel.stdout == "cancelled birds: deleted \(path)\n", "\(cancel.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: path))
+        // devices: no rate converters or playback mixers among the capture devices.
+        let devices = try recctl(daemon, "devices").stdout
+        for plugin in ["lavrate", "samplerate", "speexrate", "upmix", "vdownmix"] {
+            #expect(!devices.contains("  \(plugin) —"), "\(plugin) listed: \(devices)")
+        }
+        // waybar: a sound-activated recording's tooltip names no file that will never exist.
+        #expect(try recctl(daemon, "start", "birds", "--format", "flac", "--threshold=-3").status == 0)
+        let bar = try BackgroundCommand(Binaries.recctl, ["watch", "--format", "waybar"], environment: ["RECD_SOCKET": daemon.socket])
+        defer { bar.process.signal(SIGTERM) }
+        #expect(waitUntil { bar.stdout.contains("tooltip") }, "\(bar.stderr)")
+        #expect(bar.stdout.contains("birds/ (a file per sound event)") && !bar.stdout.contains("birds.flac"), "\(bar.stdout)")
+        #expect(try recctl(daemon, "stop").status == 0)
+        // An empty configuration (/dev/null) is all defaults.
+        let empty = try run(Binaries.recd, ["--check-config", "--config", "/dev/null"], timeout: 20)
+        #expect(empty.status == 0, "\(empty.stderr)")
+    }
 }

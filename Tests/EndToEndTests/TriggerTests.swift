@@ -161,7 +161,7 @@ struct TriggerTests {
         #expect(on.payload == "ON")
         let opened = try #require(watcher.first("recd/trigger/event", after: mark, where: { $0.json?["kind"] as? String == "opened" }))
         let status = try run(Binaries.recctl, ["status"], environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30).stdout
-        #expect(status.contains("trigger") && status.contains("1 events"), "\(status)")
+        #expect(status.contains("trigger") && status.contains("1 event\n"), "\(status)")
         let closed = try #require(watcher.first("recd/trigger/event", after: mark, where: { $0.json?["kind"] as? String == "closed" }),
                                   "\(watcher.messages.suffix(20))")
         #expect(watcher.first("recd/trigger/sound", after: mark, where: { $0.payload == "OFF" }) != nil)

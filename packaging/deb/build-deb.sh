@@ -48,11 +48,13 @@ printf 'Source: recd\n\nPackage: recd\nArchitecture: any\n' >"$work/debian/contr
 maintainer="recd maintainers <maintainers@users.noreply.a-seed-480acf5f.example>"
 
 # 1. What make install installs, with PREFIX=/usr.
+echo "make deb: 1/4 make install into a staging tree (the man pages' tool is built once: about 30 s)"
 make -C "$repo" --no-print-directory install DESTDIR="$root" PREFIX=/usr >"$work/install.log" 2>&1 ||
     { cat "$work/install.log" >&2; fail "make install failed"; }
 rm -f "$root/etc/recd/recd.toml.example"
 
 # 2. Debian 12's layout.
+echo "make deb: 2/4 Debian's layout, copyright, changelog"
 mkdir -p "$root/lib/systemd"
 mv "$root/usr/lib/systemd/system" "$root/lib/systemd/system"
 mv "$root/usr/share/zsh/site-functions" "$root/usr/share/zsh/vendor-completions"
@@ -75,6 +77,7 @@ find "$root" -type d -exec chmod 755 {} +
 install -d -m 755 "$root/DEBIAN"
 
 # 3. Depends.
+echo "make deb: 3/4 Depends from dpkg-shlibdeps and the libraries recd opens with dlopen"
 # recctl is a static executable (Package.swift, staticClient): it links nothing.
 readelf -lW "$root/usr/bin/recctl" | grep -q "Requesting program interpreter" &&
     fail "usr/bin/recctl is not a static executable: pass it to dpkg-shlibdeps too"
@@ -136,6 +139,7 @@ Description: audio recorder daemon controlled over a Unix socket
  Segments by length or on the clock, retention, an MQTT bridge with Home
  Assistant discovery, and upload hooks for finished files.
 CONTROL
+echo "make deb: 4/4 dpkg-deb (xz) and lintian"
 dpkg-deb --root-owner-group -Zxz --build "$root" "$repo/$output" >/dev/null || fail "dpkg-deb failed"
 
 echo "make deb: $output ($(du -k "$repo/$output" | cut -f1) KiB, installed $size KiB)"
