@@ -59,8 +59,12 @@ struct Recctl: ParsableCommand {
     /// The command word, when it is none of recctl's but within two edits of one.
     static func misspelt(_ arguments: [String]) -> (String, String)? {
         var index = 0
+        // Only the options any command takes may come first; anything else (--help,
+        // --generate-completion-script zsh) is ArgumentParser's to read.
         while index < arguments.count, arguments[index].hasPrefix("-") {
-            index += arguments[index] == "--socket" ? 2 : 1
+            let option = arguments[index]
+            guard option == "--json" || option == "--socket" || option.hasPrefix("--socket=") else { return nil }
+            index += option == "--socket" ? 2 : 1
         }
         guard index < arguments.count else { return nil }
         let typed = arguments[index]

@@ -16,6 +16,8 @@ enum Binaries {
     }()
     static var recd: String { directory + "/recd" }
     static var recctl: String { directory + "/recctl" }
+    /// The recd under test is built with ThreadSanitizer (make test's `tsan` pass).
+    static var threadSanitized: Bool { directory.contains("/.build-tsan/") }
 }
 
 /// A real recd process on a private socket, recordings directory and test device.

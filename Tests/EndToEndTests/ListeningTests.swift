@@ -333,7 +333,7 @@ struct ListeningTests {
         #expect(watcher.wait() == 0)
         #expect(daemon.waitForStatus { $0.listening != nil } != nil)
         let range = try recctl(daemon, "listen", "--pre-roll", "61")
-        #expect(range.status != 0 && range.stderr.contains("'preRoll' must be between 0 and 60 seconds"), "\(range.stderr)")
+        #expect(range.status != 0 && range.stderr.contains("--pre-roll must be between 0 and 60 seconds"), "\(range.stderr)")
     }
 
     /// Threads of the daemon with this name (`/proc/PID/task/*/comm`): libpulse's client

@@ -176,7 +176,9 @@ struct RecctlTests {
         #expect(absolute.status == 0, "\(absolute.stderr)")
         let shown = DateFormatter()
         shown.dateFormat = "yyyy-MM-dd HH:mm:ss"
-        #expect(lines(absolute.stdout) == ["recording later -> \(daemon.recordings)/later.wav at \(shown.string(from: inAnHour))"])
+        // Nothing is opened or created until then (issue 34).
+        #expect(lines(absolute.stdout) == ["recording later: starts at \(shown.string(from: inAnHour)); nothing is opened or created until then (`recctl stop` cancels it)"])
+        #expect(!FileManager.default.fileExists(atPath: daemon.recordings + "/later.wav.part"))
         #expect(try waitForState(daemon, .preparing).recording?.scheduledAt == inAnHour)
         let cancelled = try recctl(daemon, "cancel", "--json")
         #expect(try decode(StateResult.self, cancelled.stdout).state == .idle)
@@ -184,7 +186,8 @@ struct RecctlTests {
         // RFC 3339.
         let rfc = try recctl(daemon, "start", "--at", "2099-01-02T03:04:05Z", "--json")
         #expect(try decode(Recording.self, rfc.stdout).scheduledAt == Date(timeIntervalSince1970: 4_071_006_245))
-        #expect(try recctl(daemon, "cancel").stdout == "cancelled\n")
+        let cancelRFC = try recctl(daemon, "cancel").stdout
+        #expect(cancelRFC.hasPrefix("cancelled recording-2099-01-02T") && cancelRFC.hasSuffix(": nothing was recorded\n"), "\(cancelRFC)")
     }
 
     // MARK: Controlling a live recording
@@ -226,7 +229,7 @@ struct RecctlTests {
         #expect(try waitForState(daemon, .recording).recording?.name == "discard")
         let cancel = try recctl(daemon, "cancel")
         #expect(cancel.status == 0)
-        #expect(cancel.stdout == "cancelled\n")
+        #expect(cancel.stdout == "cancelled discard: deleted \(daemon.recordings)/discard.wav\n", "\(cancel.stdout)")
         #expect(waiting.wait() == 1)
         #expect(waiting.stderr.contains("recctl: the recording was cancelled"), "\(waiting.stderr)")
         #expect(!FileManager.default.fileExists(atPath: daemon.recordings + "/discard.wav"))

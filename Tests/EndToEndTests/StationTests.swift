@@ -253,7 +253,9 @@ struct StationTests {
     /// length measured by the clock (a second's stall is about a second, not the 4 s since the
     /// stream started that ALSA's trigger timestamp gives through the plugin), and counted in
     /// the open segment while it is still being written.
-    @Test func anOverrunIsLoggedWithItsLengthAndCountedInTheOpenSegment() throws {
+    @Test(.enabled(if: !Binaries.threadSanitized,
+                   "libjack ends its threads by cancelling them, which a ThreadSanitizer-built recd reports as a thread that finished with ignores enabled"))
+    func anOverrunIsLoggedWithItsLengthAndCountedInTheOpenSegment() throws {
         let jack = try JackServer()
         let daemon = try Daemon(device: "hardpaced", config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n",
                                 environment: jack.environment)
@@ -275,7 +277,10 @@ struct StationTests {
         let line = daemon.log.split(separator: "\n").first { $0.contains("audio lost") }.map(String.init) ?? ""
         let logged = line.firstMatch(of: /lost.seconds=([0-9.]+)/).flatMap { Double($0.1) } ?? -1
         #expect(logged >= 0.9 && logged <= 2, "\(line)")
-        #expect(try recctl(daemon, "stop").status == 0)
+        stall.process.signal(SIGINT)
+        _ = stall.wait()
+        let stop = try recctl(daemon, "stop")
+        #expect(stop.status == 0, "\(stop.stdout)\(stop.stderr)\n\(daemon.log.suffix(2000))")
     }
 
     /// The small ones of the first hour, each as the operator met it.

@@ -347,7 +347,7 @@ struct TapTests {
         #expect(daemon.waitForStatus { $0.taps == nil && $0.state == .idle } != nil, "every tap left; the device closed")
         // Numbers are checked before anything is asked.
         let refused = try run(Binaries.recctl, ["tap", "--rate", "100"], environment: environment)
-        #expect(refused.status != 0 && refused.stderr.contains("'rate' must be between"), "\(refused.stderr)")
+        #expect(refused.status != 0 && refused.stderr.contains("--rate must be between"), "\(refused.stderr)")
         let client = try daemon.connect()
         let answer = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"tap","params":{"channels":9}}"#)
         #expect(answer.errorDataCode == "invalidParams" && answer.errorMessage?.contains("'channels' must be between 1 and 8") == true, "\(answer)")
