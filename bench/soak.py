@@ -23,11 +23,14 @@ threads and descriptors (per hour) after the warm-up, against the target (RSS < 
 threads and descriptors flat). While it runs, OUT/summary.json and OUT/soak.png are rewritten
 every 10 minutes, so a run in progress can be read.
 
-usage: soak.py BINDIR [--minutes 120] [--warmup 15] [--out DIR]
+usage: soak.py BINDIR [--minutes 120] [--warmup 15] [--out DIR] [--churn-rate 1]
        soak.py --report DIR          (summary and plot again from DIR/samples.jsonl)
        soak.py --compare BEFORE AFTER OUT.png   (two runs' RssAnon in one plot)
 Knobs also from the environment: SOAK_MINUTES, SOAK_WARMUP_MINUTES, SOAK_SAMPLE_SECONDS (60),
-SOAK_LOSS_MINUTES (20), SOAK_LOSS_SECONDS (10), SOAK_OUT, SOAK_KEEP=1 (keep the work directory).
+SOAK_LOSS_MINUTES (20), SOAK_LOSS_SECONDS (10), SOAK_OUT, SOAK_KEEP=1 (keep the work directory),
+SOAK_CHURN_RATE (1): churn this many times faster (subscribers' lives, garbage clients and
+recording cycles all shortened by it): 10 puts a month of a status bar's and Home Assistant's
+coming and going into a few hours.
 SIGINT or SIGTERM ends the run early; the files are still checked and the report written.
 """
 
@@ -323,8 +326,8 @@ def tap_worker(path, formats, conn):
 SUBSCRIPTION_ID = re.compile(rb'"subscription":"(\d+)"')
 
 
-def churn_subscribers_worker(path, count, seed, conn):
-    """`count` slots, each a client that lives 2-40 s: random topics and interval; a third
+def churn_subscribers_worker(path, count, seed, rate, conn):
+    """`count` slots, each a client that lives 2-40 s (divided by `rate`): random topics and interval; a third
     unsubscribe and subscribe again half-way; a fifth close with unread data (the kernel resets
     the connection). Then the slot connects again."""
     rng = random.Random(seed)
@@ -346,7 +349,7 @@ def churn_subscribers_worker(path, count, seed, conn):
             slots[index] = {"sock": None, "until": time.monotonic() + 1}
             return
         s.setblocking(False)
-        life = rng.uniform(2, 40)
+        life = rng.uniform(2, 40) / rate
         now = time.monotonic()
         mode = rng.choices(["read", "resubscribe", "abrupt"], [7, 5, 3])[0]
         slots[index] = {"sock": s, "until": now + life, "mode": mode, "topics": topics, "interval": interval,
@@ -411,8 +414,8 @@ def churn_subscribers_worker(path, count, seed, conn):
                 open_slot(i)
 
 
-def garbage_worker(path, seed, conn):
-    """A client every half second that does something a well-behaved client does not."""
+def garbage_worker(path, seed, rate, conn):
+    """A client every half second (divided by `rate`) that does something a well-behaved client does not."""
     rng = random.Random(seed)
     stats = collections.Counter()
     stalled = []  # (socket, until): subscribed at 100 Hz to everything, never reading
@@ -446,7 +449,7 @@ def garbage_worker(path, seed, conn):
     }
     names = list(kinds)
     while True:
-        if conn.poll(0.5):
+        if conn.poll(0.5 / rate):
             conn.recv()
             for s, _ in stalled:
                 s.close()
@@ -476,8 +479,9 @@ def garbage_worker(path, seed, conn):
 class ChurnCycles(threading.Thread):
     """Recording cycles over one control connection until `stop_event`."""
 
-    def __init__(self, recd, stop_event, seed):
+    def __init__(self, recd, stop_event, seed, rate=1.0):
         super().__init__(daemon=True)
+        self.rate = rate
         self.recd = recd
         self.stop_event = stop_event
         self.rng = random.Random(seed)
@@ -487,7 +491,7 @@ class ChurnCycles(threading.Thread):
         self.counts = collections.Counter()
 
     def nap(self, low, high):
-        self.stop_event.wait(self.rng.uniform(low, high))
+        self.stop_event.wait(self.rng.uniform(low, high) / self.rate)
 
     def cycle(self, client, i):
         rng = self.rng
@@ -774,6 +778,8 @@ def main():
     parser.add_argument("--loss-minutes", type=float, default=float(os.environ.get("SOAK_LOSS_MINUTES", 20)))
     parser.add_argument("--loss-seconds", type=float, default=float(os.environ.get("SOAK_LOSS_SECONDS", 10)))
     parser.add_argument("--out", default=os.environ.get("SOAK_OUT"))
+    parser.add_argument("--churn-rate", type=float, default=float(os.environ.get("SOAK_CHURN_RATE", 1)),
+                        help="churn this many times faster")
     parser.add_argument("--report", metavar="DIR", help="only write DIR's summary and plot again")
     parser.add_argument("--markdown", metavar="DIR", help="print DIR's figures as a Markdown table (BENCHMARKS.md)")
     parser.add_argument("--compare", nargs=3, metavar=("BEFORE", "AFTER", "PNG"),
@@ -818,7 +824,7 @@ def main():
             "recdVersion": subprocess.run([os.path.join(bindir, "recd"), "--version"], capture_output=True,
                                           text=True).stdout.strip(),
             "bindir": bindir, "workdir": work, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "minutes": args.minutes, "warmupMinutes": args.warmup, "sampleSeconds": args.sample_seconds,
+            "minutes": args.minutes, "churnRate": args.churn_rate, "warmupMinutes": args.warmup, "sampleSeconds": args.sample_seconds,
             "lossEveryMinutes": args.loss_minutes, "lossSeconds": args.loss_seconds,
             "cores": os.cpu_count(), "mallocEnv": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}
     with open(os.path.join(out, "run.json"), "w") as f:
@@ -882,9 +888,9 @@ def main():
                                                    "channels": 2, "segmentLength": SEGMENT_SECONDS})
         cycles = None
         if "churn" in daemons:  # cycles, coming and going subscribers, garbage
-            spawn(churn_subscribers_worker, daemons["churn"].socket, 50, 1)
-            spawn(garbage_worker, daemons["churn"].socket, 2)
-            cycles = ChurnCycles(daemons["churn"], stop_event, 3)
+            spawn(churn_subscribers_worker, daemons["churn"].socket, 50, 1, args.churn_rate)
+            spawn(garbage_worker, daemons["churn"].socket, 2, args.churn_rate)
+            cycles = ChurnCycles(daemons["churn"], stop_event, 3, args.churn_rate)
             cycles.start()
 
         t0 = time.monotonic()

@@ -613,6 +613,11 @@ final class Outbox: Sendable {
         var pending: ByteBuffer?
         /// Whether the loop's flusher will flush `pending`.
         var flushScheduled = false
+        /// A write handed to the channel has not completed: what is sent meanwhile grows
+        /// `pending`, one buffer, instead of becoming a write of its own. A client that stops
+        /// reading then holds one large buffer (mapped on its own and returned whole when it
+        /// goes), not a thousand 1 KiB blocks scattered through the shared heap.
+        var writeInFlight = false
         var finished = false
         /// The channel has closed: nothing queued will be written, and nobody waits for it.
         var closed = false
@@ -683,8 +688,10 @@ final class Outbox: Sendable {
     func flush() {
         let pending = state.withLockedValue { state -> ByteBuffer? in
             state.flushScheduled = false
-            defer { state.pending = nil }
-            return state.pending
+            guard !state.writeInFlight, let pending = state.pending else { return nil }
+            state.pending = nil
+            state.writeInFlight = true
+            return pending
         }
         guard let pending else { return }
         let count = pending.readableBytes
@@ -700,15 +707,18 @@ final class Outbox: Sendable {
     /// The socket took `count` bytes (or the channel failed and never will).
     private func written(_ count: Int, failed: Bool) {
         if failed { channel.close(promise: nil) }  // the socket failed: stop reading too
-        let waiters = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+        let (waiters, more) = state.withLockedValue { state -> ([CheckedContinuation<Void, Never>], Bool) in
             state.bytes -= count
+            state.writeInFlight = false
             state.lastProgress = DispatchTime.now().uptimeNanoseconds
             var waiters: [CheckedContinuation<Void, Never>] = []
             if state.bytes <= limit { swap(&waiters, &state.roomWaiters) }
             if state.bytes == 0 { waiters += state.writtenWaiters; state.writtenWaiters = [] }
-            return waiters
+            // What was sent while the write was under way goes now, unless the flusher has it.
+            return (waiters, !failed && state.pending != nil && !state.flushScheduled)
         }
         for waiter in waiters { waiter.resume() }
+        if more { flush() }  // on the event loop: a write's promise completes there
     }
 
     /// Whether no more than the limit waits: the client reads its answers.

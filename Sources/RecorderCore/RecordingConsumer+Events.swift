@@ -295,7 +295,7 @@ extension Recorder {
         let trigger = session?.gate?.trigger
         let counters = activeTrigger.withLock { $0 }
         let floor = trigger?.currentFloor
-        let levels = settings.levels(floor: floor)
+        let levels = trigger?.currentThresholds ?? settings.levels(floor: floor)
         return TriggerStatus(
             settings: settings, state: counters?.onset == nil ? "armed" : "open",
             events: counters?.events.load(ordering: .relaxed) ?? 0, discarded: counters?.discarded.load(ordering: .relaxed) ?? 0,

@@ -135,6 +135,9 @@ final class SoundTrigger: @unchecked Sendable {
     // For status, any thread.
     let level = Atomic<UInt64>((-160.0).bitPattern)
     let floor = Atomic<UInt64>(Double.nan.bitPattern)
+    /// The opening and closing levels of the last decision (NaN before one).
+    let openLevel = Atomic<UInt64>(Double.nan.bitPattern)
+    let closeLevel = Atomic<UInt64>(Double.nan.bitPattern)
 
     init(settings: TriggerSettings, configuration: PCMConfiguration) {
         self.settings = settings
@@ -161,10 +164,15 @@ final class SoundTrigger: @unchecked Sendable {
     var framesToBlockEnd: Int { blockFrames - filled }
 
     /// The levels that open and close an event now (`TriggerSettings.levels`); nil while a
-    /// relative threshold has no floor yet.
+    /// relative threshold has no floor yet. The floor closes an event only if it was known
+    /// when the event opened: one that opened in the first second is closed by `hysteresis`
+    /// alone, as the floor measured since is mostly its own sound.
     var thresholds: (open: Double, close: Double)? {
-        settings.levels(floor: floorWindow.count >= floorMinimumBlocks ? floorWindow.value : nil)
+        settings.levels(floor: floorWindow.count >= floorMinimumBlocks ? floorWindow.value : nil,
+                        closingByFloor: !isOpen || floorKnownAtOnset)
     }
+    /// Whether the floor was measured when the open event opened.
+    private var floorKnownAtOnset = false
 
     /// Feeds `frames` (at most `framesToBlockEnd`) interleaved device frames that begin at
     /// engine position `at`; decides when they complete a block.
@@ -238,11 +246,14 @@ final class SoundTrigger: @unchecked Sendable {
         level.store(value.bitPattern, ordering: .relaxed)
         // Decided against the floor before this block, which then joins it.
         let limits = thresholds
+        let floorKnown = floorWindow.count >= floorMinimumBlocks
         floorWindow.add(value)
         if let floor = floorWindow.value, floorWindow.count >= floorMinimumBlocks {
             self.floor.store(floor.bitPattern, ordering: .relaxed)
         }
         guard let limits else { return nil }
+        openLevel.store(limits.open.bitPattern, ordering: .relaxed)
+        closeLevel.store(limits.close.bitPattern, ordering: .relaxed)
         if !isOpen {
             guard value >= limits.open else {
                 runStart = nil
@@ -253,6 +264,7 @@ final class SoundTrigger: @unchecked Sendable {
             eventPeak = Swift.max(runStart == blockStart ? -160 : eventPeak, value)
             // The attack counts whole blocks: a run of them at least `attack` long.
             guard position - start >= Swift.max(attackFrames, 1) else { return nil }
+            floorKnownAtOnset = floorKnown
             isOpen = true
             onset = start
             lastAbove = position
@@ -276,6 +288,12 @@ final class SoundTrigger: @unchecked Sendable {
     }
 
     var currentLevel: Double { Double(bitPattern: level.load(ordering: .relaxed)) }
+    /// The levels the detector decides with now; nil before its first decision.
+    var currentThresholds: (open: Double, close: Double)? {
+        let open = Double(bitPattern: openLevel.load(ordering: .relaxed))
+        let close = Double(bitPattern: closeLevel.load(ordering: .relaxed))
+        return open.isNaN || close.isNaN ? nil : (open, close)
+    }
     var currentFloor: Double? {
         let value = Double(bitPattern: floor.load(ordering: .relaxed))
         return value.isNaN ? nil : value

@@ -70,8 +70,10 @@ public struct TriggerSettings: Sendable, Equatable, Codable {
     /// background. An absolute `threshold = -40` over a steady background at -43.7 dBFS
     /// would otherwise close only below -46, which the background never reaches. With the
     /// defaults of a relative threshold (12 dB above the floor, 6 of hysteresis) the two are
-    /// the same level.
-    public func levels(floor: Double?) -> (open: Double, close: Double)? {
+    /// the same level. `closingByFloor` false leaves the closing level at the opening level
+    /// less `hysteresis` (an event that opened before a floor was known: the floor measured
+    /// since is mostly the event's own sound).
+    public func levels(floor: Double?, closingByFloor: Bool = true) -> (open: Double, close: Double)? {
         let open: Double
         if let threshold {
             open = threshold
@@ -80,7 +82,7 @@ public struct TriggerSettings: Sendable, Equatable, Codable {
             open = floor + aboveFloor
         }
         var close = open - hysteresis
-        if let floor, floor < open { close = Swift.max(close, (floor + open) / 2) }
+        if closingByFloor, let floor, floor < open { close = Swift.max(close, (floor + open) / 2) }
         return (open, close)
     }
 

@@ -176,11 +176,11 @@ struct CompressedFormatTests {
     @Test(arguments: [AudioFileFormat.aac, .alac])
     func aRecordingStoppedBeforeItStartedIsAnEmptyFileTheLibraryLists(format: AudioFileFormat) throws {
         let recorder = recorder(device: TestDevices.file(input(Signal.counter16(frames: 4800, channels: 2), "short.raw")))
-        let scheduled = try recorder.start(name: "never", settings: RecordingSettings(format: format, sampleRate: 48000, channels: 2),
-                                           at: Date().addingTimeInterval(3600))
+        // Prepared (device open, file created, as AVAudioRecorder's prepareToRecord), never recorded.
+        let prepared = try recorder.prepare(name: "never", settings: RecordingSettings(format: format, sampleRate: 48000, channels: 2))
         let stopped = try recorder.stop()
         #expect(stopped.frames == 0)
-        #expect(FileManager.default.fileExists(atPath: scheduled.path))
+        #expect(FileManager.default.fileExists(atPath: prepared.path))
         let listed = RecordingLibrary(directory: directory.file("recordings")).list()
         #expect(listed.map(\.file) == ["never.m4a"])
         #expect(listed.first?.format == format)

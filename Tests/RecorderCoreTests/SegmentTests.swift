@@ -340,14 +340,22 @@ struct SegmentTests {
         #expect(recorder.state.value.isActive == false)
     }
 
-    @Test func aScheduledStartDoesNotWaitForAMissingDevice() throws {
+    /// A start at a later time opens nothing until then; a device missing then is waited for
+    /// (nobody is there to be told), and recorded from when it appears.
+    @Test func aScheduledStartOpensNothingUntilItsTimeThenWaitsForAMissingDevice() throws {
         let server = try PulseServer()
         server.kill()
         let recorder = recorder(device: TestDevices.paced(server))
-        let error = #expect(throws: RecorderError.self) {
-            try recorder.start(name: "later", settings: wav16, at: Date().addingTimeInterval(60))
-        }
-        #expect(error?.code == .deviceNotFound || error?.code == .failedToBegin, "\(String(describing: error))")
+        let scheduled = try recorder.start(name: "later", settings: wav16, at: Date().addingTimeInterval(1))
+        #expect(scheduled.path.isEmpty && scheduled.scheduledAt != nil)
+        #expect(recorder.state.value.name == .preparing)
+        #expect(waitUntil(timeout: 20) { recorder.state.value.name == .waitingForDevice }, "\(recorder.state.value)")
+        #expect(recorder.recording.value?.id == scheduled.id, "the same recording, at its time")
+        try server.restart()
+        try server.tone()
+        #expect(waitUntil(timeout: 20) { recorder.state.value.name == .recording && recorder.currentTime.value >= 0.3 })
+        let finished = try recorder.stop()
+        #expect(finished.path.hasSuffix("/later.wav") && FileManager.default.fileExists(atPath: finished.path))
     }
 
     // MARK: Running but recording nothing

@@ -496,6 +496,16 @@ struct SoundTriggerTests {
             == Decided(at: Self.frames(30 + 50), decision: .close(end: Self.frames(30) + 8000, lastAbove: Self.frames(30))))
     }
 
+    @Test func anEventOverABackgroundAboveTheHysteresisClosesWhenItsSoundGoes() {
+        // A steady background at -34 dBFS: above the closing level by hysteresis alone (-36),
+        // below the opening one (-30). With 2 s of it measured, the event closes halfway (-32).
+        let decided = Self.decisions(Self.absolute, Self.blocks([(200, -34), (20, Self.loud), (300, -34)]))
+        #expect(decided == [
+            Decided(at: Self.frames(205), decision: .open(onset: Self.frames(200))),
+            Decided(at: Self.frames(220 + 50), decision: .close(end: Self.frames(220) + 8000, lastAbove: Self.frames(220))),
+        ])
+    }
+
     /// The relative threshold: 12 dB above the 10th percentile of the last 60 s of block levels.
     static let relative = TriggerSettings(threshold: nil, aboveFloor: 12, floorWindow: 60, floorPercentile: 10)
 
