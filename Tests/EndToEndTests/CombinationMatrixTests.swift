@@ -42,6 +42,30 @@ struct CombinationMatrixTests {
         try expectOnlyListedFiles(daemon, cell: cell)
     }
 
+    @Test("a start at a later time", arguments: formats)
+    func startAtALaterTime(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × start at a later time"
+        let input = writeCounterInput(inputs, seconds: 4)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        let client = try daemon.connect()
+        let at = Date().addingTimeInterval(1)
+        let scheduled: Recording = try client.call(.start, StartParams(name: "later", format: format, sampleRate: Self.rate, channels: 2,
+                                                                       duration: 2, at: at))
+        // Until then, nothing: no device opened, no file.
+        #expect(scheduled.path.isEmpty && scheduled.scheduledAt != nil, "\(cell): \(scheduled)")
+        let early = try daemon.recordingFiles()
+        #expect(early.isEmpty, "\(cell): \(early)")
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == scheduled.id && $0.state.name == .finished },
+                                 "\(cell): never ended\n\(daemon.log.suffix(3000))")
+        // (When it began on the clock is StationTests' business, on the paced device: this one is unpaced.)
+        let files = try sessionFiles(daemon, try #require(ended.recording, "\(cell)"))
+        #expect(files.map(\.frames) == [96000], "\(cell): \(files.map(\.file))")
+        #expect(files.first?.file == "later.\(format.fileExtension)", "\(cell)")
+        let samples = try readBack(files, format: format, cell: cell)
+        expectInput(samples, input.samples, format: format, frames: 96000, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+    }
+
     @Test("time-carrying file template", arguments: formats)
     func timeCarryingTemplate(format: AudioFileFormat) throws {
         let cell = "\(format.rawValue) × time-carrying template"
