@@ -62,6 +62,8 @@ public struct Recording: Sendable, Equatable, Codable, Identifiable {
 
     /// Seconds of audio in the file (frames / rate).
     public var duration: Double { Double(frames) / Double(sampleRate) }
+    /// A start at a later time that has not begun: when it will (nil for any other recording).
+    public var startsLater: Date? { startedAt == nil ? scheduledAt : nil }
     /// Where the data is written while the recording runs.
     public var partialPath: String { path + ".part" }
 }

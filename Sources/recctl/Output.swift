@@ -122,7 +122,7 @@ enum Output {
         }
         // While listening, the last recording (finished) is `recctl ls`'s business.
         let recording = status.state.name == .listening ? nil : status.recording
-        if let recording, let at = recording.scheduledAt, recording.startedAt == nil, status.state.name == .preparing {
+        if let recording, let at = recording.startsLater, status.state.name == .preparing {
             rows.append(("starts", localTime(at) + " (in " + duration(max(0, at.timeIntervalSinceNow)) + "): nothing is opened or created until then"))
         }
         if let recording {
@@ -289,6 +289,11 @@ enum Output {
         if schedule.active, let end = schedule.currentEnd { parts.append("window open until " + localTime(end)) } else { parts.append("outside the windows") }
         if let start = schedule.nextStart, let end = schedule.nextEnd { parts.append("next " + localTime(start) + " – " + localTime(end)) }
         return parts.joined(separator: "; ")
+    }
+
+    /// What `stop` or `cancel` of a start that had not begun says.
+    static func cancelledBeforeItsTime(_ recording: Recording, at: Date) -> String {
+        "cancelled \(bold(recording.name)), scheduled for \(localTime(at)): nothing was recorded"
     }
 
     /// "1 event", "2 events".

@@ -326,7 +326,7 @@ struct Start: ParsableCommand {
         if options.json { Output.printJSON(recording) } else if let trigger = recording.trigger {
             let how = trigger.threshold.map { String(printf: "at %.1f dBFS", $0) } ?? String(printf: "%.1f dB above the noise floor", trigger.aboveFloor)
             Output.line("recording \(Output.bold(recording.name)): armed, a file per sound event (opens \(how))")
-        } else if let at = recording.scheduledAt, recording.startedAt == nil {
+        } else if let at = recording.startsLater {
             Output.line("recording \(Output.bold(recording.name)): starts at \(Output.localTime(at)); nothing is opened or created until then "
                         + "(`recctl stop` cancels it)")
         } else if recording.segment == nil {
@@ -390,8 +390,8 @@ struct Stop: ParsableCommand {
             recording = stopped
         }
         if options.json { return Output.printJSON(recording) }
-        if let at = recording.scheduledAt, recording.startedAt == nil {
-            Output.line("cancelled \(Output.bold(recording.name)), scheduled for \(Output.localTime(at)): nothing was recorded")
+        if let at = recording.startsLater {
+            Output.line(Output.cancelledBeforeItsTime(recording, at: at))
         } else if recording.trigger != nil, recording.path.isEmpty {
             Output.line("stopped \(Output.bold(recording.name)): no sound opened an event, nothing was recorded")
         } else if recording.trigger != nil {
@@ -521,9 +521,7 @@ struct Cancel: ParsableCommand {
         let before = try? options.connect().call(.status, as: StatusResult.self).recording
         try options.changeState(.cancel) { _ in
             guard let recording = before else { return "cancelled" }
-            if recording.scheduledAt != nil, recording.startedAt == nil {
-                return "cancelled \(Output.bold(recording.name)), scheduled for \(Output.localTime(recording.scheduledAt!)): nothing was recorded"
-            }
+            if let at = recording.startsLater { return Output.cancelledBeforeItsTime(recording, at: at) }
             if recording.path.isEmpty { return "cancelled \(Output.bold(recording.name)): it had no file" }
             let kept = (recording.segment?.index ?? 1) > 1 ? " (its closed segments stay)" : ""
             return "cancelled \(Output.bold(recording.name)): deleted \(recording.path)\(kept)"
