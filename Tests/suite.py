@@ -152,10 +152,24 @@ class Job:
             problem = f"the filter ran {ran or 'no'} tests, not 1"
         self.status = problem
 
-    def tail(self, lines=60):
+    def tail(self, lines=60, comment_lines=40):
+        """The failures, each issue with its comment (the daemon's log the test attached: the
+        only record of the cause once CI's clone is gone)."""
         text = open(self.log, errors="replace").read().splitlines()
-        failing = [line for line in text if "✘" in line or "recorded an issue" in line or "Fatal error" in line]
-        return "\n".join((failing or text)[-lines:])
+        failing = []
+        comment = 0  # lines of the current issue's comment still to show
+        for line in text:
+            if "recorded an issue" in line:
+                failing.append(line)
+                comment = comment_lines
+            elif comment and (line.startswith("↳") or line.startswith("  ")):
+                failing.append(line)
+                comment -= 1
+            else:
+                comment = 0
+                if "✘" in line or "Fatal error" in line:
+                    failing.append(line)
+        return "\n".join((failing or text)[-(lines + comment_lines):])
 
 
 def step(pending, running, done, failed, capacity, label):

@@ -61,6 +61,10 @@ final class CaptureEngine: @unchecked Sendable {
     let framesLost = Atomic<Int64>(0)
     /// Uptime (ns) of the last successful read, or of the device starting: the watchdog's proof.
     let lastProgress = Atomic<UInt64>(0)
+    /// `lastProgress` on the wall clock.
+    var lastProgressDate: Date {
+        Date(timeIntervalSinceNow: -Double(Self.uptime() &- lastProgress.load(ordering: .relaxed)) / 1e9)
+    }
     /// Whether the device is running (a consumer is attached).
     let isRunning = Atomic<Bool>(false)
     /// The failure that ended the engine, once it has.
@@ -88,6 +92,17 @@ final class CaptureEngine: @unchecked Sendable {
     private var closing = false
     /// Serializes the blocks run once the thread has ended.
     private let afterEnd = NIOLock()
+    /// Held by the capture thread except while it waits in the driver for audio: whoever else
+    /// holds it knows the thread is not touching the consumers, and may end the engine in its
+    /// place (`endIfStalled`).
+    private let ownership = ThreadOwnership()
+    /// `endIfStalled` ended the engine: the thread, if the driver ever lets it go, leaves
+    /// without touching anything. Under `ownership`.
+    private var abandoned = false
+    /// `start`'s callback, for `endIfStalled`.
+    private var onEnd: (@Sendable (RecorderError) -> Void)?
+    /// Checks every second whether capture has stalled (`endIfStalled`).
+    private var stallWatch: DispatchSourceTimer?
 
     private final class Command: @unchecked Sendable {
         // @unchecked: `body` runs once, on the capture thread; `state` is behind its lock.
@@ -134,26 +149,70 @@ final class CaptureEngine: @unchecked Sendable {
     // MARK: Control (any thread but the capture thread)
 
     /// Starts the capture thread; the device starts when the first consumer is attached.
-    /// `onEnd` runs on that thread when the device fails (not after `close()`).
+    /// `onEnd` runs once when the device fails (not after `close()`): on that thread, or on
+    /// the stall watch's when the device stopped delivering (`endIfStalled`).
     func start(onEnd: @escaping @Sendable (RecorderError) -> Void) {
         lastProgress.store(Self.uptime(), ordering: .relaxed)
+        self.onEnd = onEnd
+        let watch = DispatchSource.makeTimerSource(queue: Self.stallWatchQueue)
+        watch.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(250))
+        watch.setEventHandler { [weak self] in self?.endIfStalled() }
+        stallWatch = watch
+        watch.resume()
         CaptureThread.spawn(name: "recd-capture") { [self] in
+            ownership.lock()
             let error = run()
-            if let error {
-                failure.withLock { $0 = error }
-                for consumer in consumers { consumer.engineFailed(error) }
-            }
-            consumers = []
-            // From here blocks run where they are posted, one at a time (`afterEnd`); those
-            // posted before run now, seeing an ended engine, so that nobody waits on them.
-            let waiting = commands.withLock { pending in
-                ended.store(true, ordering: .releasing)
-                defer { pending = [] }
-                return pending
-            }
-            afterEnd.withLock { for command in waiting { execute(command) } }
-            if let error { onEnd(error) }
+            if !abandoned { end(error) }
+            ownership.unlock()
         }
+    }
+
+    /// The engine's last steps, under `ownership`: the consumers are told, blocks posted
+    /// before run now (seeing an ended engine, so that nobody waits on them), and from here
+    /// blocks run where they are posted, one at a time (`afterEnd`).
+    private func end(_ error: RecorderError?) {
+        stallWatch?.cancel()
+        if let error {
+            failure.withLock { $0 = error }
+            for consumer in consumers { consumer.engineFailed(error) }
+        }
+        consumers = []
+        let waiting = commands.withLock { pending in
+            ended.store(true, ordering: .releasing)
+            defer { pending = [] }
+            return pending
+        }
+        afterEnd.withLock { for command in waiting { execute(command) } }
+        if let error { onEnd?(error) }
+        onEnd = nil
+    }
+
+    /// Capture that delivers nothing for this long while the device runs has lost its device:
+    /// a sound server that stopped answering, or a driver that never returns (libpulse
+    /// deadlocks in the read when its server dies while a fragment is half read). Far above
+    /// any device's buffer (at most half a second here) and the 2 s blocks of an idle
+    /// PulseAudio sink; below what withholds systemd's watchdog pings long enough for a
+    /// restart (recd.service: WatchdogSec=10s, pings withheld after 5 s without progress).
+    static let stallLimit: UInt64 = 6_000_000_000
+    private static let stallWatchQueue = DispatchQueue(label: "recd.capture-stall-watch")
+
+    /// Ends the engine with `deviceLost` when the running device has delivered nothing for
+    /// `stallLimit`, as if the thread had seen the device fail: the consumers and `onEnd`
+    /// are told, and the recorder waits for the device and opens it anew. The thread may be
+    /// stuck in the driver for good; it is left there (with its handle) and, should it come
+    /// back, leaves without touching anything. Not while the thread is anywhere but waiting
+    /// for audio (writing a file on a stalled disk is not a lost device).
+    private func endIfStalled() {
+        guard isRunning.load(ordering: .acquiring), !ended.load(ordering: .acquiring),
+              Self.uptime() &- lastProgress.load(ordering: .relaxed) > Self.stallLimit,
+              ownership.tryLock() else { return }
+        defer { ownership.unlock() }
+        let silence = Self.uptime() &- lastProgress.load(ordering: .relaxed)
+        guard !abandoned, !ended.load(ordering: .acquiring), isRunning.load(ordering: .acquiring),
+              silence > Self.stallLimit else { return }
+        abandoned = true
+        end(RecorderError(.deviceLost, "capture device '\(pcm.name)' delivered nothing for "
+                          + "\(Int(Double(silence) / 1e9)) s (its sound server stopped answering, or its driver is stuck)"))
     }
 
     /// Runs `body` on the capture thread between two reads and returns its result, or nil
@@ -304,12 +363,17 @@ final class CaptureEngine: @unchecked Sendable {
                 continue
             }
             do throws(ALSAError) {
-                let ready = wakeDescriptor >= 0 ? try pcm.wait(timeoutMilliseconds: 100, orReadable: wakeDescriptor)
-                                                : try pcm.wait(timeoutMilliseconds: 100)
-                guard ready else { continue }
-                let available = try pcm.available()
-                let frames = Swift.min(Swift.max(available, configuration.periodFrames), chunkFrames)
-                let got = try pcm.read(into: buffer, frames: frames)
+                // In the driver without `ownership`: a stall watch may end the engine meanwhile.
+                let read = try inDriver { () throws(ALSAError) -> (available: Int, got: Int)? in
+                    let ready = wakeDescriptor >= 0 ? try pcm.wait(timeoutMilliseconds: 100, orReadable: wakeDescriptor)
+                                                    : try pcm.wait(timeoutMilliseconds: 100)
+                    guard ready else { return nil }
+                    let available = try pcm.available()
+                    let frames = Swift.min(Swift.max(available, configuration.periodFrames), chunkFrames)
+                    return (available, try pcm.read(into: buffer, frames: frames))
+                }
+                if abandoned { return nil }
+                guard let (available, got) = read else { continue }
                 let readUptime = Self.uptime()
                 lastProgress.store(readUptime, ordering: .relaxed)
                 lastRead = (readUptime, Swift.max(0, available - got))
@@ -337,9 +401,11 @@ final class CaptureEngine: @unchecked Sendable {
                     if consumers[index].receive(chunk) { index += 1 } else { consumers.remove(at: index) }
                 }
             } catch {
+                if abandoned { return nil }
                 do throws(ALSAError) {
                     try recover(from: error)
                 } catch {
+                    if abandoned { return nil }
                     stopDevice()
                     return .deviceLost(error)
                 }
@@ -375,6 +441,13 @@ final class CaptureEngine: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` (a call into the driver that may block) without `ownership`.
+    private func inDriver<T>(_ body: () throws(ALSAError) -> T) throws(ALSAError) -> T {
+        ownership.unlock()
+        defer { ownership.lock() }
+        return try body()
+    }
+
     /// Overrun or suspend: count it, measure what was lost, restart. Anything else rethrows.
     ///
     /// Lost is everything the device captured after the last frame read: the time since that
@@ -387,7 +460,8 @@ final class CaptureEngine: @unchecked Sendable {
             let seconds = Double(Self.uptime() &- lastRead.uptime) / 1e9
             lost = Int64((seconds * Double(configuration.sampleRate)).rounded()) + Int64(lastRead.unread)
         }
-        try pcm.recover(from: error)
+        try inDriver { () throws(ALSAError) in try pcm.recover(from: error) }
+        if abandoned { return }
         if error.code == -EPIPE || error.code == -ESTRPIPE {
             overruns.add(1, ordering: .relaxed)
             framesLost.add(lost, ordering: .relaxed)
@@ -396,6 +470,27 @@ final class CaptureEngine: @unchecked Sendable {
             drift.restart()  // the lost frames broke the count against the clock
         }
     }
+}
+
+/// A mutex the capture thread holds while it works and lets go of while it waits in the
+/// driver; another thread may try it without blocking (NIOLock cannot).
+final class ThreadOwnership: @unchecked Sendable {
+    // @unchecked: a pthread mutex, allocated once and never moved.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+
+    init() {
+        mutex = .allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    func lock() { pthread_mutex_lock(mutex) }
+    func unlock() { pthread_mutex_unlock(mutex) }
+    func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
 }
 
 /// A thread of its own (not a Dispatch worker: the capture loop blocks in the driver for

@@ -863,8 +863,10 @@ public final class Recorder: @unchecked Sendable {
         stopTimers()
         var failure: RecorderError?
         if case .failed(let error) = outcome { failure = error }
-        let endedAt = Date()
         let deviceLost = failure?.code == .deviceLost
+        // A lost device stopped delivering at its last read, which for a stalled one was
+        // seconds before the loss was noticed (CaptureEngine.stallLimit): the gap begins there.
+        let endedAt = deviceLost ? session.engine.lastProgressDate : Date()
         let waiting = mayWait && deviceLost && (plan?.configuration.waitForDevice ?? false)
         var last = session.finalSegment(endedAt: endedAt, reason: waiting ? .deviceLost : .end)
         var saveFailure: RecorderError?

@@ -323,4 +323,39 @@ struct StationTests {
         let empty = try run(Binaries.recd, ["--check-config", "--config", "/dev/null"], timeout: 20)
         #expect(empty.status == 0, "\(empty.stderr)")
     }
+
+    /// A sound server that stops answering (frozen, or a driver that deadlocks in the read, as
+    /// libpulse does when its server dies while a fragment is half read) is a lost device once
+    /// nothing came for CaptureEngine.stallLimit (6 s): the file so far is closed, recd waits,
+    /// and the recording goes on in the next file when the device answers again. Before, the
+    /// recording sat in `recording` with a frozen time until systemd's watchdog killed recd.
+    @Test func aSoundServerThatStopsAnsweringIsALostDeviceAndTheRecordingGoesOn() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "frozen", format: .wav, sampleRate: 48000, channels: 2))
+        #expect(daemon.waitForStatus { $0.currentTime >= 0.5 } != nil, "never recorded")
+        server.suspend()
+        let frozenAt = Date()
+        let waiting = try #require(daemon.waitForStatus(timeout: 60) { $0.state.name == .waitingForDevice || !$0.state.isActive },
+                                   "the stall was not noticed\n\(daemon.log.suffix(3000))")
+        server.resume()
+        #expect(waiting.state.name == .waitingForDevice, "\(waiting.state.name)")
+        // Not before the limit: the last frame came at most a device buffer (0.5 s) before the freeze.
+        #expect(Date().timeIntervalSince(frozenAt) >= 5.4, "noticed \(Date().timeIntervalSince(frozenAt)) s after the freeze")
+        #expect(waiting.state.deviceWait?.error.message.contains("delivered nothing for") == true, "\(String(describing: waiting.state.deviceWait))")
+        // The gap begins at the last frame, before the loss was noticed.
+        let gap = try #require(waiting.statistics.gaps.last, "no gap in \(waiting.statistics)")
+        #expect(gap.start <= frozenAt.addingTimeInterval(0.5), "the gap begins at \(gap.start), the freeze was at \(frozenAt)")
+        let resumed = try #require(daemon.waitForStatus { $0.state.name == .recording && $0.recording?.segment?.index == 2 },
+                                   "did not go on\n\(daemon.log.suffix(3000))")
+        #expect(resumed.recording?.id == started.id)
+        let before = resumed.currentTime
+        #expect(daemon.waitForStatus { $0.currentTime >= before + 0.5 } != nil, "the second file does not grow")
+        let stopped: Recording = try client.call(.stop)
+        #expect(stopped.id == started.id)
+        let files = try listed(daemon).map(\.file).sorted()
+        #expect(files == ["frozen-2.wav", "frozen.wav"], "\(files)")
+    }
 }
