@@ -23,14 +23,16 @@ threads and descriptors (per hour) after the warm-up, against the target (RSS < 
 threads and descriptors flat). While it runs, OUT/summary.json and OUT/soak.png are rewritten
 every 10 minutes, so a run in progress can be read.
 
-usage: soak.py BINDIR [--minutes 120] [--warmup 15] [--out DIR] [--churn-rate 1]
+usage: soak.py BINDIR [--minutes 120] [--warmup 15] [--out DIR] [--churn-rate 1] [--churn-keep 300]
        soak.py --report DIR          (summary and plot again from DIR/samples.jsonl)
        soak.py --compare BEFORE AFTER OUT.png   (two runs' RssAnon in one plot)
 Knobs also from the environment: SOAK_MINUTES, SOAK_WARMUP_MINUTES, SOAK_SAMPLE_SECONDS (60),
 SOAK_LOSS_MINUTES (20), SOAK_LOSS_SECONDS (10), SOAK_OUT, SOAK_KEEP=1 (keep the work directory),
 SOAK_CHURN_RATE (1): churn this many times faster (subscribers' lives, garbage clients and
 recording cycles all shortened by it): 10 puts a month of a status bar's and Home Assistant's
-coming and going into a few hours.
+coming and going into a few hours. SOAK_CHURN_KEEP (300), --churn-keep: the churn load keeps
+its newest N recordings and deletes older ones through recd, as retention or an uploader keeps
+a station's directory bounded (0 keeps all: then every lookup by name grows with the files).
 SIGINT or SIGTERM ends the run early; the files are still checked and the report written.
 """
 
@@ -479,9 +481,12 @@ def garbage_worker(path, seed, rate, conn):
 class ChurnCycles(threading.Thread):
     """Recording cycles over one control connection until `stop_event`."""
 
-    def __init__(self, recd, stop_event, seed, rate=1.0):
+    def __init__(self, recd, stop_event, seed, rate=1.0, keep=300):
         super().__init__(daemon=True)
         self.rate = rate
+        self.keep = keep      # files kept; older ones are deleted through recd (0: keep all)
+        self.checked = []     # the deleted files checked before deletion
+        self.checkedResults = []
         self.recd = recd
         self.stop_event = stop_event
         self.rng = random.Random(seed)
@@ -513,6 +518,7 @@ class ChurnCycles(threading.Thread):
             self.files.append({"path": recording["path"], "frames": recording["frames"],
                                "promised": round(duration * RATE)})
             self.counts["duration"] += 1
+            self.prune(client)
             return
         started = client.call("start", {"name": name, "format": "flac", "sampleRate": RATE, "channels": 2})
         self.counts["start"] += 1
@@ -543,6 +549,23 @@ class ChurnCycles(threading.Thread):
             client.call("recordings.list")
             self.counts["list"] += 1
         self.files.append({"path": path, "frames": frames, "promised": None})
+        self.prune(client)
+
+    def prune(self, client):
+        """A station's directory is bounded (retention, or an uploader that moves files away):
+        beyond `keep` files, the oldest is deleted through recd (`recordings.delete`), one in
+        ten of them read back by FFmpeg first. Otherwise every request that looks files up
+        (rename, info, list) costs more with every file, and a run at ten times the rate makes
+        tens of thousands."""
+        while self.keep and len(self.files) > self.keep:
+            oldest = self.files.pop(0)
+            self.counts["deleted"] += 1
+            if self.counts["deleted"] % 10 == 1:
+                self.checked.append(oldest)
+                self.checkedResults.append(check_files([oldest]))
+            client.call("recordings.delete", {"name": os.path.basename(oldest["path"])})
+            if os.path.exists(oldest["path"]):
+                self.errors.append(f"{oldest['path']}: still there after recordings.delete")
 
     def run(self):
         client = self.recd.client(timeout=120)
@@ -778,6 +801,8 @@ def main():
     parser.add_argument("--loss-minutes", type=float, default=float(os.environ.get("SOAK_LOSS_MINUTES", 20)))
     parser.add_argument("--loss-seconds", type=float, default=float(os.environ.get("SOAK_LOSS_SECONDS", 10)))
     parser.add_argument("--out", default=os.environ.get("SOAK_OUT"))
+    parser.add_argument("--churn-keep", type=int, default=int(os.environ.get("SOAK_CHURN_KEEP", 300)),
+                        help="the churn load keeps its newest N files and deletes older ones through recd (0: all)")
     parser.add_argument("--churn-rate", type=float, default=float(os.environ.get("SOAK_CHURN_RATE", 1)),
                         help="churn this many times faster")
     parser.add_argument("--report", metavar="DIR", help="only write DIR's summary and plot again")
@@ -824,7 +849,7 @@ def main():
             "recdVersion": subprocess.run([os.path.join(bindir, "recd"), "--version"], capture_output=True,
                                           text=True).stdout.strip(),
             "bindir": bindir, "workdir": work, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "minutes": args.minutes, "churnRate": args.churn_rate, "warmupMinutes": args.warmup, "sampleSeconds": args.sample_seconds,
+            "minutes": args.minutes, "churnRate": args.churn_rate, "churnKeep": args.churn_keep, "warmupMinutes": args.warmup, "sampleSeconds": args.sample_seconds,
             "lossEveryMinutes": args.loss_minutes, "lossSeconds": args.loss_seconds,
             "cores": os.cpu_count(), "mallocEnv": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}
     with open(os.path.join(out, "run.json"), "w") as f:
@@ -890,7 +915,7 @@ def main():
         if "churn" in daemons:  # cycles, coming and going subscribers, garbage
             spawn(churn_subscribers_worker, daemons["churn"].socket, 50, 1, args.churn_rate)
             spawn(garbage_worker, daemons["churn"].socket, 2, args.churn_rate)
-            cycles = ChurnCycles(daemons["churn"], stop_event, 3, args.churn_rate)
+            cycles = ChurnCycles(daemons["churn"], stop_event, 3, args.churn_rate, args.churn_keep)
             cycles.start()
 
         t0 = time.monotonic()
@@ -977,6 +1002,12 @@ def main():
                 check["problemCount"] += 1
         if cycles:
             check = checks["churn"] = check_files(cycles.files)
+            for early in cycles.checkedResults:  # the deleted files read back before deletion
+                check["files"] += early["files"]
+                check["framesDecoded"] += early["framesDecoded"]
+                check["problems"].extend(early["problems"])
+                check["problemCount"] += early["problemCount"]
+            check["deletedAlongTheWay"] = cycles.counts["deleted"]
             leftovers = [p for p in cycles.cancelled if os.path.exists(p) or os.path.exists(p + ".part")]
             if leftovers:
                 check["problems"].append(f"cancelled recordings left files: {leftovers[:5]}")

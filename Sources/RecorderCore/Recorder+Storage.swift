@@ -223,9 +223,23 @@ extension Recorder {
             // The recording being written is a .part, which no listing holds; its final name is
             // excluded too while the .part exists (a name taken meanwhile by someone else).
             let active = recording.value.flatMap { access($0.partialPath, F_OK) == 0 ? $0.path : nil }
-            var entries = library.retainable(excluding: active)
             guard var space = FileSystemSpace.measure(directory) else { return nil }
             let retention = configuration.retention
+            guard retention.isEnabled else {
+                // Nothing to delete: the totals need names and sizes only, not a listing that
+                // reads every header and session log (a station that keeps every file would pay
+                // for all of them after each one closed, in time and in memory).
+                let (count, bytes) = library.totals(excluding: active)
+                storageMonitor.withLock { monitor in
+                    monitor.lastScan = CaptureEngine.uptime()
+                    monitor.scanRequested = false
+                    monitor.recordingsBytes = bytes
+                    monitor.recordingsCount = count
+                    monitor.outlook = []
+                }
+                return space
+            }
+            var entries = library.retainable(excluding: active)
             let graceUntil = currentGrace()
             if retention.isEnabled {
                 // During the grace only the space guard's need deletes (the disk filling cannot

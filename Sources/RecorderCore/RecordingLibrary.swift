@@ -280,6 +280,46 @@ public struct RecordingLibrary: Sendable {
         }
     }
 
+    /// How many finished recordings the directory holds and their bytes, by name and size
+    /// alone: recd's extensions, below the directory (segment folders included), never a
+    /// `.part`, a link, a hidden entry or `activeFile`. Reads no header and holds no listing,
+    /// so that its cost in memory stays the same however many files a station keeps; what
+    /// `status` shows after every closed file when retention, which needs every file's
+    /// start, is off.
+    func totals(excluding activeFile: String?) -> (count: Int, bytes: Int64) {
+        let extensions = Set(AudioFileFormat.allCases.map(\.fileExtension))
+        var count = 0
+        var bytes: Int64 = 0
+        var pending = [directory]
+        var visited = 0
+        while let folder = pending.popLast(), visited < 100_000 {
+            visited += 1
+            guard let stream = opendir(folder) else { continue }
+            defer { closedir(stream) }
+            let descriptor = dirfd(stream)
+            while let entry = readdir(stream) {
+                let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                    $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+                }
+                guard !name.hasPrefix(".") else { continue }
+                var info = stat()
+                guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+                switch info.st_mode & S_IFMT {
+                case S_IFDIR:
+                    pending.append(folder + "/" + name)
+                case S_IFREG:
+                    guard let dot = name.lastIndex(of: "."), extensions.contains(String(name[name.index(after: dot)...])),
+                          activeFile.map({ $0 != folder + "/" + name }) ?? true else { continue }
+                    count += 1
+                    bytes += Int64(info.st_size)
+                default:
+                    continue
+                }
+            }
+        }
+        return (count, bytes)
+    }
+
     private func fileNames() -> [String] {
         let extensions = Set(AudioFileFormat.allCases.map(\.fileExtension))
         return walk { extensions.contains(FilePath($0).extension ?? "") }
@@ -309,13 +349,15 @@ public struct RecordingLibrary: Sendable {
 
     private func entry(file: String) -> Entry? {
         let path = directory + "/" + file
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-              attributes[.type] as? FileAttributeType == .typeRegular,
+        // lstat, not FileManager's attributes: their value types differ between
+        // FoundationEssentials and Foundation (a size read as 0 in a process with both).
+        var status = stat()
+        guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG,
               let (format, info, start) = Self.read(path: path, fileExtension: FilePath(file).extension ?? "")
         else { return nil }
+        let modified = Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9
         return Entry(name: FilePath(file).stem ?? "", file: file, path: path, format: format,
-                     info: info, size: (attributes[.size] as? any BinaryInteger).map { Int64($0) } ?? 0,
-                     modified: attributes[.modificationDate] as? Date ?? Date(timeIntervalSince1970: 0),
+                     info: info, size: Int64(status.st_size), modified: Date(timeIntervalSince1970: modified),
                      recordedStart: start)
     }
 

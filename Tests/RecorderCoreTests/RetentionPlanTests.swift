@@ -76,3 +76,46 @@ struct RetentionPlanTests {
         #expect(RetentionPlan.outlook(entries, settings: RetentionSettings(), space: space, now: now).isEmpty)
     }
 }
+
+/// The totals `status` shows with retention off, counted by name and size without reading
+/// a header, against the listing that reads every file.
+@Suite("recordings totals")
+struct RecordingTotalsTests {
+    /// A valid 16-bit stereo WAV of `frames` frames.
+    static func wav(frames: Int) -> Data {
+        var data = Data()
+        func put<T: FixedWidthInteger>(_ value: T) { withUnsafeBytes(of: value.littleEndian) { data.append(contentsOf: $0) } }
+        data.append(contentsOf: Array("RIFF".utf8)); put(UInt32(36 + frames * 4))
+        data.append(contentsOf: Array("WAVEfmt ".utf8)); put(UInt32(16)); put(UInt16(1)); put(UInt16(2))
+        put(UInt32(48000)); put(UInt32(48000 * 4)); put(UInt16(4)); put(UInt16(16))
+        data.append(contentsOf: Array("data".utf8)); put(UInt32(frames * 4))
+        data.append(Data(count: frames * 4))
+        return data
+    }
+
+    @Test func countedByNameAndSizeTheyMatchTheListingAndSkipWhatItSkips() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("totals-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: directory + "/station/2026-11-26", withIntermediateDirectories: true)
+        try fm.createDirectory(atPath: directory + "/.sessions", withIntermediateDirectories: true)
+        let files = ["a.wav": 100, "b.wav": 4800, "station/2026-11-26/c.wav": 48000, "station/d.wav": 1]
+        for (file, frames) in files { try Self.wav(frames: frames).write(to: URL(fileURLWithPath: directory + "/" + file)) }
+        // Not recordings: a .part, a hidden file, a foreign extension, a session log, a link.
+        for other in ["e.wav.part", ".hidden.wav", "notes.txt", ".sessions/x.jsonl"] {
+            try Self.wav(frames: 10).write(to: URL(fileURLWithPath: directory + "/" + other))
+        }
+        #expect(symlink(directory + "/a.wav", directory + "/link.wav") == 0)
+        let library = RecordingLibrary(directory: directory)
+        let listed = library.list()
+        #expect(listed.map(\.file).sorted() == files.keys.sorted())
+        let totals = library.totals(excluding: nil)
+        #expect(totals.count == listed.count)
+        #expect(totals.bytes == listed.reduce(0) { $0 + $1.size })
+        #expect(totals.bytes == Int64(files.values.reduce(0) { $0 + 44 + $1 * 4 }))
+        // The recording being written, by its final path, is not counted (as retention skips it).
+        let active = library.totals(excluding: directory + "/station/2026-11-26/c.wav")
+        #expect(active.count == 3)
+        #expect(active.bytes == totals.bytes - Int64(44 + 48000 * 4))
+    }
+}
