@@ -23,10 +23,12 @@ BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linu
 # What `make deb` and `make test-deb` need besides the build's: dpkg-deb, dpkg-shlibdeps and
 # strip, lintian, and mmdebstrap for the clean Debian 12 root the package is installed into.
 DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux
+# For packages of another architecture (make deb ARCH=arm64): its binaries run under qemu-user.
+CROSS_PACKAGES = qemu-user-static binfmt-support arch-test file
 # make soak's plot; heaptrack for finding what a soak shows growing.
 SOAK_PACKAGES  = python3-matplotlib heaptrack
 
-.PHONY: help deps deps-bench deps-deb build-info build build-tests build-tsan release deb test-deb hot-functions test check test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish soak install uninstall clean
+.PHONY: help deps deps-bench deps-deb build-info build build-tests build-tsan release deb test-deb test-packages hot-functions test check test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish soak install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -156,22 +158,46 @@ check-install: deps
 	bash Tests/install/check-install.sh
 
 # The Debian package (doc/packaging.md): `make install` into a staging tree with PREFIX=/usr,
-# laid out as Debian 12 expects, Depends from the binaries, lintian over the result.
-# DEB_ARCH names another Debian architecture when the binaries were built for it.
-DEB_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null)
-DEB       = recd_$(VERSION)_$(DEB_ARCH).deb
+# laid out as Debian expects, Depends from the binaries, lintian over the result.
+# For another architecture or Debian release (a Raspberry Pi: `make deb ARCH=arm64`, Raspberry
+# Pi OS being Debian 13, trixie), packaging/cross/build.sh builds recd and recctl with Debian's
+# Swift from sid in a root of its own, against a root of the target (both cached in
+# RECD_CROSS_CACHE), and the package is made the same way, its Depends from the target's root.
+# The host's own package is for Debian 12 (bookworm); another architecture's is for trixie.
+HOST_ARCH := $(shell dpkg --print-architecture 2>/dev/null)
+ARCH      ?= $(HOST_ARCH)
+DEFAULT_SUITE = $(if $(filter $(HOST_ARCH),$(ARCH)),bookworm,trixie)
+SUITE     ?= $(DEFAULT_SUITE)
+CROSS      = $(if $(and $(filter $(HOST_ARCH),$(ARCH)),$(filter bookworm,$(SUITE))),,$(SUITE)-$(ARCH))
+DEB        = recd_$(VERSION)_$(ARCH)$(if $(filter $(DEFAULT_SUITE),$(SUITE)),,-$(SUITE)).deb
+export RECD_CROSS_CACHE ?= $(HOME)/.cache/recd-cross
+AS_ROOT    = $$([ "$$(id -u)" -eq 0 ] || echo sudo --preserve-env=RECD_CROSS_CACHE,RECD_TEST_DEB_CACHE,RECD_TEST_DEB_KEEP)
 deb: deps-deb
+	$(if $(CROSS),$(call install_packages,$(CROSS_PACKAGES)))
 	@echo "make deb: the release build first (about 4 min from a fresh clone, seconds when it is there)"
 	@$(MAKE) --no-print-directory release
+	$(if $(CROSS),$(AS_ROOT) bash packaging/cross/build.sh --arch "$(ARCH)" --suite "$(SUITE)" --output ".build/cross/$(CROSS)")
 	@echo "make deb: make install into a staging tree, then dpkg-deb and lintian"
-	bash packaging/deb/build-deb.sh --version "$(VERSION)" --commit "$(BUILD_COMMIT)" --arch "$(DEB_ARCH)" --output "$(DEB)"
+	$(if $(CROSS),$(AS_ROOT)) bash packaging/deb/build-deb.sh --version "$(VERSION)" --commit "$(BUILD_COMMIT)" --arch "$(ARCH)" \
+	  --output "$(DEB)" $(if $(CROSS),--binaries ".build/cross/$(CROSS)" --root "$(RECD_CROSS_CACHE)/$(CROSS)")
 
 # Installs that package into a clean Debian 12 root filesystem (mmdebstrap, cached under
 # ~/.cache/recd-test-deb) and records with it there (Tests/deb/test-deb.sh). Needs root
 # (chroot, mount): sudo when not root, as for packages.
 test-deb: deb
-	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo --preserve-env=RECD_TEST_DEB_CACHE,RECD_TEST_DEB_KEEP"; \
-	$$sudo bash Tests/deb/test-deb.sh "$(DEB)"
+	$(AS_ROOT) bash Tests/deb/test-deb.sh "$(DEB)" "$(SUITE)"
+
+# Every package, each tested as test-deb does in a clean root of its release: the host's
+# (bookworm amd64) and the Raspberry Pi's (trixie arm64, under qemu-user). Not in `make test`:
+# the first run builds the cross roots and a second compiler's release build (about 30 min).
+PACKAGES = bookworm-$(HOST_ARCH) trixie-arm64
+test-packages:
+	@set -e; for package in $(PACKAGES); do \
+	  suite=$${package%%-*}; arch=$${package#*-}; started=$$(date +%s); \
+	  echo "=== make test-packages: $$suite $$arch"; \
+	  $(MAKE) --no-print-directory test-deb SUITE=$$suite ARCH=$$arch; \
+	  echo "=== make test-packages: $$suite $$arch ok in $$(( $$(date +%s) - started )) s"; \
+	done
 
 # Both use the release build (make release) unless CONFIG=debug.
 demo: $(if $(filter release,$(CONFIG)),release,build)

@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Installs recd's Debian package into a clean Debian 12 root filesystem and uses it there
-# (`make test-deb`, part of `make test`; doc/packaging.md):
-#   1. a minimal bookworm root from Debian's packages (mmdebstrap --variant=apt), with no Swift
-#      in it; built once and cached as a tarball under ~/.cache/recd-test-deb (rebuilt when a
-#      week old), apt's downloaded packages cached beside it, so a second run is fast;
+# Installs recd's Debian package into a clean root filesystem of its Debian release and uses it
+# there (`make test-deb`, part of `make test`, for the host's package; `make test-packages` for
+# every package, the arm64 one under qemu-user; doc/packaging.md):
+#   1. a minimal root of the release (bookworm, or trixie: Raspberry Pi OS) and the package's
+#      architecture from Debian's packages (mmdebstrap --variant=apt), with no Swift in it;
+#      built once and cached as a tarball under ~/.cache/recd-test-deb (rebuilt when a week
+#      old), apt's downloaded packages cached beside it, so a second run is fast;
 #   2. `apt-get install ./recd_….deb` inside: Depends resolve from Debian's packages alone;
 #      the user recd (in group audio) and /var/lib/recd exist afterwards;
 #   3. recd --version and recctl --version print the package's version with the commit;
 #   4. recd --system runs as the user recd (no systemd here: started directly with setpriv)
 #      from an ALSA `file` device, configured through the conffile /etc/recd/recd.toml, and
-#      records WAV, FLAC and .m4a, driven by recctl; the files are decoded by ffmpeg outside;
+#      records WAV, FLAC and .m4a, driven by recctl; the files are decoded by ffmpeg outside:
+#      the WAV's samples are the input's, bit for bit, and every file holds exactly the frames
+#      asked for;
 #   5. systemd-analyze verify accepts the installed units;
 #   6. an upgrade (the same package with a higher version) and a reinstall keep the changed
 #      conffile;
 #   7. remove keeps the configuration and the recordings; purge deletes the configuration and
 #      still keeps the recordings (and the user recd that owns them).
 #
-# Usage: Tests/deb/test-deb.sh recd_VERSION_ARCH.deb   (as root: chroot, mount; make test-deb
-# uses sudo when not root)
+# Usage: Tests/deb/test-deb.sh recd_VERSION_ARCH.deb [bookworm|trixie]   (as root: chroot,
+# mount; make test-deb uses sudo when not root). The release defaults to bookworm for a package
+# of this machine's architecture, trixie for another's.
 # Environment: RECD_TEST_DEB_CACHE (default ~/.cache/recd-test-deb), RECD_TEST_DEB_KEEP=1 keeps
 # the root filesystem for a look afterwards.
 set -euo pipefail
@@ -28,7 +33,7 @@ fail() {
 }
 step() { printf 'test-deb: [%3d s] %s\n' "$SECONDS" "$*"; }
 
-[[ $# -eq 1 && -f $1 ]] || fail "usage: test-deb.sh recd_VERSION_ARCH.deb (not found: ${1:-})"
+[[ ($# -eq 1 || $# -eq 2) && -f $1 ]] || fail "usage: test-deb.sh recd_VERSION_ARCH.deb [SUITE] (not found: ${1:-})"
 deb=$(readlink -f "$1")
 [[ $(id -u) -eq 0 ]] || fail "needs root (chroot and mount); run it as root or with sudo"
 for tool in mmdebstrap dpkg-deb ffmpeg ffprobe setpriv findmnt; do
@@ -36,23 +41,32 @@ for tool in mmdebstrap dpkg-deb ffmpeg ffprobe setpriv findmnt; do
 done
 version=$(dpkg-deb -f "$deb" Version)
 arch=$(dpkg-deb -f "$deb" Architecture)
-[[ $arch == "$(dpkg --print-architecture)" ]] || fail "$deb is for $arch; this machine runs $(dpkg --print-architecture) packages"
+suite=${2:-$([[ $arch == "$(dpkg --print-architecture)" ]] && echo bookworm || echo trixie)}
+declare -A debian_version=([bookworm]=12 [trixie]=13)
+[[ -n ${debian_version[$suite]:-} ]] || fail "unknown release $suite (bookworm or trixie)"
+if [[ $arch != "$(dpkg --print-architecture)" ]]; then
+    # The root's programs, recd among them, run under qemu-user (binfmt_misc).
+    findmnt -rn /proc/sys/fs/binfmt_misc >/dev/null || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    update-binfmts --enable "qemu-$(dpkg-architecture -a "$arch" -qDEB_HOST_GNU_CPU 2>/dev/null)" >/dev/null 2>&1 || true
+    arch-test "$arch" >/dev/null 2>&1 || fail "$arch programs do not run here (qemu-user-static and binfmt-support)"
+fi
 
 cache=${RECD_TEST_DEB_CACHE:-$HOME/.cache/recd-test-deb}
-base=$cache/bookworm-$arch.tar
+base=$cache/$suite-$arch.tar
 archives=$cache/archives
 mkdir -p "$archives/partial"
 
 # --- 1. The clean root filesystem --------------------------------------------------------------
 started=$SECONDS
 if [[ ! -s $base ]] || [[ -n $(find "$base" -mtime +7) ]]; then
-    step "building a Debian 12 root filesystem with mmdebstrap (cached in $base)"
+    step "building a $suite $arch root filesystem with mmdebstrap (cached in $base)"
     rm -f "$base.new"
-    mmdebstrap --quiet --variant=apt --include=ca-certificates --format=tar bookworm "$base.new" ||
-        fail "mmdebstrap could not build a bookworm root filesystem"
+    mmdebstrap --quiet --variant=apt --arch="$arch" --aptopt='Acquire::Check-Valid-Until "false"' \
+        --include=ca-certificates --format=tar "$suite" "$base.new" ||
+        fail "mmdebstrap could not build a $suite $arch root filesystem"
     mv "$base.new" "$base"
 else
-    step "using the cached Debian 12 root filesystem $base"
+    step "using the cached $suite $arch root filesystem $base"
 fi
 
 root=$(mktemp -d /var/tmp/recd-test-deb.XXXXXX)
@@ -77,7 +91,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 tar -C "$root" -xf "$base"
-[[ $(cat "$root/etc/debian_version") == 12.* ]] || fail "the root filesystem is not Debian 12: $(cat "$root/etc/debian_version")"
+[[ $(cat "$root/etc/debian_version") == "${debian_version[$suite]}".* ]] ||
+    fail "the root filesystem is not Debian ${debian_version[$suite]} ($suite): $(cat "$root/etc/debian_version")"
+step "Debian $(cat "$root/etc/debian_version") ($suite), $arch: its programs run as $(chroot "$root" uname -m)"
 mount -t proc proc "$root/proc"
 mount --bind "$archives" "$root/var/cache/apt/archives"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
@@ -184,7 +200,27 @@ for ext in wav flac m4a; do
         fail "ffmpeg cannot decode take-$ext.$ext: $decoded"
     peak=$(sed -n 's/.*max_volume: \(-\{0,1\}[0-9.]*\) dB/\1/p' <<<"$decoded")
     awk -v p="${peak:-}" 'BEGIN { exit !(p != "" && p > -40) }' || fail "take-$ext.$ext peaks at '${peak:-?}' dB: silence, not the tone"
-    step "recorded $recordings/take-$ext.$ext: $(tr '\n' ' ' <<<"$probe")peak $peak dB (decoded by ffmpeg)"
+    # Exactly the 2 s asked for; the WAV's samples are the input's first 2 s, bit for bit. An
+    # .m4a declares its length in its edit list (ffprobe's duration_ts): FFmpeg's decoder
+    # trims the encoder delay it names but not the padding of the last block, up to 1024 more.
+    ffmpeg -v error -i "$file" -f s16le -ac 2 -ar 48000 "$root/srv/recd-test/decoded.raw" -y ||
+        fail "ffmpeg cannot decode take-$ext.$ext to samples"
+    frames=$(($(stat -c %s "$root/srv/recd-test/decoded.raw") / 4))
+    if [[ $ext == m4a ]]; then
+        declared=$(ffprobe -v error -select_streams a:0 -show_entries stream=duration_ts -of csv=p=0 "$file")
+        [[ $declared -eq 96000 ]] || fail "take-m4a.m4a declares $declared frames (its edit list), not 96000"
+        ((frames >= 96000 && frames <= 97024)) || fail "take-m4a.m4a decodes to $frames frames, not 96000 (+ at most 1024 of padding)"
+        frames="$declared declared, $frames decoded"
+    else
+        [[ $frames -eq 96000 ]] || fail "take-$ext.$ext decodes to $frames frames, not 96000"
+        frames="$frames frames"
+    fi
+    if [[ $ext == wav ]]; then
+        cmp -s "$root/srv/recd-test/decoded.raw" <(head -c 384000 "$root/srv/recd-test/input.raw") ||
+            fail "take-wav.wav is not the input bit for bit"
+        frames="$frames, bit-exact"
+    fi
+    step "recorded $recordings/take-$ext.$ext: $(tr '\n' ' ' <<<"$probe")$frames, peak $peak dB (decoded by ffmpeg)"
 done
 kill -TERM "$recd_pid"
 deadline=$((SECONDS + 30))

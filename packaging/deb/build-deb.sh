@@ -16,6 +16,10 @@
 #   4. dpkg-deb --root-owner-group, then lintian (errors and unoverridden warnings fail).
 #
 # Usage: build-deb.sh --version V --commit C --arch A --output FILE.deb   (from the repository)
+#        [--binaries DIR --root ROOT]: another release's or architecture's recd and recctl
+#        (packaging/cross/build.sh, already stripped) replace the host's after `make install`
+#        (man pages and completions are the same), and dpkg-shlibdeps and dpkg run inside ROOT,
+#        a root filesystem of the target release and architecture (under qemu-user if foreign).
 set -euo pipefail
 
 fail() {
@@ -23,18 +27,21 @@ fail() {
     exit 1
 }
 
-version= commit= arch= output=
+version= commit= arch= output= binaries= target=
 while (($#)); do
     case $1 in
     --version) version=$2 ;;
     --commit) commit=$2 ;;
     --arch) arch=$2 ;;
     --output) output=$2 ;;
+    --binaries) binaries=$(readlink -f "$2") ;;
+    --root) target=$(readlink -f "$2") ;;
     *) fail "unknown argument $1" ;;
     esac
     shift 2
 done
 [[ -n $version && -n $arch && -n $output ]] || fail "usage: build-deb.sh --version V --commit C --arch A --output FILE.deb"
+[[ -z $binaries || -n $target ]] || fail "--binaries needs --root (the target's root filesystem, for dpkg-shlibdeps)"
 [[ $version =~ ^[0-9][A-Za-z0-9.+~]*$ ]] || fail "version '$version' (RecdVersion.current) is not a Debian native version"
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -59,7 +66,11 @@ mkdir -p "$root/lib/systemd"
 mv "$root/usr/lib/systemd/system" "$root/lib/systemd/system"
 mv "$root/usr/share/zsh/site-functions" "$root/usr/share/zsh/vendor-completions"
 gzip -9n "$root"/usr/share/man/man1/*.1 "$root"/usr/share/man/man5/*.5
-strip --remove-section=.comment --remove-section=.note "$root/usr/bin/recd" "$root/usr/bin/recctl"
+if [[ -n $binaries ]]; then
+    install -m 755 "$binaries/recd" "$binaries/recctl" "$root/usr/bin/"
+else
+    strip --remove-section=.comment --remove-section=.note "$root/usr/bin/recd" "$root/usr/bin/recctl"
+fi
 doc=$root/usr/share/doc/recd
 install -d "$doc" "$root/usr/share/lintian/overrides"
 install -m 644 "$here/copyright" "$here/README.Debian" "$doc/"
@@ -81,8 +92,25 @@ echo "make deb: 3/4 Depends from dpkg-shlibdeps and the libraries recd opens wit
 # recctl is a static executable (Package.swift, staticClient): it links nothing.
 readelf -lW "$root/usr/bin/recctl" | grep -q "Requesting program interpreter" &&
     fail "usr/bin/recctl is not a static executable: pass it to dpkg-shlibdeps too"
-linked=$(cd "$work" && dpkg-shlibdeps -O "$root/usr/bin/recd" 2>"$work/shlibdeps.err") ||
+# in_target COMMAND...: runs here, or inside the target's root filesystem (its dpkg database,
+# its libraries), with the staging tree visible at the same path.
+in_target() {
+    if [[ -z $target ]]; then "$@"; return; fi
+    # The architectures said outright: dpkg-architecture would ask a C compiler the root lacks.
+    chroot "$target" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+        DEB_BUILD_ARCH="$arch" DEB_HOST_ARCH="$arch" "$@"
+}
+if [[ -n $target ]]; then
+    mkdir -p "$target$work"
+    mount --bind "$work" "$target$work"
+    trap 'umount "$target$work" 2>/dev/null || umount -l "$target$work"; rmdir "$target$work" 2>/dev/null; rm -rf "$work"' EXIT
+fi
+linked=$(in_target sh -c 'cd "$1" && dpkg-shlibdeps -O "$2"' - "$work" "$root/usr/bin/recd" 2>"$work/shlibdeps.err") ||
     { cat "$work/shlibdeps.err" >&2; fail "dpkg-shlibdeps failed"; }
+# trixie's libc6 diverts the dynamic loader for the /usr merge, which dpkg-shlibdeps warns
+# about whatever the binary: those lines alone are no reason to fail.
+sed -i -e '/warning: diversions involved - output may be incorrect/d' -e '/^ diversion by libc6 \(from\|to\): \/lib\/ld-linux/d' \
+    "$work/shlibdeps.err"
 [[ ! -s $work/shlibdeps.err ]] && [[ $linked == shlibs:Depends=* ]] ||
     { cat "$work/shlibdeps.err" >&2; fail "dpkg-shlibdeps warned or said: $linked"; }
 linked=${linked#shlibs:Depends=}
@@ -95,13 +123,13 @@ loaded=()
 for soname in $opened; do
     file=
     for dir in "/usr/lib/$multiarch" "/lib/$multiarch"; do
-        [[ -e $dir/$soname ]] && { file=$(readlink -f "$dir/$soname"); break; }
+        [[ -e $target$dir/$soname ]] && { file=$(in_target readlink -f "$dir/$soname"); break; }
     done
-    [[ -n $file ]] || fail "recd opens $soname, which is not installed here for $arch (make deps installs the -dev packages)"
-    package=$(dpkg -S "$file" 2>/dev/null | head -1 | cut -d: -f1) || true
+    [[ -n $file ]] || fail "recd opens $soname, which is not installed ${target:-here} for $arch (make deps installs the -dev packages)"
+    package=$(in_target dpkg -S "$file" 2>/dev/null | head -1 | cut -d: -f1) || true
     [[ -n $package ]] || fail "no package owns $file ($soname)"
     name=${soname%%.so.*} major=${soname##*.so.}
-    dependency=$(dpkg-query --control-show "$package:$arch" shlibs 2>/dev/null |
+    dependency=$(in_target dpkg-query --control-show "$package:$arch" shlibs 2>/dev/null |
         awk -v n="$name" -v m="$major" '$1 == n && $2 == m { $1 = ""; $2 = ""; sub(/^ +/, ""); print; exit }')
     [[ -n $dependency ]] || dependency=$package
     echo "make deb: recd opens $soname with dlopen: $dependency"
