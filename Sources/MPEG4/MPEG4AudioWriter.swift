@@ -359,7 +359,8 @@ public final class MPEG4AudioWriter {
         Glibc.close(syncDescriptor)
         if packetsWritten > 0 {
             do throws(MPEG4Error) {
-                try MPEG4FileRewriter.makeRegular(path: path)
+                // Every frame handed to the encoder is in the file: nextTimestamp counts them.
+                try MPEG4FileRewriter.makeRegular(path: path, frames: failure == nil ? nextTimestamp : nil, sampleRate: sampleRate)
             } catch {
                 firstError = firstError ?? MPEG4Error(
                     path: path, message: "has all its audio but stays fragmented: \(error.message) at \(error.path)",

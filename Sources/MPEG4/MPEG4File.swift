@@ -7,7 +7,12 @@ public enum MPEG4FileRewriter {
     /// Replaces `path` by its regular form: written next to it under a hidden name, synced,
     /// then renamed over it, so a crash at any point leaves one whole file. A fragmented file
     /// cut short (a crash, a full disk) keeps every whole packet before the cut.
-    public static func makeRegular(path: String) throws(MPEG4Error) {
+    ///
+    /// `frames`, when the writer knows it (a file it closed): the audio's exact length at
+    /// `sampleRate`, which ends the last packet. Otherwise the track's declared duration does,
+    /// which libavformat 7 reads from a fragmented file as whole blocks (an .m4a of 96 000
+    /// frames came out declaring 96 256, the padding of its last AAC block).
+    public static func makeRegular(path: String, frames: Int64? = nil, sampleRate: Int? = nil) throws(MPEG4Error) {
         let av = try loadFFmpeg(for: path)
         let temporary = temporaryPath(for: path)
         unlink(temporary)  // a previous attempt's leftover
@@ -78,11 +83,19 @@ public enum MPEG4FileRewriter {
             // The track's end: its declared duration counts from the first packet's timestamp
             // (negative by the encoder delay). Trusted only if it ends within the last packet.
             let start = inputStream.pointee.start_time == recd_av_nopts_value() ? 0 : inputStream.pointee.start_time
-            let end = start + inputStream.pointee.duration
-            let lastDuration = end - pending.pointee.dts
-            let trusted = inputStream.pointee.duration != recd_av_nopts_value()
-                && lastDuration > 0 && (pending.pointee.duration <= 0 || lastDuration <= pending.pointee.duration)
-            try writePending(duration: trusted ? lastDuration : 0)
+            let timeBase = inputStream.pointee.time_base
+            if let frames, let sampleRate, timeBase.num > 0, sampleRate > 0 {
+                // The first frame is at timestamp 0 (the encoder delay before it is negative).
+                let end = frames * Int64(timeBase.den) / (Int64(timeBase.num) * Int64(sampleRate))
+                let lastDuration = end - pending.pointee.dts
+                try writePending(duration: lastDuration > 0 ? lastDuration : 0)
+            } else {
+                let end = start + inputStream.pointee.duration
+                let lastDuration = end - pending.pointee.dts
+                let trusted = inputStream.pointee.duration != recd_av_nopts_value()
+                    && lastDuration > 0 && (pending.pointee.duration <= 0 || lastDuration <= pending.pointee.duration)
+                try writePending(duration: trusted ? lastDuration : 0)
+            }
             try check(av.av_write_trailer(output), "cannot finish the file", path: temporary)
             if output.pointee.pb.pointee.error < 0 {
                 throw MPEG4Error(path: temporary, message: "cannot write", code: output.pointee.pb.pointee.error)
