@@ -53,7 +53,7 @@ fi
 
 cache=${RECD_TEST_DEB_CACHE:-$HOME/.cache/recd-test-deb}
 base=$cache/$suite-$arch.tar
-archives=$cache/archives
+archives=$cache/archives-$suite-$arch  # one each: two runs at once would share apt's lock
 mkdir -p "$archives/partial"
 
 # --- 1. The clean root filesystem --------------------------------------------------------------
