@@ -59,7 +59,8 @@ final class CaptureEngine: @unchecked Sendable {
     let framesCaptured = Atomic<Int64>(0)
     let overruns = Atomic<Int>(0)
     let framesLost = Atomic<Int64>(0)
-    /// Uptime (ns) of the last successful read, or of the device starting: the watchdog's proof.
+    /// Uptime (ns) of the last successful read and of the consumers' return from its chunk, or
+    /// of the device starting: the watchdog's proof, and the stall watch's.
     let lastProgress = Atomic<UInt64>(0)
     /// `lastProgress` on the wall clock.
     var lastProgressDate: Date {
@@ -400,6 +401,9 @@ final class CaptureEngine: @unchecked Sendable {
                 while index < consumers.count {
                     if consumers[index].receive(chunk) { index += 1 } else { consumers.remove(at: index) }
                 }
+                // Progress too: a consumer held up (a write to a stalled disk) must not look,
+                // once the thread is back in the driver, like a device that delivered nothing.
+                lastProgress.store(Self.uptime(), ordering: .relaxed)
             } catch {
                 if abandoned { return nil }
                 do throws(ALSAError) {
