@@ -189,7 +189,7 @@ test-deb: deb
 
 # Every package, each tested as test-deb does in a clean root of its release: the host's
 # (bookworm amd64) and the Raspberry Pi's (trixie arm64, under qemu-user). Not in `make test`:
-# the first run builds the cross roots and a second compiler's release build (about 30 min).
+# the first run builds the cross roots and a second compiler's release build (up to an hour the first time).
 PACKAGES = bookworm-$(HOST_ARCH) trixie-arm64
 test-packages:
 	@set -e; for package in $(PACKAGES); do \

@@ -12,7 +12,7 @@
 #
 # Usage: packaging/cross/build.sh --arch arm64 --suite trixie --output DIR   (as root: chroot,
 # mount). Both roots are cached under RECD_CROSS_CACHE (default ~/.cache/recd-cross), rebuilt
-# when a month old; the first run downloads about 1 GB and takes about 10 minutes.
+# when a month old; the first run downloads about 1 GB and, with the release build, takes up to an hour on 2 cores.
 set -euo pipefail
 
 fail() {
