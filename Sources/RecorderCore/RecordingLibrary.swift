@@ -290,32 +290,11 @@ public struct RecordingLibrary: Sendable {
         let extensions = Set(AudioFileFormat.allCases.map(\.fileExtension))
         var count = 0
         var bytes: Int64 = 0
-        var pending = [directory]
-        var visited = 0
-        while let folder = pending.popLast(), visited < 100_000 {
-            visited += 1
-            guard let stream = opendir(folder) else { continue }
-            defer { closedir(stream) }
-            let descriptor = dirfd(stream)
-            while let entry = readdir(stream) {
-                let name = withUnsafePointer(to: &entry.pointee.d_name) {
-                    $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-                }
-                guard !name.hasPrefix(".") else { continue }
-                var info = stat()
-                guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-                switch info.st_mode & S_IFMT {
-                case S_IFDIR:
-                    pending.append(folder + "/" + name)
-                case S_IFREG:
-                    guard let dot = name.lastIndex(of: "."), extensions.contains(String(name[name.index(after: dot)...])),
-                          activeFile.map({ $0 != folder + "/" + name }) ?? true else { continue }
-                    count += 1
-                    bytes += Int64(info.st_size)
-                default:
-                    continue
-                }
-            }
+        visitFiles { path, name, info in
+            guard let dot = name.lastIndex(of: "."), extensions.contains(String(name[name.index(after: dot)...])),
+                  activeFile.map({ $0 != directory + "/" + path }) ?? true else { return }
+            count += 1
+            bytes += Int64(info.st_size)
         }
         return (count, bytes)
     }
@@ -329,22 +308,36 @@ public struct RecordingLibrary: Sendable {
     /// hidden entries are skipped, symbolic links not followed.
     private func walk(_ matches: (String) -> Bool) -> [String] {
         var found: [String] = []
+        visitFiles { path, name, _ in if matches(name) { found.append(path) } }
+        return found
+    }
+
+    /// Every regular file below the directory, one at a time, as it is read (nothing is
+    /// listed first): its path below the directory, its name, its lstat. Hidden entries are
+    /// skipped, symbolic links not followed, at most 100 000 folders entered.
+    private func visitFiles(_ body: (_ path: String, _ name: String, _ info: stat) -> Void) {
         var pending = [""]
-        while let relative = pending.popLast() {
-            let absolute = relative.isEmpty ? directory : directory + "/" + relative
-            guard let names = try? FileManager.default.contentsOfDirectory(atPath: absolute) else { continue }
-            for name in names where !name.hasPrefix(".") {
-                let path = relative.isEmpty ? name : relative + "/" + name
+        var entered = 0
+        while let relative = pending.popLast(), entered < 100_000 {
+            entered += 1
+            guard let stream = opendir(relative.isEmpty ? directory : directory + "/" + relative) else { continue }
+            defer { closedir(stream) }
+            let descriptor = dirfd(stream)
+            while let entry = readdir(stream) {
+                let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                    $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+                }
+                guard !name.hasPrefix(".") else { continue }
                 var info = stat()
-                guard lstat(directory + "/" + path, &info) == 0 else { continue }
-                if info.st_mode & S_IFMT == S_IFDIR {
-                    if pending.count + found.count < 100_000 { pending.append(path) }
-                } else if matches(name) {
-                    found.append(path)
+                guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+                let path = relative.isEmpty ? name : relative + "/" + name
+                switch info.st_mode & S_IFMT {
+                case S_IFDIR: pending.append(path)
+                case S_IFREG: body(path, name, info)
+                default: continue
                 }
             }
         }
-        return found
     }
 
     private func entry(file: String) -> Entry? {
