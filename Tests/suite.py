@@ -20,7 +20,7 @@ The checks that need no device (fuzzing, units, install, the package) run beside
 priority, in the CPU the waiting tests leave.
 
 Usage: Tests/suite.py test|check [--workers N]
-       Tests/suite.py run CONFIGURATION... [--filter REGEX]   (no build: unit, tsan, release, debug)
+       Tests/suite.py run CONFIGURATION... [--filter REGEX]   (no build: unit, tsan, release, debug, debug-e2e)
 """
 
 import argparse
@@ -79,6 +79,9 @@ def configurations():
         # make check's: the debug build alone.
         "debug": Configuration("debug", debug, {}, lambda n: not is_end_to_end(n), 1),
         "debug-smoke": Configuration("debug", debug, {}, lambda n: any(n.startswith(s) for s in SMOKE), 1),
+        # The inner loop's whole end-to-end pass against the debug binaries (no release or TSan
+        # build needed): `Tests/suite.py run debug-e2e [--filter REGEX]` after `make build-tests`.
+        "debug-e2e": Configuration("debug", debug, {}, is_end_to_end, 2),
         # make test's: the TSan build's test bundle runs every test. The end-to-end tests drive a
         # recd built with TSan, then the release binaries (RECD_TEST_BINARIES); the harness and
         # the client library (RecdClient) are under TSan in both.

@@ -224,7 +224,8 @@ public enum MethodTable {
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
             lastSegment: recorder.closedSegment.value, storage: recorder.storage.value,
             listening: recorder.currentListeningStatus(), taps: Optional(recorder.currentTaps()).flatMap { $0.isEmpty ? nil : $0 },
-            trigger: recorder.currentTriggerStatus(), schedule: recorder.currentScheduleStatus())
+            trigger: recorder.currentTriggerStatus(), schedule: recorder.currentScheduleStatus(),
+            writeBuffer: recorder.currentWriteBuffer())
     }
 
     /// `recordings.delete` and `.rename` leave the file being recorded alone.

@@ -19,6 +19,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
 
     public var periodTime = 0.01
     public var bufferTime = 0.5
+    public var writeBuffer = 10.0
     public var syncInterval = 1.0
     public var captureSampleRate: Int?
     public var captureChannels: Int?
@@ -99,7 +100,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public var recorderConfiguration: RecorderConfiguration {
         RecorderConfiguration(device: device, recordingsDirectory: recordingsDirectory, defaultSettings: recording,
                               timeInterval: timeInterval, levelsInterval: levelsInterval, meteringEnabled: meteringEnabled,
-                              syncInterval: syncInterval, periodTime: periodTime, bufferTime: bufferTime,
+                              syncInterval: syncInterval, periodTime: periodTime, bufferTime: bufferTime, writeBuffer: writeBuffer,
                               captureSampleRate: captureSampleRate, captureChannels: captureChannels,
                               stopTimeout: stopTimeout,
                               segments: segments, waitForDevice: waitForDevice, maximumRetryInterval: retryIntervalMax,
@@ -150,6 +151,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
 
         try reader.readDuration("capture.period_time", in: 0.001...1) { (value: Double) in periodTime = value }
         try reader.readDuration("capture.buffer_time", in: 0.01...10) { (value: Double) in bufferTime = value }
+        try reader.readDuration("capture.write_buffer", in: Limits.writeBuffer) { (value: Double) in writeBuffer = value }
         try reader.readDuration("capture.sync_interval", in: 0.01...3600) { (value: Double) in syncInterval = value }
         try reader.read("capture.sample_rate", in: 1000...768_000, "Hz") { (value: Int) in captureSampleRate = value }
         try reader.read("capture.channels", in: 1...32) { (value: Int) in captureChannels = value }

@@ -241,8 +241,10 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private func publishProblem() {
         let statistics = recorder.statistics.value
         var warnings: [String] = []
-        if statistics.xruns > 0 {
-            warnings.append("\(statistics.xruns) overrun(s) in this recording, \(statistics.framesLost) frame(s) lost")
+        if statistics.xruns > 0 || statistics.framesLost > 0 {
+            let gaps = statistics.gaps.filter { $0.error.code == .audioLost }.count
+            warnings.append("\(statistics.xruns) overrun(s) in this recording, \(statistics.framesLost) frame(s) lost"
+                            + (gaps > 0 ? " (\(gaps) gap(s): the recording went on in a new file)" : ""))
         }
         if let lastHookWarning { warnings.append(lastHookWarning) }
         if let warning = recorder.warning.value { warnings.append("\(warning.code.rawValue): \(warning.message)") }

@@ -419,12 +419,15 @@ public struct StatusResult: Codable, Sendable, Equatable {
     public var trigger: TriggerStatus?
     /// With `[schedule]`: whether a window is open, until when, and the next one.
     public var schedule: ScheduleStatus?
+    /// While recording: how much audio waits to be written, and the most that did.
+    public var writeBuffer: WriteBufferStatus?
 
     public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
                 device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String,
                 warning: RecorderWarning? = nil, lastSegment: Segment? = nil, storage: StorageStatus? = nil,
                 listening: ListeningStatus? = nil, taps: [TapStatus]? = nil, trigger: TriggerStatus? = nil,
-                schedule: ScheduleStatus? = nil) {
+                schedule: ScheduleStatus? = nil, writeBuffer: WriteBufferStatus? = nil) {
+        self.writeBuffer = writeBuffer
         self.trigger = trigger
         self.schedule = schedule
         self.listening = listening

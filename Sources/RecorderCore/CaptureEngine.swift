@@ -23,6 +23,11 @@ struct CaptureChunk {
     /// Overruns since the chunk before, and the frames they lost (estimated).
     let overruns: Int
     let framesLost: Int64
+    /// The engine's least delayed estimate of when the first frame was captured, as of this
+    /// read (nil: none yet). A consumer that takes the chunk later (on a worker) times it with
+    /// this, not with the engine's estimate by then: a device that delivers faster than real
+    /// time (a file) moves that ever earlier.
+    var anchoredTime: Double? = nil
 }
 
 /// What a consumer of the capture engine promises: it takes a chunk on the capture thread
@@ -395,7 +400,8 @@ final class CaptureEngine: @unchecked Sendable {
                 pendingLost = 0
                 let chunk = CaptureChunk(samples: buffer, frames: got, position: position,
                                          captureTime: estimate + Double(position) / rate, readUptime: readUptime,
-                                         overruns: lostOverruns, framesLost: lostFrames)
+                                         overruns: lostOverruns, framesLost: lostFrames,
+                                         anchoredTime: captureTime(ofPosition: position))
                 framesCaptured.store(position + Int64(got), ordering: .releasing)
                 var index = 0
                 while index < consumers.count {
@@ -472,6 +478,7 @@ final class CaptureEngine: @unchecked Sendable {
             pendingOverruns += 1
             pendingLost += lost
             drift.restart()  // the lost frames broke the count against the clock
+            reanchor = true  // and position 0's time: the next read times the frames after the loss
         }
     }
 }

@@ -91,9 +91,10 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
         var remaining = frames
         while remaining > 0 {
             let count = Swift.min(remaining, capacityFrames - index, chunkFrames)
+            let time = captureTime(position)
             let chunk = CaptureChunk(samples: storage + index * bytesPerFrame, frames: count, position: position,
-                                     captureTime: captureTime(position) ?? Date().timeIntervalSince1970,
-                                     readUptime: CaptureEngine.uptime(), overruns: 0, framesLost: 0)
+                                     captureTime: time ?? Date().timeIntervalSince1970,
+                                     readUptime: CaptureEngine.uptime(), overruns: 0, framesLost: 0, anchoredTime: time)
             guard consumer.receive(chunk) else { break }
             index = (index + count) % capacityFrames
             position += Int64(count)

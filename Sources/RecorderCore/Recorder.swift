@@ -29,6 +29,9 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public var periodTime: Double
     /// The device buffer, seconds: how long capture can stall before an overrun.
     public var bufferTime: Double
+    /// The write buffer between the capture thread and the file's writer, seconds of the
+    /// device's audio: how long the disk may stall with nothing lost (`Limits.writeBuffer`).
+    public var writeBuffer: Double
     /// Capture at this rate whatever the file's rate, converting with soxr (nil: ask the
     /// device for the file's rate, converting only if it cannot deliver it).
     public var captureSampleRate: Int?
@@ -60,7 +63,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
                 timeInterval: Double = 0.1, levelsInterval: Double = 0.05, meteringEnabled: Bool = true,
-                syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5,
+                syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5, writeBuffer: Double = 10,
                 captureSampleRate: Int? = nil, captureChannels: Int? = nil, stopTimeout: Double = 5,
                 segments: SegmentSettings = SegmentSettings(), waitForDevice: Bool = true,
                 maximumRetryInterval: Double = 1.5, silenceWarningAfter: Double? = 60,
@@ -76,6 +79,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
         self.syncInterval = syncInterval
         self.periodTime = periodTime
         self.bufferTime = bufferTime
+        self.writeBuffer = writeBuffer
         self.captureSampleRate = captureSampleRate
         self.captureChannels = captureChannels
         self.stopTimeout = stopTimeout
@@ -706,7 +710,34 @@ public final class Recorder: @unchecked Sendable {
             syncInterval: plan.configuration.syncInterval,
             spaceGuard: makeSpaceGuard(plan.configuration, settings: plan.settings, fileRate: files.sampleRate,
                                        fileChannels: files.channels),
-            sixteenBitFile: plan.settings.effectiveBitDepth == 16)
+            sixteenBitFile: plan.settings.effectiveBitDepth == 16,
+            writeBuffer: plan.configuration.writeBuffer,
+            preRollRoom: plan.trigger == nil && listenPlan != nil ? Swift.max(plan.preRoll ?? 0, listenPlan?.preRoll ?? 0) : 0,
+            gapFound: { [weak self] gap, frames in self?.gapFound(gap, frames: frames) })
+    }
+
+    /// The recording's write buffer now; nil when nothing records. Any thread.
+    public func currentWriteBuffer() -> WriteBufferStatus? {
+        guard state.value.isActive, let session = activeSession.withLock({ $0 }), session.started else { return nil }
+        let (held, peak) = session.writeBufferFill
+        return WriteBufferStatus(capacity: Double(session.worker.ring.capacityBytes) / Double(session.configuration.bytesPerFrame)
+                                     / Double(session.configuration.sampleRate),
+                                 bytes: session.worker.ring.bytes, held: held, peak: peak,
+                                 overflows: session.writeBufferOverflows.load(ordering: .relaxed))
+    }
+
+    /// The worker found audio lost between two chunks (the device overran, or the disk fell
+    /// behind by more than the write buffer): the file before it is closed and the next has
+    /// begun. Logged with its length and counted in the statistics' gaps (status, MQTT's problem).
+    private func gapFound(_ gap: Gap, frames: Int64) {
+        logger.warning("audio lost: the recording goes on in a new file", metadata: [
+            "lost.seconds": "\(String(printf: "%.3f", gap.duration))", "lost.frames": "\(frames)",
+            "gap.start": "\(gap.start)", "error.message": "\(gap.error.message)"])
+        ledger.withLock { ledger in
+            var gap = gap
+            gap.position += ledger.frames
+            ledger.gaps.append(gap)
+        }
     }
 
     /// A segment the capture thread closed is finalized (on its sync queue): count it,
@@ -1042,14 +1073,6 @@ public final class Recorder: @unchecked Sendable {
         currentTime.send(Double(totals.frames + session.framesWritten.load(ordering: .relaxed)) / Double(rate))
         let xruns = totals.xruns + session.xruns.load(ordering: .relaxed)
         let framesLost = totals.framesLost + session.framesLost.load(ordering: .relaxed)
-        let before = statistics.value
-        if xruns > before.xruns {
-            // Off the capture thread: each loss, with its length, in the journal as it happens.
-            let lost = Double(framesLost - before.framesLost) / Double(session.configuration.sampleRate)
-            logger.warning("audio lost: the device overran", metadata: [
-                "overruns": "\(xruns - before.xruns)", "lost.seconds": "\(String(printf: "%.3f", lost))",
-                "overruns.total": "\(xruns)", "device.name": "\(session.deviceName)"])
-        }
         statistics.send(CaptureStatistics(xruns: xruns, framesLost: framesLost,
                                           framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
                                           segmentsClosed: totals.segmentsClosed, gaps: totals.gaps,

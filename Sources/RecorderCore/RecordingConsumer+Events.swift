@@ -93,9 +93,29 @@ final class EventGate: @unchecked Sendable {
 extension RecordingConsumer {
     /// A triggered recording's chunk: every frame goes into the gate's ring and through the
     /// detector, a block at a time; an open event's frames go on from the ring to its file.
-    func receiveGated(_ chunk: CaptureChunk, gate: EventGate) -> Bool {
-        xruns.add(chunk.overruns, ordering: .relaxed)
-        framesLost.add(chunk.framesLost, ordering: .relaxed)
+    ///
+    /// After a gap (`lost`) an open event ends with the last frame before it (reason `gap`):
+    /// no event's file is spliced across lost audio.
+    func receiveGated(_ chunk: CaptureChunk, gate: EventGate, lost: LostAudio?) -> Bool {
+        if let lost {
+            let rate = Double(configuration.sampleRate)
+            let resumedAt = chunk.anchoredTime ?? chunk.captureTime
+            let endPosition = gate.trigger.position
+            let stoppedAt = resumedAt - Double(lost.frames) / rate
+            if gate.open != nil {
+                do {
+                    try catchUp(gate, to: endPosition, readUptime: chunk.readUptime)
+                    try closeEvent(gate, end: endPosition, lastAbove: Swift.min(gate.trigger.lastAbove, endPosition), reason: "gap")
+                } catch {
+                    end(.failed(Self.writeFailure(error, device: deviceName)))
+                    return false
+                }
+            }
+            gate.trigger.reset()
+            gapFound(Gap(start: Date(timeIntervalSince1970: stoppedAt), end: Date(timeIntervalSince1970: resumedAt),
+                         position: framesWritten.load(ordering: .relaxed), error: lost.error(device: deviceName, rate: Int(rate))),
+                     lost.frames)
+        }
         framesCaptured.add(Int64(chunk.frames), ordering: .relaxed)
         markFirstFrameKnown()
         if let failure = finalizeFailure.withLock({ $0 }) {
@@ -141,7 +161,7 @@ extension RecordingConsumer {
             let now = CaptureEngine.uptime()
             if now &- lastSync >= syncIntervalNanoseconds {
                 lastSync = now
-                fileAccess.withLock { access in if case .captureThread = access { syncFile() } }
+                syncFile()
             }
         }
         if let outOfSpace = checkSpace() {
@@ -165,9 +185,7 @@ extension RecordingConsumer {
     private func catchUp(_ gate: EventGate, to end: Int64, readUptime: UInt64) throws {
         guard gate.open != nil, end > gate.writtenUpTo else { return }
         try gate.ring.read(from: gate.writtenUpTo, upTo: end) { samples, frames, _ in
-            guard try writeToFile(samples, frames: frames, sync: false, readUptime: readUptime) else {
-                throw RecorderError(.deviceLost, "capture on '\(deviceName)' was abandoned")
-            }
+            try writeToFile(samples, frames: frames, sync: false, readUptime: readUptime)
         }
         gate.writtenUpTo = end
     }
@@ -178,7 +196,7 @@ extension RecordingConsumer {
         let rate = Double(configuration.sampleRate)
         let first = Swift.max(onset - gate.preRollFrames, gate.ring.oldestPosition)
         func time(_ position: Int64) -> Double {
-            engine.captureTime(ofPosition: position) ?? chunk.captureTime - Double(chunk.position - position) / rate
+            (chunk.anchoredTime ?? chunk.captureTime) - Double(chunk.position - position) / rate
         }
         let start = time(first)
         let date = Date(timeIntervalSince1970: start)
@@ -207,15 +225,12 @@ extension RecordingConsumer {
     private func closeEvent(_ gate: EventGate, end: Int64, lastAbove: Int64, reason: String) throws {
         guard let event = gate.open, let file = writer else { return }
         if let converter {
-            try fileAccess.withLock { access in
-                guard case .captureThread = access else { return }
-                try converter.flush { samples, frames in try write(samples, frames: frames) }
-                try converter.reset()
-            }
+            try converter.flush { samples, frames in try write(samples, frames: frames) }
+            try converter.reset()
         }
         let frames = segmentFramesWritten.load(ordering: .acquiring)
         let endedAt = Date(timeIntervalSince1970: anchor + Double(framesWritten.load(ordering: .relaxed) - anchorFrames) / Double(fileRate))
-        let closed = finalSegment(endedAt: endedAt, reason: reason == "hang" ? .event : .end)
+        let closed = finalSegment(endedAt: endedAt, reason: reason == "hang" ? .event : reason == "gap" ? .gap : .end)
         writer = nil
         gate.open = nil
         gate.counters.openOnset.store(Double.nan.bitPattern, ordering: .relaxed)

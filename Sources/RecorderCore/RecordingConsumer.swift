@@ -18,20 +18,27 @@ enum CaptureOutcome: Sendable, Equatable {
     case failed(RecorderError)
 }
 
-/// The recording, as a consumer of the capture engine: converts, meters, cuts segments and
-/// writes the file, chunk by chunk, on the capture thread.
+/// The recording, as a consumer of the capture engine: on the capture thread it only copies
+/// each chunk into its write buffer (`ChunkRing`); its worker thread (`recd-writer`) takes
+/// them from there and converts, meters, cuts segments and writes the file. A disk that
+/// stalls for less than the buffer holds loses nothing; a longer stall, or an overrun of the
+/// device, is a gap: the file ends at the last frame before it and the next begins with
+/// its true capture time (`handleGap`), never spliced across it.
 ///
 /// Publishing happens on the recorder's timer, which reads the counters here (atomics) and
 /// the level meter (a mutex taken once per chunk). Control (pause, resume, split, stop) runs
-/// on the capture thread between two chunks (`CaptureEngine.perform`), so that `pause()`
-/// returns only once no more frames will be written, and a split falls between two frames.
+/// on the worker between two chunks (`ChunkWorker.perform`), after every chunk captured
+/// before, so that `pause()` returns only once no more frames will be written, and a split
+/// falls between two frames.
 final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     // @unchecked: `writer`, `converter` and the segment bookkeeping (`segment`,
-    // `segmentTarget`, the anchors) are used on the capture thread only, after `start()` and
-    // until `finished` is signalled (or while detached, paused, by the control thread alone);
-    // the control thread touches the writer and the segment again only after that (in
-    // `finalize`). A writer replaced at a boundary is handed to the serial sync queue and
-    // never touched again here. Everything shared is atomic or behind a lock.
+    // `segmentTarget`, the anchors) are used on the worker thread only, after `start()` and
+    // until `finished` is signalled; the control thread touches the writer and the segment
+    // again only after that (in `finalize`). A writer replaced at a boundary is handed to the
+    // serial sync queue and never touched again here. Everything shared is atomic or behind a
+    // lock. "The capture thread" in the comments below is the worker's side of it, where the
+    // comment is about order (a chunk at a time): only `receive` and `engineFailed` run on the
+    // capture thread itself.
 
     let engine: CaptureEngine
     /// The file being written. Replaced at each segment boundary; nil between the events of a
@@ -99,6 +106,22 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// The writer the last request was for (the capture thread may have moved to the next
     /// segment's by the time the request runs); taken by the request, cleared before a close.
     private let syncTarget = NIOLockedValueBox<HandedOver?>(nil)
+    /// The write buffer and the thread that empties it.
+    private(set) var worker: ChunkWorker!
+    /// The write buffer's length in seconds (the pre-roll's room not counted).
+    let writeBufferSeconds: Double
+    /// The engine position the next chunk should have (worker): a chunk further on follows a
+    /// gap (the write buffer was full, the device overran).
+    private var expectedPosition: Int64?
+    /// Times the write buffer was full and refused a chunk (capture thread counts).
+    let writeBufferOverflows = Atomic<Int>(0)
+    private var overflowing = false
+    /// How long the capture thread waits for room in a full buffer (ns): half the device's buffer.
+    private let pushPatience: UInt64
+    /// Gaps in this session, as each was found (worker); the recorder logs and publishes them.
+    let gapFound: @Sendable (Gap, _ frames: Int64) -> Void
+    /// `resume()` asked the worker to take its next chunk's time afresh.
+    private let resumed = Atomic<Bool>(false)
 
     // Shared with the timer and the control thread.
     let framesWritten = Atomic<Int64>(0)
@@ -121,9 +144,6 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     private let firstFrameMarked = Atomic<Bool>(false)
     let isPaused = Atomic<Bool>(false)
     private let startedFlag = Atomic<Bool>(false)
-    /// Who may use `writer` (and the converter): the capture thread until it ends or is abandoned.
-    let fileAccess = NIOLockedValueBox<FileAccess>(.captureThread)
-    enum FileAccess { case captureThread, abandoned }
 
     /// Runs (on the capture thread) when the recording ends by itself: frame limit, failure.
     /// Taken (and so released) when capture ends: the recorder's closure holds this consumer,
@@ -145,7 +165,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
          segmentStarted: @escaping @Sendable () -> Void = {},
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
          frameLimit: Int64?, metering: Bool, syncInterval: Double, spaceGuard: SpaceGuard? = nil,
-         sixteenBitFile: Bool = false) throws(RecorderError) {
+         sixteenBitFile: Bool = false, writeBuffer: Double = 10, preRollRoom: Double = 0,
+         gapFound: @escaping @Sendable (Gap, Int64) -> Void = { _, _ in }) throws(RecorderError) {
         let configuration = engine.configuration
         self.engine = engine
         self.configuration = configuration
@@ -180,6 +201,13 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         } else {
             converter = nil
         }
+        self.writeBufferSeconds = writeBuffer
+        pushPatience = UInt64(Double(configuration.bufferFrames) / Double(Swift.max(1, configuration.sampleRate)) / 2 * 1e9)
+        self.gapFound = gapFound
+        // Room for the pre-roll handed over at the start on top of the write buffer.
+        let ring = ChunkRing(frames: Int(((writeBuffer + preRollRoom) * Double(configuration.sampleRate)).rounded(.up))
+                                 + chunkFrames,
+                             bytesPerFrame: configuration.bytesPerFrame, typicalChunkFrames: configuration.periodFrames)
         syncRequests = DispatchSource.makeUserDataOrSource(queue: syncQueue)
         syncRequests.setEventHandler { [weak self] in
             guard let self else { return }
@@ -187,9 +215,13 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             try? target?.writer.sync()
         }
         syncRequests.activate()
+        worker = ChunkWorker(ring: ring) { [weak self] chunk in _ = self?.process(chunk) }
     }
 
-    deinit { syncRequests.cancel() }
+    deinit {
+        syncRequests.cancel()
+        worker.stop()
+    }
 
     /// No requested fsync may run on `writer` from here on (it is about to close). On the sync
     /// queue, where requests run, or before waiting for it.
@@ -201,13 +233,14 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     /// Attaches the recording to the engine: from the next chunk on (after `preRoll`, which
     /// runs on the capture thread first and hands over frames the engine kept), every frame
-    /// goes to the file. `onEnd` runs (on the capture thread) when it ends by itself.
+    /// goes to the file. `onEnd` runs (on the worker) when it ends by itself.
     func start(preRoll: @escaping (RecordingConsumer) -> Void = { _ in },
                onEnd: @escaping @Sendable (CaptureOutcome) -> Void) throws(RecorderError) {
         self.onEnd.withLock { $0 = onEnd }
         lastSignal.store(CaptureEngine.uptime(), ordering: .relaxed)
         lastSync = CaptureEngine.uptime()
         startedFlag.store(true, ordering: .releasing)
+        worker.start(name: "recd-writer")
         do throws(RecorderError) {
             try engine.attach(self, failure: .failedToBegin) { [self] _ in
                 preRoll(self)
@@ -230,15 +263,16 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         if !firstFrameMarked.exchange(true, ordering: .acquiringAndReleasing) { firstFrameKnown.signal() }
     }
 
-    /// Detaches from the engine; returns once no more frames will be written. Frames written up
-    /// to then are all the file holds until `resume()`. The engine stops the device if nobody
-    /// else listens.
+    /// Detaches from the engine; returns once no more frames will be written (the worker has
+    /// written every frame captured before). Frames written up to then are all the file holds
+    /// until `resume()`. The engine stops the device if nobody else listens.
     func pause() throws(RecorderError) {
         guard !isEnded else { return }
-        guard engine.detach(self, lastly: { [self] _ in if !isEnded { isPaused.store(true, ordering: .releasing) } }) else {
+        guard engine.detach(self) else {
             throw RecorderError(.deviceLost, "capture on '\(deviceName)' is not responding (stuck in the device driver); "
                                 + "stop the recording to keep what was written")
         }
+        worker.perform { [self] in if !isEnded { isPaused.store(true, ordering: .releasing) } }
     }
 
     /// Attaches again after `pause()`; throws `failedToResume` if the device will not start.
@@ -247,7 +281,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         try engine.attach(self, failure: .failedToResume) { [self] _ in
             isPaused.store(false, ordering: .releasing)
             lastSignal.store(CaptureEngine.uptime(), ordering: .relaxed)  // a pause is not silence
-            reanchor = true  // frames stopped while the clock went on
+            resumed.store(true, ordering: .releasing)  // frames stopped while the clock went on
             return true
         }
     }
@@ -257,7 +291,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// background), or nil if the current segment is still empty or capture has ended.
     func split() -> Segment? {
         guard !isEnded, !isPaused.load(ordering: .acquiring) else { return nil }
-        let result: Segment?? = engine.perform { [self] _ in
+        return worker.perform { [self] () -> Segment? in
             guard !isEnded, segmentFramesWritten.load(ordering: .relaxed) > 0 else { return nil }
             do throws(RecorderError) {
                 return try rotate(at: boundaryTime(), reason: .split)
@@ -266,25 +300,26 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
                 return nil
             }
         }
-        return result ?? nil
     }
 
-    /// Detaches from the engine (flushing the converter) and returns how capture ended,
-    /// waiting at most `timeout` seconds. A capture thread still stuck in the driver then is
-    /// abandoned: it will never touch the file again, so the file can be finalized with what
-    /// was written.
+    /// Detaches from the engine, lets the worker write what the buffer holds (flushing the
+    /// converter) and returns how capture ended. A capture thread still stuck in the driver
+    /// after `timeout` seconds is left there: what it pushes from now on is not written, and
+    /// the file is finalized with what was captured.
     func stop(timeout: Double) -> CaptureOutcome {
         if let outcome = outcome.withLock({ $0 }) { return outcome }
-        if isPaused.load(ordering: .acquiring) {
-            // Detached: nothing else touches the file.
-            end(finish(), announce: false)
-        } else if !engine.detach(self, timeout: timeout, lastly: { [self] _ in
-            if !isEnded { end(finish(), announce: false) }
-        }) {
-            abandon()
-            end(.failed(RecorderError(.deviceLost,
-                "capture on '\(deviceName)' did not stop within \(timeout) s (stuck in the device driver); "
-                + "the file keeps the \(framesWritten.load(ordering: .acquiring)) frames written before")), announce: false)
+        let detached = isPaused.load(ordering: .acquiring) || engine.detach(self, timeout: timeout)
+        if !detached { detachedByStop.store(true, ordering: .releasing) }
+        worker.perform { [self] in
+            guard !isEnded else { return }
+            let finished = finish()
+            if detached || finished != .stopped {
+                end(finished, announce: false)
+            } else {
+                end(.failed(RecorderError(.deviceLost,
+                    "capture on '\(deviceName)' did not stop within \(timeout) s (stuck in the device driver); "
+                    + "the file keeps the \(framesWritten.load(ordering: .acquiring)) frames written before")), announce: false)
+            }
         }
         return join()
     }
@@ -296,11 +331,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         return outcome.withLock { $0! }
     }
 
-    /// Takes the file away from a capture thread that does not answer: once this returns, the
-    /// thread writes nothing more (it checks under the same lock before every write).
-    private func abandon() {
-        fileAccess.withLock { $0 = .abandoned }
-    }
+    /// `stop` gave up on a capture thread stuck in the driver: it pushes nothing more.
+    private let detachedByStop = Atomic<Bool>(false)
 
     /// Capture has ended: the first `outcome` stands; `announce` tells the recorder (an end it
     /// did not ask for).
@@ -311,6 +343,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             return true
         }
         guard first else { return }
+        worker.stop()
         markFirstFrameKnown()
         finished.signal()
         let callback = onEnd.withLock { callback in defer { callback = nil }; return callback }
@@ -350,22 +383,63 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     // MARK: On the capture thread
 
-    /// The device failed: everything received is in the file.
+    /// Capture thread: the device failed, no more chunks will come. The worker writes what
+    /// the buffer holds first: everything received is in the file.
     func engineFailed(_ error: RecorderError) {
-        end(.failed(error))
+        worker.finally { [self] in end(.failed(error)) }
     }
 
-    /// Writes one chunk (or the part of it the frame limit still takes). false once the
-    /// recording has ended: the engine detaches it.
+    /// Capture thread: hands the chunk to the worker through the write buffer, and nothing
+    /// else. A full buffer loses the chunk (the worker sees the jump in positions and makes
+    /// it a gap). false once the recording has ended: the engine detaches it.
     func receive(_ chunk: CaptureChunk) -> Bool {
+        guard !isEnded, !detachedByStop.load(ordering: .acquiring) else { return false }
+        // Waits for room only while the last chunk went in: once the buffer overflowed the
+        // disk is stalled, and waiting would only make the device overrun as well.
+        if worker.push(chunk, patience: overflowing ? 0 : pushPatience) {
+            overflowing = false
+        } else if !overflowing {
+            overflowing = true
+            writeBufferOverflows.add(1, ordering: .relaxed)
+        }
+        return true
+    }
+
+    /// Frames the write buffer holds now and the most it held, in seconds of the device's audio.
+    var writeBufferFill: (now: Double, peak: Double) {
+        let rate = Double(configuration.sampleRate)
+        return (Double(worker.ring.heldFrames.load(ordering: .relaxed)) / rate,
+                Double(worker.ring.peakFrames.load(ordering: .relaxed)) / rate)
+    }
+
+    /// Worker: writes one chunk (or the part of it the frame limit still takes). false once
+    /// the recording has ended.
+    @discardableResult
+    func process(_ chunk: CaptureChunk) -> Bool {
         guard !isEnded else { return false }
-        if let gate { return receiveGated(chunk, gate: gate) }
-        xruns.add(chunk.overruns, ordering: .relaxed)
-        framesLost.add(chunk.framesLost, ordering: .relaxed)
-        if chunk.overruns > 0, !firstRead { countLossInOpenSegment() }
+        if resumed.exchange(false, ordering: .acquiringAndReleasing) {
+            // After a pause: the device went on (listening) or stopped, either way the frames
+            // in between are not lost audio, and the clock went on.
+            reanchor = true
+            expectedPosition = nil
+        }
+        let lost = framesLostBefore(chunk)
+        if let gate { return receiveGated(chunk, gate: gate, lost: lost) }
+        var gapStart: Date?
+        if let lost, !firstRead {
+            // The file ends at the last frame before the gap; the next begins with this chunk.
+            do {
+                gapStart = try endFileAtGap()
+            } catch {
+                end(.failed(Self.writeFailure(error, device: deviceName)))
+                return false
+            }
+            reanchor = true
+            _ = lost
+        }
         // The engine's least delayed estimate when it has one (a recording that joins a device
         // open for a while, or taps, is then on the same clock as they are); else this read's.
-        let captured = engine.captureTime(ofPosition: chunk.position) ?? chunk.captureTime
+        let captured = chunk.anchoredTime ?? chunk.captureTime
         let estimate = captured - Double(received) / Double(configuration.sampleRate)
         received += Int64(chunk.frames)
         anchorWindow = Swift.min(anchorWindow, estimate)
@@ -376,6 +450,19 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         } else if refiningFirstCut, estimate < anchor - 0.001 {
             anchor = estimate
             segmentTarget = clock.frames(startingAt: Date(timeIntervalSince1970: anchor), follows: false)
+        }
+        if let gapStart, let lost {
+            let start = boundaryTime()
+            let gap = Gap(start: gapStart, end: start, position: framesWritten.load(ordering: .relaxed),
+                          error: lost.error(device: deviceName, rate: configuration.sampleRate))
+            do throws(RecorderError) {
+                _ = try rotate(at: start, reason: .gap, closedAt: gapStart, gap: gap)
+            } catch {
+                end(.failed(error))
+                return false
+            }
+            gapFound(gap, lost.frames)
+            segmentStarted()
         }
         if firstRead {
             // The first segment begins with the first frame.
@@ -408,10 +495,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         let sync = now &- lastSync >= syncIntervalNanoseconds
         if sync { lastSync = now }
         do {
-            guard try writeToFile(chunk.samples, frames: frames, sync: sync, readUptime: chunk.readUptime) else {
-                end(.stopped)
-                return false
-            }
+            try writeToFile(chunk.samples, frames: frames, sync: sync, readUptime: chunk.readUptime)
         } catch {
             end(.failed(Self.writeFailure(error, device: deviceName)))
             return false
@@ -425,6 +509,28 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             return false
         }
         return true
+    }
+
+    /// What was lost between the chunk before and `chunk` (worker): frames the write buffer
+    /// had no room for (the jump in positions) and frames the device overran (estimated); nil
+    /// when it follows on. Counts them.
+    private func framesLostBefore(_ chunk: CaptureChunk) -> LostAudio? {
+        defer { expectedPosition = chunk.position + Int64(chunk.frames) }
+        let dropped = expectedPosition.map { Swift.max(0, chunk.position - $0) } ?? 0
+        guard dropped > 0 || chunk.overruns > 0 else { return nil }
+        xruns.add(chunk.overruns, ordering: .relaxed)
+        framesLost.add(chunk.framesLost + dropped, ordering: .relaxed)
+        return LostAudio(overruns: chunk.overruns, overrunFrames: chunk.framesLost, droppedFrames: dropped)
+    }
+
+    /// Before a gap (worker): the converter's tail goes into the current file, which then
+    /// ends; returns when its last frame ended.
+    private func endFileAtGap() throws -> Date {
+        if let converter {
+            try converter.flush { samples, frames in try write(samples, frames: frames) }
+            try converter.reset()
+        }
+        return boundaryTime()
     }
 
     /// The space guard's check before a chunk is written: the error to end with once even
@@ -489,30 +595,16 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         guard files.render(index: segment.index, date: namedAt) != files.render(index: segment.index, date: segment.startedAt),
               let wanted = try? files.path(index: segment.index, startedAt: segment.startedAt)
         else { return }
-        // Under the file's lock: a thread that was abandoned (stuck before its first read, woken
-        // after `stop` gave up on it) must not rename the file the control thread is finalizing.
-        fileAccess.withLock { access in
-            guard access == .captureThread else { return }
-            // link + unlink: never over another file; both names are on the same file system.
-            guard link(segment.partialPath, wanted + ".part") == 0 else { return }
-            unlink(segment.partialPath)
-            segment.path = wanted
-            writer?.renamed(to: segment.partialPath)
-        }
+        // link + unlink: never over another file; both names are on the same file system.
+        guard link(segment.partialPath, wanted + ".part") == 0 else { return }
+        unlink(segment.partialPath)
+        segment.path = wanted
+        writer?.renamed(to: segment.partialPath)
     }
 
     /// What a file whose first frame was captured at `time` says about its origin.
     func origin(startedAt time: Date) -> FileOrigin {
         FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: deviceName)
-    }
-
-    /// The open segment's `xruns` and `framesLost` as they are now, for status (not only when
-    /// it closes).
-    func countLossInOpenSegment() {
-        segment.xruns = xruns.load(ordering: .relaxed) - segmentStartXruns
-        segment.framesLost = framesLost.load(ordering: .relaxed) - segmentStartLost
-        currentSegment.withLock { $0 = segment }
-        segmentStarted()  // the recorder publishes the segment as it now is
     }
 
     /// When the frame after the last one written was captured: the next segment's start.
@@ -526,15 +618,16 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     /// Closes the current segment at the last frame written and opens the next, which starts
     /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
-    private func rotate(at time: Date, reason: SegmentEnd) throws(RecorderError) -> Segment {
+    private func rotate(at time: Date, reason: SegmentEnd, closedAt: Date? = nil, gap: Gap? = nil) throws(RecorderError) -> Segment {
         refiningFirstCut = false
         let next = try files.create(index: segment.index + 1, startedAt: time,
                                     namedAt: clock.nameTime(forStart: time, follows: reason == .length))
         next.0.stampOrigin(origin(startedAt: time))
-        let closed = finalSegment(endedAt: time, reason: reason)
+        let closed = finalSegment(endedAt: closedAt ?? time, reason: reason)
         let old = HandedOver(writer!)
         writer = next.0
         segment = next.1
+        segment.gapBefore = gap
         segmentTarget = clock.frames(startingAt: time, follows: reason == .length)
         segmentStartXruns = xruns.load(ordering: .relaxed)
         segmentStartLost = framesLost.load(ordering: .relaxed)
@@ -585,10 +678,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         if let gate { return finishGated(gate) }
         guard let converter else { return .stopped }
         do {
-            try fileAccess.withLock { access in
-                guard case .captureThread = access else { return }
-                try converter.flush { samples, frames in try write(samples, frames: frames) }
-            }
+            try converter.flush { samples, frames in try write(samples, frames: frames) }
         } catch let error as SndfileError {
             return .failed(.saving(error))
         } catch let error as MPEG4Error {
@@ -599,16 +689,11 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         return .stopped
     }
 
-    /// Meters and writes one chunk, unless the file was taken away (false): a stop that timed
-    /// out while this thread was stuck in the driver. A chunk with a sample other than zero
-    /// moves `lastSignal` to `readUptime`.
-    func writeToFile(_ buffer: UnsafeRawPointer, frames: Int, sync: Bool, readUptime: UInt64) throws -> Bool {
-        try fileAccess.withLock { access in
-            guard case .captureThread = access else { return false }
-            if try consume(buffer, frames: frames) { lastSignal.store(readUptime, ordering: .relaxed) }
-            if sync { syncFile() }
-            return true
-        }
+    /// Meters and writes one chunk. A chunk with a sample other than zero moves `lastSignal`
+    /// to `readUptime`.
+    func writeToFile(_ buffer: UnsafeRawPointer, frames: Int, sync: Bool, readUptime: UInt64) throws {
+        if try consume(buffer, frames: frames) { lastSignal.store(readUptime, ordering: .relaxed) }
+        if sync { syncFile() }
     }
 
     /// Meters and writes one chunk; returns whether it had a sample other than zero.
@@ -675,6 +760,27 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         writer.checkpoint()
         syncTarget.withLockedValue { $0 = HandedOver(writer) }
         syncRequests.or(data: 1)
+    }
+}
+
+/// Audio lost between two chunks: what a gap says.
+struct LostAudio {
+    /// Device overruns, and the frames they lost (measured by the clock).
+    var overruns: Int
+    var overrunFrames: Int64
+    /// Frames the write buffer had no room for (exact: the jump in positions).
+    var droppedFrames: Int64
+
+    var frames: Int64 { overrunFrames + droppedFrames }
+
+    func error(device: String, rate: Int) -> RecorderError {
+        let seconds = String(printf: "%.3f", Double(frames) / Double(rate))
+        if droppedFrames > 0 {
+            return RecorderError(.audioLost, "\(seconds) s of audio from '\(device)' lost: the disk fell behind by more than "
+                                 + "the write buffer holds ([capture] write_buffer)")
+        }
+        return RecorderError(.audioLost, "\(seconds) s of audio from '\(device)' lost: the device overran "
+                             + "(recd did not read it in time)")
     }
 }
 

@@ -21,6 +21,10 @@ public enum Limits {
     public static let scheduleTime: ClosedRange<Double> = 0...253_402_300_799
     /// Pre-roll kept while listening, seconds (0: none). 60 s of 48 kHz stereo 32-bit is 23 MB.
     public static let preRoll: ClosedRange<Double> = 0...60
+    /// `[capture] write_buffer`, seconds: at least a device buffer's worth; at most two
+    /// minutes (10 s of 48 kHz stereo 16-bit is 1.9 MB; two minutes of 8 channels of 32-bit
+    /// at 192 kHz would be 737 MB).
+    public static let writeBuffer: ClosedRange<Double> = 0.5...120
     /// A subscription's `interval` (seconds between continuous notifications).
     public static let subscriptionInterval: ClosedRange<Double> = 0.01...3600
 

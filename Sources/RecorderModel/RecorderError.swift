@@ -25,6 +25,10 @@ public struct RecorderError: Error, Sendable, Equatable, Codable, CustomStringCo
         /// is refused, and a recording under way ends (its file finalized) unless retention
         /// can free space.
         case insufficientSpace
+        /// Audio was lost and the recording went on in a new file (a gap): the device overran
+        /// (recd did not read it in time), or the disk fell behind by more than the write
+        /// buffer holds. Only in a gap's `error` and the `warning`, never the end of a recording.
+        case audioLost
         /// Anything else.
         case unknown
     }

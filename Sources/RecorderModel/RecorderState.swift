@@ -88,6 +88,28 @@ public struct PreRoll: Sendable, Equatable, Codable {
     }
 }
 
+/// While recording: the write buffer between the capture thread and the file's writer.
+public struct WriteBufferStatus: Sendable, Equatable, Codable {
+    /// Its length in seconds of the device's audio (`[capture] write_buffer`; a recording
+    /// started from listening also has room for its pre-roll), and its memory, allocated once.
+    public var capacity: Double
+    public var bytes: Int
+    /// Seconds of audio waiting to be written now, and the most that ever waited in this
+    /// capture session: how close the disk came to losing audio.
+    public var held: Double
+    public var peak: Double
+    /// Times it was full and audio was lost (each a gap in the statistics).
+    public var overflows: Int
+
+    public init(capacity: Double, bytes: Int, held: Double, peak: Double, overflows: Int) {
+        self.capacity = capacity
+        self.bytes = bytes
+        self.held = held
+        self.peak = peak
+        self.overflows = overflows
+    }
+}
+
 /// While listening: the device open without a file, what it delivers, and the pre-roll held.
 public struct ListeningStatus: Sendable, Equatable, Codable {
     public var device: String

@@ -89,6 +89,10 @@ public enum SegmentEnd: String, Sendable, Codable, CaseIterable {
     case split
     /// The device went away; the next segment follows when it is back.
     case deviceLost
+    /// Audio was lost (the device overran, or the disk fell behind by more than the write
+    /// buffer): the file ends at the last frame before the gap, and the next begins with the
+    /// first frame after it, at its true time.
+    case gap
     /// The recording ended (stop, duration reached, failure).
     case end
     /// A triggered recording's event ended by itself (its sound, then the hang); one the

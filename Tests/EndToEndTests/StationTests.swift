@@ -249,45 +249,6 @@ struct StationTests {
         }
     }
 
-    /// An overrun on a device paced like a sound card (JACK's dummy backend): logged with its
-    /// length measured by the clock (a second's stall is about a second, not the 4 s since the
-    /// stream started that ALSA's trigger timestamp gives through the plugin), and counted in
-    /// the open segment while it is still being written. A disk stall longer than the stall
-    /// limit (CaptureEngine.stallLimit, 6 s) is an overrun too, not a lost device: the thread
-    /// was writing, not waiting for audio.
-    @Test(.enabled(if: !Binaries.threadSanitized,
-                   "libjack ends its threads by cancelling them, which a ThreadSanitizer-built recd reports as a thread that finished with ignores enabled"),
-          arguments: [1.0, 8.0])
-    func anOverrunIsLoggedWithItsLengthAndCountedInTheOpenSegment(stallSeconds: Double) throws {
-        let jack = try JackServer()
-        let daemon = try Daemon(device: "hardpaced", config: "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n",
-                                environment: jack.environment)
-        #expect(try recctl(daemon, "start", "loss", "--segment", "1h").status == 0)
-        _ = try #require(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 4 }, "\(daemon.log.suffix(2000))")
-        // A disk that stalls for a second under the capture thread's write (strace delays its
-        // third write after attaching): the device overruns.
-        let capture = try #require(Self.thread(named: "recd-capture", of: daemon.process.pid), "no capture thread")
-        let stall = try BackgroundCommand("/usr/bin/strace", ["-qq", "-p", "\(capture)", "-e", "trace=write",
-                                                              "-e", "inject=write:delay_enter=\(Int(stallSeconds * 1e6)):when=3"])
-        defer { stall.process.signal(SIGINT) }
-        let after = try #require(daemon.waitForStatus { $0.statistics.xruns >= 1 && $0.recording?.segment?.xruns ?? 0 >= 1 },
-                                 "the overrun is counted in the open segment\n\(daemon.log.suffix(2000))")
-        #expect(after.state.name == .recording)
-        #expect(after.recording?.segment?.index == 1, "the stall cut the recording: \(String(describing: after.recording?.segment))")
-        let lost = Double(after.statistics.framesLost) / 48000
-        #expect(lost >= stallSeconds - 0.1 && lost <= stallSeconds + 1, "a \(stallSeconds) s stall lost \(lost) s")
-        #expect(after.recording?.segment?.framesLost == after.statistics.framesLost)
-        #expect(waitUntil { daemon.log.contains("audio lost: the device overran") }, "\(daemon.log.suffix(2000))")
-        let line = daemon.log.split(separator: "\n").first { $0.contains("audio lost") }.map(String.init) ?? ""
-        let logged = line.firstMatch(of: /lost.seconds=([0-9.]+)/).flatMap { Double($0.1) } ?? -1
-        #expect(logged >= stallSeconds - 0.1 && logged <= stallSeconds + 1, "\(line)")
-        #expect(!daemon.log.contains("capture device lost"), "a disk stall taken for a lost device\n\(daemon.log.suffix(2000))")
-        stall.process.signal(SIGINT)
-        _ = stall.wait()
-        let stop = try recctl(daemon, "stop")
-        #expect(stop.status == 0, "\(stop.stdout)\(stop.stderr)\n\(daemon.log.suffix(2000))")
-    }
-
     /// The small ones of the first hour, each as the operator met it.
     @Test func theFirstHoursSmallThingsSayWhatIsSo() throws {
         let server = try PulseServer()

@@ -29,7 +29,8 @@ struct DaemonConfigurationTests {
     /// Every key that holds a time: its lowest and highest values in its range are taken (as
     /// numbers and as durations with units), one beyond either end is refused with the range.
     @Test(arguments: [
-        ("capture", "period_time", 0.001, 1.0), ("capture", "buffer_time", 0.01, 10), ("capture", "sync_interval", 0.01, 3600),
+        ("capture", "period_time", 0.001, 1.0), ("capture", "buffer_time", 0.01, 10), ("capture", "write_buffer", 0.5, 120),
+        ("capture", "sync_interval", 0.01, 3600),
         ("capture", "stop_timeout", 0.1, 20), ("capture", "retry_interval_max", 0.1, 60), ("capture", "silence_warning", 0, 86400),
         ("segments", "length", 1, 86400), ("metering", "levels_interval", 0.005, 60), ("metering", "time_interval", 0.005, 60),
         ("storage", "check_interval", 0.05, 60), ("retention", "interval", 1, 86400), ("retention", "grace", 0, 604_800),

@@ -47,6 +47,14 @@ public enum TestDevices {
             type plug
             slave.pcm "hardpaced_raw"
         }
+        pcm.hardpacedclock_raw {
+            type jack
+            capture_ports { 0 "frameclock:hi" 1 "frameclock:lo" }
+        }
+        pcm.hardpacedclock {
+            type plug
+            slave.pcm "hardpacedclock_raw"
+        }
         pcm.paced {
             @args [ SERVER ]
             @args.SERVER { type string }
@@ -104,8 +112,73 @@ public final class JackServer {
         }
     }
 
+    /// Starts a client that plays the server's frame clock (Tests/reference/jack_frameclock.c):
+    /// the device `hardpacedclock` then delivers, in every frame, its own number (upper 16
+    /// bits on channel 1, lower on channel 2), so that a recording says which frames it holds.
+    public func startFrameClock() throws {
+        let binary = try Self.frameClockBinary()
+        let output = directory.file("frameclock.log")
+        let clientEnvironment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        // libjack's clients share one metadata database (/dev/shm/jack_db-UID), which a JACK
+        // server of another test removes when it exits: made again, and the client retried.
+        for _ in 1...5 {
+            Self.makeMetadataDirectory()
+            let client = try ChildProcess(binary, ["frameclock"], environment: clientEnvironment, output: output)
+            let deadline = Date().addingTimeInterval(15)
+            while (try? String(contentsOfFile: output, encoding: .utf8))?.contains("ready") != true, client.isRunning, Date() < deadline {
+                usleep(20_000)
+            }
+            if (try? String(contentsOfFile: output, encoding: .utf8))?.contains("ready") == true {
+                frameClock = client
+                return
+            }
+            client.signal(SIGKILL)
+            _ = client.wait(timeout: 5)
+        }
+        throw TestFailure("jack_frameclock did not start: \((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")")
+    }
+
+    /// The directory of libjack's metadata database, which every client opens.
+    static func makeMetadataDirectory() {
+        mkdir("/dev/shm/jack_db-\(getuid())", 0o700)
+    }
+
+    private var frameClock: ChildProcess?
+
+    /// Compiled once per test process.
+    private static func frameClockBinary() throws -> String {
+        frameClockBuild.lock()
+        defer { frameClockBuild.unlock() }
+        if let frameClockBuilt { return frameClockBuilt }
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("reference/jack_frameclock.c").path
+        let binary = frameClockDirectory.file("jack_frameclock")
+        let log = frameClockDirectory.file("cc.log")
+        let cc = try ChildProcess("/usr/bin/cc", ["-O2", "-Wall", "-o", binary, source, "-ljack"],
+                                  environment: ProcessInfo.processInfo.environment, output: log)
+        guard cc.wait(timeout: 60) == 0 else {
+            throw TestFailure("cannot build jack_frameclock (libjack-jackd2-dev): \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+        }
+        frameClockBuilt = binary
+        return binary
+    }
+
+    private static let frameClockBuild = NSLock()
+    nonisolated(unsafe) private static var frameClockBuilt: String?
+    nonisolated(unsafe) private static let frameClockDirectory = TemporaryDirectory()
+
+    /// The frame numbers a recording of `hardpacedclock` holds (16-bit, two channels).
+    public static func frameNumbers(_ samples: [Int16]) -> [UInt32] {
+        stride(from: 0, to: samples.count - 1, by: 2).map { index in
+            UInt32(UInt16(bitPattern: samples[index] &+ Int16.min)) << 16 | UInt32(UInt16(bitPattern: samples[index + 1] &+ Int16.min))
+        }
+    }
+
     /// What a client of this server needs in its environment.
-    public var environment: [String: String] { ["JACK_DEFAULT_SERVER": name, "JACK_NO_START_SERVER": "1"] }
+    public var environment: [String: String] {
+        Self.makeMetadataDirectory()  // for the client about to start
+        return ["JACK_DEFAULT_SERVER": name, "JACK_NO_START_SERVER": "1"]
+    }
 
     private static func answers(_ name: String) -> Bool {
         var environment = ProcessInfo.processInfo.environment
@@ -116,6 +189,10 @@ public final class JackServer {
     }
 
     deinit {
+        if let frameClock {
+            frameClock.signal(SIGTERM)
+            if frameClock.wait(timeout: 5) == nil { frameClock.signal(SIGKILL) }
+        }
         process.signal(SIGTERM)
         if process.wait(timeout: 5) == nil { process.signal(SIGKILL) }
     }
