@@ -18,6 +18,10 @@ enum Binaries {
     static var recctl: String { directory + "/recctl" }
     /// The recd under test is built with ThreadSanitizer (make test's `tsan` pass).
     static var threadSanitized: Bool { directory.contains("/.build-tsan/") }
+    /// The recd under test is the optimized build (make test's `release` pass): what is
+    /// promised of the shipping binary's code (no allocation on the capture thread) is
+    /// checked there, not in -Onone code, which boxes what the optimizer keeps on the stack.
+    static var optimized: Bool { directory.contains("release") }
 }
 
 /// A real recd process on a private socket, recordings directory and test device.

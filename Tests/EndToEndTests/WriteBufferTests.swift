@@ -168,4 +168,69 @@ struct WriteBufferTests {
         #expect(abs(secondStart.timeIntervalSince(firstStart) - expected) < 1,
                 "the second file starts \(secondStart.timeIntervalSince(firstStart)) s after the first; its frames say \(expected) s")
     }
+
+    /// The capture thread only reads the device and hands over: while listening (meter,
+    /// pre-roll) and recording FLAC in 1 s segments, strace sees it make no system call on a
+    /// file and none that writes, creates, renames or syncs anything, and an allocation
+    /// counter (Tests/reference/thread_mallocs.c) sees it allocate nothing, over 5 s (500
+    /// periods, five segment boundaries) in the shipping (optimized) build. The writer thread
+    /// does all of that.
+    @Test(.enabled(if: !Binaries.threadSanitized,
+                   "libjack ends its threads by cancelling them, which a ThreadSanitizer-built recd reports as a thread that finished with ignores enabled"))
+    func theCaptureThreadOnlyReadsAndHandsOver() throws {
+        let work = TemporaryDirectory()
+        let interposer = work.file("thread_mallocs.so")
+        let cc = try run("/usr/bin/cc", ["-O2", "-shared", "-fPIC", "-o", interposer,
+                                         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                                            .appendingPathComponent("reference/thread_mallocs.c").path, "-lpthread"])
+        #expect(cc.status == 0, "\(cc.stderr)")
+        let counts = work.file("mallocs")
+        let jack = try JackServer()
+        try jack.startFrameClock()
+        var environment = jack.environment
+        environment["LD_PRELOAD"] = interposer
+        environment["THREAD_MALLOCS_FILE"] = counts
+        let daemon = try Daemon(device: "hardpacedclock", config: "[recording]\nformat = \"flac\"\n", environment: environment)
+        let client = try daemon.connect()
+        let _: ListenResult = try client.call(.listen, ListenParams(preRoll: 2))
+        _ = try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 1 }, "\(daemon.log.suffix(2000))")
+        let _: Recording = try client.call(.start, StartParams(name: "quiet", segmentLength: 1))
+        _ = try #require(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 3 }, "\(daemon.log.suffix(2000))")
+        let capture = try #require(StationTests.thread(named: "recd-capture", of: daemon.process.pid))
+        func allocations() -> Int? {
+            let text = (try? String(contentsOfFile: counts, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").compactMap { line -> Int? in
+                let fields = line.split(separator: " ")
+                return fields.count == 2 && fields[0] == capture ? Int(fields[1]) : nil
+            }.first
+        }
+        let trace = work.file("capture.strace")
+        let strace = try BackgroundCommand("/usr/bin/strace", ["-qq", "-y", "-p", capture, "-o", trace])
+        defer { strace.process.signal(SIGINT) }
+        #expect(waitUntil { FileManager.default.fileExists(atPath: trace) }, "strace did not attach")
+        usleep(300_000)  // strace has stopped and let go of the thread once: measure after
+        let before = try #require(allocations(), "no allocation count for the capture thread")
+        let recordedBefore = try #require(daemon.waitForStatus { _ in true }).currentTime
+        _ = try #require(daemon.waitForStatus { $0.currentTime >= recordedBefore + 5 })
+        let after = try #require(allocations())
+        strace.process.signal(SIGINT)
+        _ = strace.wait()
+        if Binaries.optimized {
+            #expect(after - before == 0, "the capture thread allocated \(after - before) times in 5 s")
+        }
+        let calls = ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n")
+        let names = Set(calls.compactMap { $0.firstMatch(of: /^([a-z0-9_]+)\(/).map { String($0.1) } })
+        #expect(names.contains("poll") || names.contains("ppoll"), "strace saw nothing: \(calls.prefix(5))")
+        let forbidden: Set = ["open", "openat", "creat", "write", "pwrite64", "writev", "fsync", "fdatasync", "rename",
+                              "renameat", "renameat2", "unlink", "unlinkat", "link", "linkat", "mkdir", "mkdirat",
+                              "ftruncate", "fallocate", "lseek", "close", "statfs", "fstatfs", "newfstatat", "fstat"]
+        #expect(names.isDisjoint(with: forbidden), "the capture thread called \(names.intersection(forbidden).sorted())")
+        let onFiles = calls.filter { $0.contains("<" + daemon.recordings) || $0.contains("<" + daemon.recordings.replacingOccurrences(of: "//", with: "/")) }
+        #expect(onFiles.isEmpty, "\(onFiles.prefix(5))")
+        let tally = Dictionary(grouping: calls.compactMap { $0.firstMatch(of: /^([a-z0-9_]+)\(/).map { String($0.1) } }, by: { $0 })
+            .mapValues(\.count)
+        print("capture thread's system calls in 5 s: \(tally)")
+        let stopped: Recording = try client.call(.stop)
+        #expect(stopped.segment?.index ?? 0 >= 5, "\(String(describing: stopped.segment))")
+    }
 }
