@@ -21,8 +21,9 @@ BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsox
 TEST_PACKAGES  = jackd2 libjack-jackd2-dev strace sox gcc python3 python3-astral python3-scipy python3-numpy ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
 # What `make deb` and `make test-deb` need besides the build's: dpkg-deb, dpkg-shlibdeps and
-# strip, lintian, and mmdebstrap for the clean Debian 12 root the package is installed into.
-DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux
+# strip, lintian, mmdebstrap for the clean root the package is installed into, file and python3
+# for test-deb (what a binary is; the JSON recctl prints).
+DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux file python3
 # For packages of another architecture (make deb ARCH=arm64): its binaries run under qemu-user.
 CROSS_PACKAGES = qemu-user-static binfmt-support arch-test file
 # make soak's plot; heaptrack for finding what a soak shows growing.
@@ -42,6 +43,7 @@ help:
 	@echo "make bench-publish  put a run's tables into BENCHMARKS.md (BENCH_RUN, default bench/out/latest)"
 	@echo "make deb      build the Debian package recd_VERSION_ARCH.deb (release binaries, lintian-checked)"
 	@echo "make test-deb install that package into a clean Debian 12 root filesystem and record with it"
+	@echo "make test-packages  every package (Debian 13 arm64 and amd64, Debian 12 amd64) built and tested in a clean root of its release"
 	@echo "make soak     three loads for hours (SOAK_MINUTES, default 120): RSS, threads and fds slopes, files checked; bench/out/soak-latest"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
 
@@ -187,17 +189,21 @@ deb: deps-deb
 test-deb: deb
 	$(AS_ROOT) bash Tests/deb/test-deb.sh "$(DEB)" "$(SUITE)"
 
-# Every package, each tested as test-deb does in a clean root of its release: the host's
-# (bookworm amd64) and the Raspberry Pi's (trixie arm64, under qemu-user). Not in `make test`:
-# the first run builds the cross roots and a second compiler's release build (up to an hour the first time).
-PACKAGES = bookworm-$(HOST_ARCH) trixie-arm64
+# Every package, each built (make deb) and tested as test-deb does in a clean root of its
+# release: Raspberry Pi OS's (trixie arm64, under qemu-user), Debian 13's (trixie amd64) and
+# Debian 12's (bookworm amd64), natively. Not in `make test`: the first run builds the cross
+# roots and a second compiler's release builds (up to an hour the first time). Each is timed;
+# a failed one does not stop the others, and the summary at the end says which failed.
+PACKAGES ?= trixie-arm64 trixie-amd64 bookworm-amd64
 test-packages:
-	@set -e; for package in $(PACKAGES); do \
+	@summary=""; failed=0; for package in $(PACKAGES); do \
 	  suite=$${package%%-*}; arch=$${package#*-}; started=$$(date +%s); \
-	  echo "=== make test-packages: $$suite $$arch"; \
-	  $(MAKE) --no-print-directory test-deb SUITE=$$suite ARCH=$$arch; \
-	  echo "=== make test-packages: $$suite $$arch ok in $$(( $$(date +%s) - started )) s"; \
-	done
+	  echo "=== make test-packages: $$suite $$arch ($$(date -u +%H:%M:%S) UTC)"; \
+	  if $(MAKE) --no-print-directory test-deb SUITE=$$suite ARCH=$$arch; then result=ok; else result=FAILED; failed=1; fi; \
+	  line="$$suite $$arch: $$result in $$(( $$(date +%s) - started )) s (make deb and make test-deb)"; \
+	  echo "=== make test-packages: $$line"; summary="$$summary$$line\n"; \
+	done; \
+	printf '=== make test-packages:\n'; printf "$$summary" | sed 's/^/    /'; exit $$failed
 
 # Both use the release build (make release) unless CONFIG=debug.
 demo: $(if $(filter release,$(CONFIG)),release,build)

@@ -7,13 +7,17 @@
 #      built once and cached as a tarball under ~/.cache/recd-test-deb (rebuilt when a week
 #      old), apt's downloaded packages cached beside it, so a second run is fast;
 #   2. `apt-get install ./recd_….deb` inside: Depends resolve from Debian's packages alone;
-#      the user recd (in group audio) and /var/lib/recd exist afterwards;
+#      the user recd (in group audio) and /var/lib/recd exist afterwards; the transcript shows
+#      the package's Depends and, for each binary, what `file` says and its newest glibc symbol;
 #   3. recd --version and recctl --version print the package's version with the commit;
 #   4. recd --system runs as the user recd (no systemd here: started directly with setpriv)
 #      from an ALSA `file` device, configured through the conffile /etc/recd/recd.toml, and
 #      records WAV, FLAC and .m4a, driven by recctl; the files are decoded by ffmpeg outside:
 #      the WAV's samples are the input's, bit for bit, and every file holds exactly the frames
-#      asked for;
+#      asked for; then, as the user recd, `recctl listen --pre-roll 2` and a `recctl start`
+#      from the listening state: the WAV holds the 2 s of pre-roll plus the second asked for,
+#      the input's frames from the one its preRoll names, bit for bit (the device paced to real
+#      time for this);
 #   5. systemd-analyze verify accepts the installed units;
 #   6. an upgrade (the same package with a higher version) and a reinstall keep the changed
 #      conffile;
@@ -36,7 +40,7 @@ step() { printf 'test-deb: [%3d s] %s\n' "$SECONDS" "$*"; }
 [[ ($# -eq 1 || $# -eq 2) && -f $1 ]] || fail "usage: test-deb.sh recd_VERSION_ARCH.deb [SUITE] (not found: ${1:-})"
 deb=$(readlink -f "$1")
 [[ $(id -u) -eq 0 ]] || fail "needs root (chroot and mount); run it as root or with sudo"
-for tool in mmdebstrap dpkg-deb ffmpeg ffprobe setpriv findmnt; do
+for tool in mmdebstrap dpkg-deb ffmpeg ffprobe setpriv findmnt file objdump python3; do
     command -v "$tool" >/dev/null || fail "$tool not found (make deps-deb installs it)"
 done
 version=$(dpkg-deb -f "$deb" Version)
@@ -70,10 +74,10 @@ else
 fi
 
 root=$(mktemp -d /var/tmp/recd-test-deb.XXXXXX)
-recd_pid=
+recd_pid= listen_pid=
 cleanup() {
-    local status=$?
-    if [[ -n $recd_pid ]]; then kill "$recd_pid" 2>/dev/null || true; wait "$recd_pid" 2>/dev/null || true; fi
+    local status=$? pid
+    for pid in $listen_pid $recd_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
     # Innermost first; nothing is deleted while anything is still mounted below the root
     # (rm -rf would reach into /proc or the package cache).
     findmnt -rn -o TARGET | grep -F "$root/" | sort -r | while read -r mount; do
@@ -116,6 +120,13 @@ apt_in_root install "./tmp/$(basename "$deb")"
 in_root dpkg-query -W -f='${Status} ${Version}\n' recd | grep -qx "install ok installed $version" ||
     fail "recd $version is not installed: $(in_root dpkg-query -W -f='${Status} ${Version}' recd)"
 step "installed recd $version and $(grep -c '^Setting up' "$root/apt.log") packages in all"
+# What the package is: its Depends, and per binary what `file` says and the newest glibc symbol
+# version it needs (recctl is static: none).
+step "Depends: $(dpkg-deb -f "$deb" Depends)"
+for tool in recd recctl; do
+    newest=$(objdump -T "$root/usr/bin/$tool" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1 || true)
+    step "/usr/bin/$tool: $(file -b "$root/usr/bin/$tool" | sed 's/, BuildID\[[^]]*\]=[0-9a-f]*//'); newest glibc symbol: ${newest:-none (static)}"
+done
 swift=$(find "$root" -xdev \( -name 'libswift*' -o -name 'swift' -o -name 'swiftc' \) -print | head -3)
 [[ -z $swift ]] || fail "Swift in the root filesystem: $swift"
 missing=$(in_root ldd /usr/bin/recd | grep 'not found' || true)
@@ -138,9 +149,11 @@ for tool in recd recctl; do
 done
 
 # --- 4. A recording as the user recd -----------------------------------------------------------
-# The ALSA file device (doc: TESTING.md, 1): 20 s of a 440 Hz tone, 48 kHz stereo s16.
+# The ALSA file device (doc: TESTING.md, 1): 30 s of a 440 Hz tone, 48 kHz stereo s16 (4b reads
+# up to ~10 s of it in real time; the rest is margin for a slow machine or qemu).
 mkdir -p "$root/srv/recd-test"
-ffmpeg -v error -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=20" -ac 2 -f s16le \
+input_frames=$((30 * 48000))
+ffmpeg -v error -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=30" -ac 2 -f s16le \
     "$root/srv/recd-test/input.raw" || fail "ffmpeg could not write the test signal"
 cat >"$root/srv/recd-test/asound.conf" <<'ALSA'
 pcm.testmic {
@@ -157,11 +170,6 @@ grep -q '^#device = "default"$' "$root/etc/recd/recd.toml" || fail "/etc/recd/re
 sed -i 's/^#device = "default"$/device = "testmic"/' "$root/etc/recd/recd.toml"
 changed=$(md5sum <"$root/etc/recd/recd.toml")
 
-step "starting recd --system as user recd (setpriv)"
-chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin LANG=C.UTF-8 \
-    ALSA_CONFIG_PATH=/usr/share/alsa/alsa.conf:/srv/recd-test/asound.conf \
-    setpriv --reuid=recd --regid=recd --init-groups /usr/bin/recd --system >"$root/srv/recd-test/recd.log" 2>&1 &
-recd_pid=$!
 # wait_for SECONDS WHAT COMMAND...: polls COMMAND until it succeeds, while recd runs.
 wait_for() {
     local deadline=$((SECONDS + $1)) what=$2
@@ -172,9 +180,27 @@ wait_for() {
         sleep 0.1
     done
 }
-wait_for 30 "control socket" timeout 10 chroot "$root" recctl status
-uid=$(awk '/^Uid:/ { print $2 }' "/proc/$recd_pid/status")
-[[ $uid == "$(in_root id -u recd)" ]] || fail "recd runs as uid $uid, not as recd ($(in_root id -u recd))"
+start_recd() {
+    step "starting recd --system as user recd (setpriv)"
+    chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin LANG=C.UTF-8 \
+        ALSA_CONFIG_PATH=/usr/share/alsa/alsa.conf:/srv/recd-test/asound.conf \
+        setpriv --reuid=recd --regid=recd --init-groups /usr/bin/recd --system >>"$root/srv/recd-test/recd.log" 2>&1 &
+    recd_pid=$!
+    wait_for 30 "control socket" timeout 10 chroot "$root" recctl status
+    uid=$(awk '/^Uid:/ { print $2 }' "/proc/$recd_pid/status")
+    [[ $uid == "$(in_root id -u recd)" ]] || fail "recd runs as uid $uid, not as recd ($(in_root id -u recd))"
+}
+stop_recd() {
+    local deadline=$((SECONDS + 30))
+    kill -TERM "$recd_pid"
+    while kill -0 "$recd_pid" 2>/dev/null; do
+        ((SECONDS < deadline)) || fail "recd still running 30 s after SIGTERM"
+        sleep 0.1
+    done
+    wait "$recd_pid" || fail "recd exited with status $? on SIGTERM"
+    recd_pid=
+}
+start_recd
 in_root recctl status | sed 's/^/  | /'
 
 recordings=/var/lib/recd/recordings
@@ -222,14 +248,58 @@ for ext in wav flac m4a; do
     fi
     step "recorded $recordings/take-$ext.$ext: $(tr '\n' ' ' <<<"$probe")$frames, peak $peak dB (decoded by ffmpeg)"
 done
-kill -TERM "$recd_pid"
-deadline=$((SECONDS + 30))
-while kill -0 "$recd_pid" 2>/dev/null; do
-    ((SECONDS < deadline)) || fail "recd still running 30 s after SIGTERM"
-    sleep 0.1
-done
-wait "$recd_pid" || fail "recd exited with status $? on SIGTERM"
-recd_pid=
+stop_recd
+
+# --- 4b. A listening start with pre-roll -------------------------------------------------------
+# `recctl listen --pre-roll 2` as the user recd, then `recctl start` from the listening state:
+# the file must begin with the 2 s held from before the start. The file device is not paced
+# (listening would read the whole input in a moment, and tens of millions of frames a second
+# after it), so for this part the plugin writes what it captures into a pipe to a reader that
+# takes 192 000 bytes (1 s) a second: a read returns once its data is written, so recd reads the
+# input (from a regular file: never a short read) in real time, or slower. The Recording's
+# preRoll.firstFrame (frames since the device opened) says which input frame the file begins
+# with; the WAV is compared with the input from there, bit for bit.
+cat >"$root/srv/recd-test/pace.pl" <<'PACE'
+my $chunk;
+while (sysread(STDIN, $chunk, 19200)) { select(undef, undef, undef, 0.1); }
+PACE
+chmod a+r "$root/srv/recd-test/pace.pl"
+sed -i 's|file "/dev/null"|file "\|/usr/bin/perl /srv/recd-test/pace.pl"|' "$root/srv/recd-test/asound.conf"
+grep -q pace.pl "$root/srv/recd-test/asound.conf" || fail "could not pace testmic"
+start_recd
+as_recd() { in_root setpriv --reuid=recd --regid=recd --init-groups "$@"; }
+# json EXPRESSION: a Python expression over the JSON document on standard input (j), printed.
+json() { python3 -c 'import json, sys; j = json.load(sys.stdin); v = eval(sys.argv[1]); print("" if v is None else v)' "$1"; }
+as_recd recctl listen --pre-roll 2 --json >"$root/srv/recd-test/listen.log" 2>&1 &
+listen_pid=$!
+held() { [[ $(as_recd recctl status --json | json '(j.get("listening") or {}).get("preRollHeld", 0) >= 2') == True ]]; }
+wait_for 60 "listening with 2 s of pre-roll held" held
+step "listening as user recd: $(as_recd recctl status --json | json '"%s s of pre-roll held (%d bytes), %d frames captured" % (j["listening"]["preRollHeld"], j["listening"]["preRollBytes"], j["listening"]["framesCaptured"])')"
+as_recd recctl start take-preroll --format wav --duration 1 --json >"$root/srv/recd-test/start.json" 2>"$root/srv/recd-test/start.log" ||
+    { cat "$root/srv/recd-test/start.log" "$root/srv/recd-test/recd.log" >&2; fail "recctl start from the listening state failed"; }
+read -r first_frame preroll_frames frame_limit < <(json '"%d %d %d" % (j["preRoll"]["firstFrame"], j["preRoll"]["frames"], j["frameLimit"])' <"$root/srv/recd-test/start.json") ||
+    fail "the Recording has no preRoll or frameLimit: $(cat "$root/srv/recd-test/start.json")"
+((preroll_frames == 96000 && frame_limit == 96000 + 48000)) ||
+    fail "the recording got $preroll_frames frames of pre-roll (2 s: 96000) and a limit of $frame_limit (96000 + 1 s)"
+back_to_listening() { [[ $(as_recd recctl status --json | json 'j["state"]["name"]') == listening ]]; }
+wait_for 60 "the recording's end (recd listening again)" back_to_listening
+as_recd recctl stop >"$root/srv/recd-test/stop.log" 2>&1 || { cat "$root/srv/recd-test/stop.log" >&2; fail "recctl stop (ending listening) failed"; }
+grep -q "stopped listening" "$root/srv/recd-test/stop.log" || fail "recctl stop said: $(cat "$root/srv/recd-test/stop.log")"
+kill "$listen_pid" 2>/dev/null || true
+wait "$listen_pid" 2>/dev/null || true
+listen_pid=
+file=$root$recordings/take-preroll.wav
+[[ -f $file ]] || fail "no $recordings/take-preroll.wav: $(ls -la "$root$recordings")"
+[[ $(in_root stat -c %U "$recordings/take-preroll.wav") == recd ]] || fail "take-preroll.wav does not belong to recd"
+ffmpeg -v error -i "$file" -f s16le -ac 2 -ar 48000 "$root/srv/recd-test/decoded.raw" -y || fail "ffmpeg cannot decode take-preroll.wav"
+frames=$(($(stat -c %s "$root/srv/recd-test/decoded.raw") / 4))
+((frames == frame_limit)) || fail "take-preroll.wav holds $frames frames, not $frame_limit (2 s of pre-roll + 1 s)"
+((first_frame + frames <= input_frames)) ||
+    fail "listening read past the input's end before the recording ended (its first frame $first_frame, $frames frames, the input $input_frames)"
+cmp -s "$root/srv/recd-test/decoded.raw" <(tail -c +$((first_frame * 4 + 1)) "$root/srv/recd-test/input.raw" | head -c $((frames * 4))) ||
+    fail "take-preroll.wav is not the input from its frame $first_frame on"
+step "recorded $recordings/take-preroll.wav while listening: $frames frames = $preroll_frames of pre-roll + 48000, the input's from its frame $first_frame on, bit-exact"
+stop_recd
 (cd "$root$recordings" && md5sum ./*) >"$root/srv/recd-test/recordings.md5"
 
 # --- 5. The installed units --------------------------------------------------------------------

@@ -36,7 +36,8 @@ done
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 host=$(dpkg --print-architecture)
 case $arch in
-amd64) triple=x86_64-unknown-linux-gnu swiftarch=x86_64 ;;
+# Debian's swiftlang names its amd64 modules x86_64-pc-linux-gnu (clang's own name for it).
+amd64) triple=x86_64-pc-linux-gnu swiftarch=x86_64 ;;
 arm64) triple=aarch64-unknown-linux-gnu swiftarch=aarch64 ;;
 *) fail "no Swift triple known for Debian architecture $arch" ;;
 esac
