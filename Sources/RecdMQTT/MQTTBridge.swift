@@ -262,11 +262,13 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         timer.setEventHandler { [weak self] in self?.publishTelemetry() }
         timer.resume()
         telemetryTimer = timer
+        recorder.setLevelsWanted(true, by: "mqtt")
     }
 
     private func stopTelemetry() {
         telemetryTimer?.cancel()
         telemetryTimer = nil
+        recorder.setLevelsWanted(false, by: "mqtt")
     }
 
     private func publishTelemetry() {

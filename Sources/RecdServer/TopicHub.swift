@@ -68,6 +68,9 @@ protocol PublicationReceiver: AnyObject, Sendable {
 final class TopicHub: Sendable {
     private struct State {
         var latest: [Topic: Publication] = [:]
+        /// A continuous topic's latest value while nobody receives it: encoded only when a
+        /// client subscribes (its snapshot), not at every tick.
+        var unencoded: [Topic: (update: TopicUpdate, published: NIODeadline, period: TimeAmount?)] = [:]
         var seq: [Topic: UInt64] = [:]
         var receivers: [ObjectIdentifier: (receiver: any PublicationReceiver, topics: Set<Topic>)] = [:] {
             didSet { routes = [:] }
@@ -139,14 +142,22 @@ final class TopicHub: Sendable {
         case .levels: .interval(seconds: recorder.publishingPeriods.levels)
         default: nil
         }
-        let (publication, batches) = state.withLockedValue { state -> (Publication, [Batch]) in
+        let routed = state.withLockedValue { state -> (Publication, [Batch])? in
             let seq = (state.seq[value.topic] ?? 0) + 1
             state.seq[value.topic] = seq
             let update = TopicUpdate(value: value, seq: seq, timestamp: timestamp)
+            let batches = state.route(value.topic)
+            if period != nil, batches.isEmpty {
+                state.unencoded[value.topic] = (update, published, period)
+                state.latest[value.topic] = nil
+                return nil
+            }
+            state.unencoded[value.topic] = nil
             let publication = Publication(update: update, published: published, period: period, notificationTail: Self.notificationTail(of: update))
             state.latest[value.topic] = publication
-            return (publication, state.route(value.topic))
+            return (publication, batches)
         }
+        guard let (publication, batches) = routed else { return }
         // Handed on by a task queued behind this one: what the recorder sent together (time
         // and levels, each tick) reaches each event loop in one task, so that each client
         // gets it in one write.
@@ -186,11 +197,18 @@ final class TopicHub: Sendable {
     /// Registers `receiver` for `topics` and returns their current values. No publication can
     /// fall between the snapshot and the registration.
     func add(_ receiver: any PublicationReceiver, topics: Set<Topic>) -> [Publication] {
-        state.withLockedValue { state in
+        defer { updateDemand() }
+        return state.withLockedValue { state in
             let id = ObjectIdentifier(receiver)
             let existing = state.receivers[id]?.topics ?? []
             state.receivers[id] = (receiver, existing.union(topics))
-            return topics.sorted().compactMap { state.latest[$0] }
+            return topics.sorted().compactMap { topic in
+                if let (update, published, period) = state.unencoded.removeValue(forKey: topic) {
+                    state.latest[topic] = Publication(update: update, published: published, period: period,
+                                                      notificationTail: Self.notificationTail(of: update))
+                }
+                return state.latest[topic]
+            }
         }
     }
 
@@ -200,10 +218,19 @@ final class TopicHub: Sendable {
             let id = ObjectIdentifier(receiver)
             if topics.isEmpty { state.receivers[id] = nil } else { state.receivers[id] = (receiver, topics) }
         }
+        updateDemand()
     }
 
     func remove(_ receiver: any PublicationReceiver) {
         _ = state.withLockedValue { $0.receivers.removeValue(forKey: ObjectIdentifier(receiver)) }
+        updateDemand()
+    }
+
+    /// Tells the recorder whether a client of the socket wants `levels`: it meters and
+    /// publishes them only while someone does.
+    private func updateDemand() {
+        let wanted = state.withLockedValue { state in state.receivers.values.contains { $0.topics.contains(.levels) } }
+        recorder.setLevelsWanted(wanted, by: "socket")
     }
 
     var receiverCount: Int { state.withLockedValue { $0.receivers.count } }

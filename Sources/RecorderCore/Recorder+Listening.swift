@@ -68,7 +68,8 @@ extension Recorder {
             }
             startListeningTimer(configuration)
             if !state.value.isActive {
-                levels.send(Levels(channels: Array(repeating: .silence, count: engine?.configuration.channels ?? 0), clipCount: 0))
+                levels.send(levelsAreWanted ? Levels(channels: Array(repeating: .silence, count: engine?.configuration.channels ?? 0), clipCount: 0)
+                                            : .none)
                 state.send(.listening)
             }
             publishListening()
@@ -135,7 +136,7 @@ extension Recorder {
         guard let listenPlan else { return }
         let old = listeningParts.withLock { $0 }
         let ring = listenPlan.preRoll > 0 ? PreRollRing(seconds: listenPlan.preRoll, configuration: engine.configuration) : nil
-        let meter = listenPlan.configuration.meteringEnabled ? InputMeter(configuration: engine.configuration) : nil
+        let meter = listenPlan.configuration.meteringEnabled && levelsAreWanted ? InputMeter(configuration: engine.configuration) : nil
         for consumer in [old.ring as (any CaptureConsumer)?, old.meter].compactMap({ $0 }) {
             engine.detach(consumer, timeout: listenPlan.configuration.stopTimeout)
         }
@@ -151,6 +152,21 @@ extension Recorder {
             self.listenPlan?.wait = DeviceWait(error: error, since: now, retryAt: now, attempts: 0)
         }
         publishListening()
+    }
+
+    /// Attaches listening's meter when someone wants levels, detaches it when nobody does.
+    func attachListeningMeter(to engine: CaptureEngine) {
+        guard let listenPlan else { return }
+        let wanted = listenPlan.configuration.meteringEnabled && levelsAreWanted
+        let current = listeningParts.withLock { $0.meter }
+        if wanted, current == nil {
+            let meter = InputMeter(configuration: engine.configuration)
+            listeningParts.withLock { $0.meter = meter }
+            try? engine.attach(meter, timeout: listenPlan.configuration.stopTimeout)
+        } else if !wanted, let current {
+            listeningParts.withLock { $0.meter = nil }
+            engine.detach(current, timeout: listenPlan.configuration.stopTimeout)
+        }
     }
 
     /// Publishes listening as it stands (after it began, waits, resumes or changes).
@@ -170,7 +186,7 @@ extension Recorder {
     func startListeningTimer(_ configuration: RecorderConfiguration) {
         listenTimer?.cancel()
         listenTimer = nil
-        guard configuration.meteringEnabled else { return }
+        guard configuration.meteringEnabled, levelsAreWanted, listenPlan != nil else { return }
         listenTimer = makeTimer(interval: configuration.levelsInterval) { [weak self] in
             guard let self, let meter = listeningParts.withLock({ $0.meter }) else { return }
             let measured = meter.meter.takeLevels()

@@ -23,6 +23,10 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public var levelsInterval: Double
     /// Whether levels are measured at all.
     public var meteringEnabled: Bool
+    /// Levels only while someone says it wants them (`Recorder.setLevelsWanted`): the daemon,
+    /// whose clients subscribe through its socket and MQTT. false: always (a program that
+    /// observes `levels` itself).
+    public var levelsOnDemand: Bool
     /// Seconds between header refresh + fsync: what a killed process can lose at most.
     public var syncInterval: Double
     /// The device period, seconds: the latency of the first frame and of level updates.
@@ -63,6 +67,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
                 timeInterval: Double = 0.1, levelsInterval: Double = 0.05, meteringEnabled: Bool = true,
+                levelsOnDemand: Bool = false,
                 syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5, writeBuffer: Double = 10,
                 captureSampleRate: Int? = nil, captureChannels: Int? = nil, stopTimeout: Double = 5,
                 segments: SegmentSettings = SegmentSettings(), waitForDevice: Bool = true,
@@ -76,6 +81,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
         self.timeInterval = timeInterval
         self.levelsInterval = levelsInterval
         self.meteringEnabled = meteringEnabled
+        self.levelsOnDemand = levelsOnDemand
         self.syncInterval = syncInterval
         self.periodTime = periodTime
         self.bufferTime = bufferTime
@@ -158,6 +164,10 @@ public final class Recorder: @unchecked Sendable {
     let listeningParts = NIOLockedValueBox<(ring: PreRollRing?, meter: InputMeter?)>((nil, nil))
     /// A recording's timers publish levels (its file's): the listening meter stays quiet.
     let recordingPublishes = Atomic<Bool>(false)
+    /// Who wants `levels` now (a socket subscriber, MQTT's telemetry): the input is metered
+    /// and levels are published only while someone does. Nobody: no meter on the capture
+    /// thread while listening, no levels timer, nothing encoded.
+    private let levelsWanted = NIOLockedValueBox<Set<String>>([])
     /// Where free space is measured and retention runs, off the control and capture paths.
     let storageQueue = DispatchQueue(label: "recd.recorder.storage")
     let storageMonitor = NIOLockedValueBox(StorageMonitorState())
@@ -1021,10 +1031,11 @@ public final class Recorder: @unchecked Sendable {
 
     private func startTimers(for session: RecordingConsumer, rate: Int) {
         let configuration = self.configuration
-        recordingPublishes.store(session.meter != nil, ordering: .releasing)
+        let meter = levelsAreWanted ? session.meter : nil
+        recordingPublishes.store(meter != nil, ordering: .releasing)
         let levels = self.levels
         periods.withLock { $0 = (configuration.timeInterval, configuration.levelsInterval) }
-        if let meter = session.meter, configuration.levelsInterval == configuration.timeInterval {
+        if let meter, configuration.levelsInterval == configuration.timeInterval {
             // One timer for both, sent together: they reach a subscriber of both in one turn of
             // its queue, and a client of the socket in one write.
             timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
@@ -1038,9 +1049,37 @@ public final class Recorder: @unchecked Sendable {
         timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
             self?.publishTime(of: session, rate: rate)
         }]
-        if let meter = session.meter {
+        if let meter {
             timers.append(makeTimer(interval: configuration.levelsInterval) { levels.send(meter.takeLevels()) })
         }
+    }
+
+    /// Whether anyone wants `levels` now (`setLevelsWanted`).
+    var levelsAreWanted: Bool { !configuration.levelsOnDemand || levelsWanted.withLock { !$0.isEmpty } }
+
+    /// `source` (the socket server, the MQTT bridge) wants levels, or no longer does. Any thread.
+    public func setLevelsWanted(_ wanted: Bool, by source: String) {
+        guard configuration.levelsOnDemand else { return }
+        let changed = levelsWanted.withLock { sources -> Bool in
+            let before = !sources.isEmpty
+            if wanted { sources.insert(source) } else { sources.remove(source) }
+            return before != !sources.isEmpty
+        }
+        guard changed else { return }
+        control.async { [self] in levelsDemandChanged() }
+    }
+
+    /// On the control queue: meters and timers follow the demand for levels.
+    private func levelsDemandChanged() {
+        if listenPlan != nil {
+            if let engine { attachListeningMeter(to: engine) }
+            startListeningTimer(configuration)
+        }
+        if case .recording(let recording) = state.value, let session {
+            stopTimers()
+            startTimers(for: session, rate: recording.sampleRate)
+        }
+        if !levelsAreWanted { levels.send(.none) }
     }
 
     func makeTimer(interval: Double, _ handler: @escaping @Sendable () -> Void) -> DispatchSourceTimer {

@@ -175,6 +175,30 @@ struct ListeningTests {
         #expect(recorded.elementsEqual(input.samples[first..<(first + recorded.count)]))
     }
 
+    /// Levels cost nothing while nobody wants them: listening with no subscriber measures
+    /// nothing (no meter on the capture thread, no timer, nothing encoded), so `status` has
+    /// none; a client that subscribes gets them within a tick, and once it leaves they stop
+    /// again. The same for a recording's.
+    @Test func levelsAreMeasuredOnlyWhileSomeoneSubscribes() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"wav\"\n")
+        let _: ListenResult = try daemon.connect().call(.listen, ListenParams(preRoll: 1))
+        _ = try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 0.5 })
+        usleep(300_000)  // six levels ticks, had there been a timer
+        #expect(try #require(daemon.waitForStatus { _ in true }).levels.channels.isEmpty, "levels measured for nobody")
+        for recording in [false, true] {
+            if recording { let _: Recording = try daemon.connect().call(.start, StartParams(name: "quiet")) }
+            let client = try daemon.connect()
+            let subscription: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.levels]))
+            let measured = daemon.waitForStatus { $0.levels.channels.count == 2 && $0.levels.channels.allSatisfy { $0.peak > -30 } }
+            #expect(measured != nil, "no levels for a subscriber (recording: \(recording))")
+            let _: UnsubscribeResult = try client.call(.unsubscribe, UnsubscribeParams(subscription: subscription.subscription))
+            #expect(daemon.waitForStatus { $0.levels.channels.isEmpty } != nil, "levels go on for nobody (recording: \(recording))")
+        }
+        let _: Recording = try daemon.connect().call(.stop)
+    }
+
     @Test func levelsWhileListeningAndPauseResumeWithoutPreRoll() throws {
         let server = try PulseServer()
         try server.tone()
