@@ -228,9 +228,14 @@ final class TopicHub: Sendable {
 
     /// Tells the recorder whether a client of the socket wants `levels`: it meters and
     /// publishes them only while someone does.
+    ///
+    /// Told under the hub's lock: two connections changing at once (one subscribing, one
+    /// leaving) must not tell it in the opposite order of what they saw. The recorder's side
+    /// only records it and posts the change to its queue.
     private func updateDemand() {
-        let wanted = state.withLockedValue { state in state.receivers.values.contains { $0.topics.contains(.levels) } }
-        recorder.setLevelsWanted(wanted, by: "socket")
+        state.withLockedValue { state in
+            recorder.setLevelsWanted(state.receivers.values.contains { $0.topics.contains(.levels) }, by: "socket")
+        }
     }
 
     var receiverCount: Int { state.withLockedValue { $0.receivers.count } }

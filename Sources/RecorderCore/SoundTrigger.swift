@@ -225,17 +225,21 @@ final class SoundTrigger: @unchecked Sendable {
     }
 
     /// The block's level (dBFS): RMS (20·log10, a full-scale sine is -3) or peak.
+    /// Nothing allocated: it runs every 10 ms.
     private func blockLevel() -> Double {
-        var levels: [Double] = []
+        var loudest = -Double.infinity, quietest = Double.infinity
         for channel in squares.indices {
             let amplitude = settings.measure == .rms ? (squares[channel] / Double(blockFrames)).squareRoot() : peaks[channel]
-            levels.append(amplitude > 0 ? Swift.max(-160, 20 * log10(amplitude)) : -160)
+            let level = amplitude > 0 ? Swift.max(-160, 20 * log10(amplitude)) : -160
+            loudest = Swift.max(loudest, level)
+            quietest = Swift.min(quietest, level)
             squares[channel] = 0
             peaks[channel] = 0
         }
+        guard !squares.isEmpty else { return -160 }
         switch settings.channels {
-        case .any, .mix: return levels.max() ?? -160
-        case .each: return levels.min() ?? -160
+        case .any, .mix: return loudest
+        case .each: return quietest
         }
     }
 

@@ -100,15 +100,66 @@ public final class JackServer {
         var environment = ProcessInfo.processInfo.environment
         environment["JACK_NO_AUDIO_RESERVATION"] = "1"
         // -S: synchronous mode; without it port data slips by a period now and then under load.
-        process = try ChildProcess("/usr/bin/jackd", ["-n", name, "--no-realtime", "-S", "-d", "dummy", "-r", "48000",
-                                                      "-p", "480", "-C", "2", "-P", "2"],
-                                   environment: environment, output: directory.file("jackd.log"))
+        let arguments = ["-n", name, "--no-realtime", "-S", "-d", "dummy", "-r", "48000", "-p", "480", "-C", "2", "-P", "2"]
+        let log = directory.file("jackd.log")
+        let deadline = Date().addingTimeInterval(90)
+        while true {
+            if let started = try Self.start(arguments, environment: environment, log: log, name: name) {
+                process = started
+                return
+            }
+            // No room in libjack's registry (8 servers): wait for other tests' servers to end.
+            guard Date() < deadline else {
+                throw TestFailure("jackd did not start: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+            }
+            sleep(1)
+        }
+    }
+
+    /// Starts jackd and waits until it answers; nil when libjack's registry had no room.
+    ///
+    /// libjack registers each server in /dev/shm/jack-shm-registry, which has room for 8, and
+    /// a server killed without its cleanup (a test process killed) keeps its entry for good:
+    /// entries are reused only by a server of the same name, and every test's is new. So
+    /// whoever starts a server when no jackd runs at all removes the registry and what the
+    /// dead servers left in /dev/shm; under a lock, so that no other test's server starts
+    /// meanwhile.
+    private static func start(_ arguments: [String], environment: [String: String], log: String,
+                              name: String) throws -> ChildProcess? {
+        let lock = open("/tmp/recd-test-jackd.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0o666)
+        if lock >= 0 { flock(lock, LOCK_EX) }
+        defer {
+            if lock >= 0 {
+                flock(lock, LOCK_UN)
+                close(lock)
+            }
+        }
+        if !jackdRunning() {
+            for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/dev/shm")) ?? [] where entry.hasPrefix("jack") {
+                try? FileManager.default.removeItem(atPath: "/dev/shm/" + entry)
+            }
+        }
+        let process = try ChildProcess("/usr/bin/jackd", arguments, environment: environment, output: log)
         let deadline = Date().addingTimeInterval(15)
-        while !Self.answers(name) {
-            guard Date() < deadline, process.isRunning else {
-                throw TestFailure("jackd did not start: \((try? String(contentsOfFile: directory.file("jackd.log"), encoding: .utf8)) ?? "")")
+        while !answers(name) {
+            guard process.isRunning else {
+                let said = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+                if said.contains("Too many servers") { return nil }
+                throw TestFailure("jackd did not start: \(said)")
+            }
+            guard Date() < deadline else {
+                throw TestFailure("jackd did not start: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
             }
             usleep(50_000)
+        }
+        return process
+    }
+
+    /// Whether any jackd runs on the machine (/proc/*/comm).
+    private static func jackdRunning() -> Bool {
+        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).contains { entry in
+            entry.first?.isNumber == true
+                && (try? String(contentsOfFile: "/proc/\(entry)/comm", encoding: .utf8))?.hasPrefix("jackd") == true
         }
     }
 
