@@ -114,25 +114,9 @@ def run_recd(bindir, jack, work, seconds):
     return paths, extra
 
 
-def run_arecord(jack, work, seconds):
-    path = os.path.join(work, f"arecord-{seconds}.wav")
-    process = subprocess.Popen(["arecord", "-q", "-D", "clock", "-f", "S16_LE", "-r", str(RATE), "-c", "2", path], env=jack.env)
-    time.sleep(2)
-    tracer = stall(process.pid, path, seconds)
-    time.sleep(seconds + 3)
-    tracer.terminate()
-    tracer.wait()
-    process.terminate()
-    process.wait()
-    return [path], {}
-
-
-def run_jack_capture(jack, work, seconds):
-    path = os.path.join(work, f"jack_capture-{seconds}.wav")
-    # Float (its default): its 16-bit conversion scales by 32767, which the frame numbers do not survive.
-    process = subprocess.Popen(["jack_capture", "-f", "wav", "-c", "2", "-p", "frameclock:hi",
-                                "-p", "frameclock:lo", "--daemon", path],
-                               env=jack.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def run_peer(argv, path, env, seconds):
+    """A peer recording into `path` from its start: the stall after 2 s, then 3 s more."""
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(2)
     tracer = stall(process.pid, path, seconds)
     time.sleep(seconds + 3)
@@ -141,6 +125,18 @@ def run_jack_capture(jack, work, seconds):
     process.terminate()
     process.wait(timeout=30)
     return [path], {}
+
+
+def run_arecord(jack, work, seconds):
+    path = os.path.join(work, f"arecord-{seconds}.wav")
+    return run_peer(["arecord", "-q", "-D", "clock", "-f", "S16_LE", "-r", str(RATE), "-c", "2", path], path, jack.env, seconds)
+
+
+def run_jack_capture(jack, work, seconds):
+    path = os.path.join(work, f"jack_capture-{seconds}.wav")
+    # Float (its default): its 16-bit conversion scales by 32767, which the frame numbers do not survive.
+    return run_peer(["jack_capture", "-f", "wav", "-c", "2", "-p", "frameclock:hi", "-p", "frameclock:lo", "--daemon", path],
+                    path, jack.env, seconds)
 
 
 def main():
