@@ -108,8 +108,6 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     private let syncTarget = NIOLockedValueBox<HandedOver?>(nil)
     /// The write buffer and the thread that empties it.
     private(set) var worker: ChunkWorker!
-    /// The write buffer's length in seconds (the pre-roll's room not counted).
-    let writeBufferSeconds: Double
     /// The engine position the next chunk should have (worker): a chunk further on follows a
     /// gap (the write buffer was full, the device overran).
     private var expectedPosition: Int64?
@@ -201,7 +199,6 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         } else {
             converter = nil
         }
-        self.writeBufferSeconds = writeBuffer
         pushPatience = UInt64(Double(configuration.bufferFrames) / Double(Swift.max(1, configuration.sampleRate)) / 2 * 1e9)
         self.gapFound = gapFound
         // Room for the pre-roll handed over at the start on top of the write buffer.
@@ -426,7 +423,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         let lost = framesLostBefore(chunk)
         if let gate { return receiveGated(chunk, gate: gate, lost: lost) }
         var gapStart: Date?
-        if let lost, !firstRead {
+        if lost != nil, !firstRead {
             // The file ends at the last frame before the gap; the next begins with this chunk.
             do {
                 gapStart = try endFileAtGap()
@@ -435,7 +432,6 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
                 return false
             }
             reanchor = true
-            _ = lost
         }
         // The engine's least delayed estimate when it has one (a recording that joins a device
         // open for a while, or taps, is then on the same clock as they are); else this read's.
@@ -520,7 +516,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         guard dropped > 0 || chunk.overruns > 0 else { return nil }
         xruns.add(chunk.overruns, ordering: .relaxed)
         framesLost.add(chunk.framesLost + dropped, ordering: .relaxed)
-        return LostAudio(overruns: chunk.overruns, overrunFrames: chunk.framesLost, droppedFrames: dropped)
+        return LostAudio(overrunFrames: chunk.framesLost, droppedFrames: dropped)
     }
 
     /// Before a gap (worker): the converter's tail goes into the current file, which then
@@ -765,8 +761,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
 /// Audio lost between two chunks: what a gap says.
 struct LostAudio {
-    /// Device overruns, and the frames they lost (measured by the clock).
-    var overruns: Int
+    /// Frames device overruns lost (measured by the clock).
     var overrunFrames: Int64
     /// Frames the write buffer had no room for (exact: the jump in positions).
     var droppedFrames: Int64

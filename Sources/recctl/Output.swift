@@ -182,11 +182,20 @@ enum Output {
         if recording != nil, let drift = status.statistics.deviceClockDriftPPM {
             rows.append(("clock", clockDrift(drift)))
         }
+        if let buffer = status.writeBuffer {
+            var text = String(printf: "%.1f s of %.1f s waiting to be written, at most %.1f s", buffer.held, buffer.capacity, buffer.peak)
+            if buffer.overflows > 0 { text += yellow(", full \(buffer.overflows) time(s): audio lost") }
+            rows.append(("buffer", text))
+        }
         if recording != nil, status.statistics.segmentsClosed > 0 || !status.statistics.gaps.isEmpty {
             var session = "\(status.statistics.segmentsClosed) segment(s) closed"
-            let gaps = status.statistics.gaps
-            if !gaps.isEmpty {
-                session += String(printf: ", %d device gap(s), %.1f s without capture", gaps.count, status.statistics.gapSeconds)
+            let lost = status.statistics.gaps.filter { $0.error.code == .audioLost }
+            let away = status.statistics.gaps.filter { $0.error.code != .audioLost }
+            if !away.isEmpty {
+                session += String(printf: ", %d device gap(s), %.1f s without capture", away.count, away.reduce(0) { $0 + $1.duration })
+            }
+            if !lost.isEmpty {
+                session += yellow(String(printf: ", %d gap(s) of lost audio, %.3f s", lost.count, lost.reduce(0) { $0 + $1.duration }))
             }
             rows.append(("session", session))
         }

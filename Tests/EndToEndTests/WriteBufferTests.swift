@@ -45,6 +45,24 @@ struct WriteBufferTests {
         }
     }
 
+    /// A recording of two files, `NAME.wav` and `NAME-2.wav` around a gap: each, its frame
+    /// numbers (checked to follow on within each file), and the numbers either side of the gap.
+    struct AroundAGap {
+        var first, second: RecordingFile
+        var numbers: [[UInt32]]
+        var firstFrame, lastBefore, firstAfter: UInt32
+    }
+
+    func twoFiles(_ daemon: Daemon, named name: String) throws -> AroundAGap? {
+        let files = try listed(daemon)
+        #expect(files.map(\.file) == ["\(name)-2.wav", "\(name).wav"])
+        guard files.count == 2 else { return nil }
+        let numbers = try frames(of: [files[1], files[0]])
+        guard let firstFrame = numbers[0].first, let lastBefore = numbers[0].last, let firstAfter = numbers[1].first else { return nil }
+        return AroundAGap(first: files[1], second: files[0], numbers: numbers, firstFrame: firstFrame, lastBefore: lastBefore,
+                          firstAfter: firstAfter)
+    }
+
     @Test(.enabled(if: !Binaries.threadSanitized,
                    "libjack ends its threads by cancelling them, which a ThreadSanitizer-built recd reports as a thread that finished with ignores enabled"),
           arguments: [1.0, 8.0])
@@ -63,6 +81,8 @@ struct WriteBufferTests {
         let drained = try #require(daemon.waitForStatus(timeout: 30) { ($0.writeBuffer?.held ?? 1) < 0.2 && $0.currentTime >= filled.currentTime + stallSeconds },
                                    "the buffer was not written\n\(daemon.log.suffix(2000))")
         #expect(drained.state.name == .recording)
+        let shown = try recctl(daemon, "status").stdout
+        #expect(shown.contains("buffer") && shown.contains("waiting to be written"), "\(shown)")
         stall.process.signal(SIGINT)
         _ = stall.wait()
         #expect(try recctl(daemon, "stop").status == 0)
@@ -94,17 +114,16 @@ struct WriteBufferTests {
         #expect(gap.error.code == .audioLost && gap.error.message.contains("write buffer"), "\(gap.error)")
         #expect(after.recording?.segment?.gapBefore == gap)
         #expect(waitUntil { daemon.log.contains("audio lost") }, "\(daemon.log.suffix(2000))")
+        let shown = try recctl(daemon, "status").stdout
+        #expect(shown.contains("1 gap(s) of lost audio") && shown.contains("full 1 time(s)"), "\(shown)")
         stall.process.signal(SIGINT)
         _ = stall.wait()
         _ = daemon.waitForStatus { $0.currentTime >= after.currentTime + 1 }
         #expect(try recctl(daemon, "stop").status == 0)
         let status = try #require(daemon.waitForStatus { $0.state.name == .finished })
-        let files = try listed(daemon)
-        #expect(files.map(\.file) == ["long-2.wav", "long.wav"])
-        guard files.count == 2 else { return }
-        let (first, second) = (files[1], files[0])
-        let numbers = try frames(of: [first, second])
-        guard let lastBefore = numbers[0].last, let firstAfter = numbers[1].first, let firstFrame = numbers[0].first else { return }
+        guard let gapped = try twoFiles(daemon, named: "long") else { return }
+        let (first, second, lastBefore, firstAfter, firstFrame) = (gapped.first, gapped.second, gapped.lastBefore, gapped.firstAfter,
+                                                                  gapped.firstFrame)
         // The frames lost are exactly the jump between the two files, and no more than the stall.
         let lost = Int64(firstAfter &- lastBefore) - 1
         #expect(lost > 0 && Double(lost) <= 3 * Self.rate, "lost \(lost)")
@@ -144,12 +163,9 @@ struct WriteBufferTests {
         _ = daemon.waitForStatus { $0.currentTime >= after.currentTime + 1 }
         #expect(try recctl(daemon, "stop").status == 0)
         _ = try #require(daemon.waitForStatus { $0.state.name == .finished })
-        let files = try listed(daemon)
-        #expect(files.map(\.file) == ["overrun-2.wav", "overrun.wav"])
-        guard files.count == 2 else { return }
-        let (first, second) = (files[1], files[0])
-        let numbers = try frames(of: [first, second])
-        guard let lastBefore = numbers[0].last, let firstAfter = numbers[1].first, let firstFrame = numbers[0].first else { return }
+        guard let gapped = try twoFiles(daemon, named: "overrun") else { return }
+        let (first, second, numbers, lastBefore, firstAfter, firstFrame) = (gapped.first, gapped.second, gapped.numbers,
+                                                                           gapped.lastBefore, gapped.firstAfter, gapped.firstFrame)
         // The loss is measured by the clock (the device does not say): close to the frames' jump.
         let lost = Double(Int64(firstAfter &- lastBefore) - 1) / Self.rate
         // The loss is measured by the clock (the device does not say what it dropped), and so
