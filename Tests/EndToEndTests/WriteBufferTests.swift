@@ -249,5 +249,4 @@ struct WriteBufferTests {
         let stopped: Recording = try client.call(.stop)
         #expect(stopped.segment?.index ?? 0 >= 5, "\(String(describing: stopped.segment))")
     }
-
 }
