@@ -42,3 +42,31 @@ const recd_ffmpeg *recd_ffmpeg_load(const char **error) {
     }
     return &table;
 }
+
+static recd_avutil_tx tx_table;
+static char tx_failure[512];
+static pthread_once_t tx_once = PTHREAD_ONCE_INIT;
+
+static void load_tx(void) {
+    void *avutil = dlopen(RECD_SONAME("avutil", LIBAVUTIL_VERSION_MAJOR), RTLD_NOW | RTLD_LOCAL);
+    if (avutil == NULL) {
+        snprintf(tx_failure, sizeof tx_failure, "%s", dlerror());
+        return;
+    }
+#define RECD_TX_RESOLVE(library, name) \
+    if ((tx_table.name = dlsym(library, #name)) == NULL) { \
+        snprintf(tx_failure, sizeof tx_failure, "%s", dlerror()); \
+        return; \
+    }
+    RECD_AVUTIL_TX_FUNCTIONS(RECD_TX_RESOLVE)
+#undef RECD_TX_RESOLVE
+}
+
+const recd_avutil_tx *recd_avutil_tx_load(const char **error) {
+    pthread_once(&tx_once, load_tx);
+    if (tx_failure[0] != 0) {
+        *error = tx_failure;
+        return NULL;
+    }
+    return &tx_table;
+}

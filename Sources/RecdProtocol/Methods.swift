@@ -187,9 +187,12 @@ public enum Topic: String, Sendable, Codable, CaseIterable, Comparable {
     case listening
     /// A triggered recording's events (`TriggerEvent`): opened, closed, discarded, in order.
     case trigger
+    /// The input's spectrum (`Spectrum`, or null), one column per 50 ms while the device is
+    /// open; computed only while someone subscribes.
+    case spectrum
 
     /// Discrete topics deliver every change in order; continuous ones at most once per interval.
-    public var isContinuous: Bool { self == .currentTime || self == .levels }
+    public var isContinuous: Bool { self == .currentTime || self == .levels || self == .spectrum }
 
     public static func < (lhs: Topic, rhs: Topic) -> Bool {
         allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
@@ -622,6 +625,7 @@ public enum TopicValue: Sendable, Equatable {
     case retention(RetentionDeletion?)
     case listening(ListeningStatus?)
     case trigger(TriggerEvent?)
+    case spectrum(Spectrum?)
 
     public var topic: Topic {
         switch self {
@@ -635,6 +639,7 @@ public enum TopicValue: Sendable, Equatable {
         case .retention: .retention
         case .listening: .listening
         case .trigger: .trigger
+        case .spectrum: .spectrum
         }
     }
 }
@@ -674,6 +679,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .retention: value = .retention(try container.decodeIfPresent(RetentionDeletion.self, forKey: .value))
         case .listening: value = .listening(try container.decodeIfPresent(ListeningStatus.self, forKey: .value))
         case .trigger: value = .trigger(try container.decodeIfPresent(TriggerEvent.self, forKey: .value))
+        case .spectrum: value = .spectrum(try container.decodeIfPresent(Spectrum.self, forKey: .value))
         }
     }
 
@@ -693,6 +699,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .retention(let deletion): try container.encode(deletion, forKey: .value)
         case .listening(let listening): try container.encode(listening, forKey: .value)
         case .trigger(let event): try container.encode(event, forKey: .value)
+        case .spectrum(let spectrum): try container.encode(spectrum, forKey: .value)
         }
     }
 }

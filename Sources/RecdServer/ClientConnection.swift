@@ -883,6 +883,7 @@ extension Topic {
         case .retention: 7
         case .listening: 8
         case .trigger: 9
+        case .spectrum: 10
         }
     }
 }

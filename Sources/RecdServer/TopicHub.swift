@@ -111,6 +111,7 @@ final class TopicHub: Sendable {
             recorder.listening.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.listening($0)) },
             recorder.currentTime.subscribe(on: queue) { [weak self] in self?.publish(.currentTime($0)) },
             recorder.levels.subscribe(on: queue) { [weak self] in self?.publish(.levels($0)) },
+            recorder.spectrum.subscribe(on: queue) { [weak self] in self?.publish(.spectrum($0)) },
         ]
         tokens.withLockedValue { $0 = observations }
         // Each subscription delivers its current value first; wait for those so that every
@@ -140,6 +141,7 @@ final class TopicHub: Sendable {
         let period: TimeAmount? = switch value.topic {
         case .currentTime: .interval(seconds: recorder.publishingPeriods.currentTime)
         case .levels: .interval(seconds: recorder.publishingPeriods.levels)
+        case .spectrum: .interval(seconds: Spectrum.columnPeriod)
         default: nil
         }
         let routed = state.withLockedValue { state -> (Publication, [Batch])? in
@@ -226,8 +228,8 @@ final class TopicHub: Sendable {
         updateDemand()
     }
 
-    /// Tells the recorder whether a client of the socket wants `levels`: it meters and
-    /// publishes them only while someone does.
+    /// Tells the recorder whether a client of the socket wants `levels` and `spectrum`: it
+    /// computes and publishes them only while someone does.
     ///
     /// Told under the hub's lock: two connections changing at once (one subscribing, one
     /// leaving) must not tell it in the opposite order of what they saw. The recorder's side
@@ -235,6 +237,7 @@ final class TopicHub: Sendable {
     private func updateDemand() {
         state.withLockedValue { state in
             recorder.setLevelsWanted(state.receivers.values.contains { $0.topics.contains(.levels) }, by: "socket")
+            recorder.setSpectrumWanted(state.receivers.values.contains { $0.topics.contains(.spectrum) }, by: "socket")
         }
     }
 

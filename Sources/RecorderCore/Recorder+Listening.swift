@@ -212,6 +212,7 @@ extension Recorder {
         if listenPlan != nil {
             attachListening(to: engine)
             attachTaps(to: engine)
+            attachSpectrum(to: engine)
         }
         return engine
     }
@@ -225,6 +226,7 @@ extension Recorder {
         activeEngine.withLock { $0 = nil }
         listeningParts.withLock { $0 = (nil, nil) }
         detachTaps()
+        endSpectrum()
         guard let listenPlan else { return }
         let since = Date()
         if case .waitingForDevice = state.value {
@@ -291,6 +293,7 @@ extension Recorder {
     func closeEngineIfUnused() {
         guard listenPlan == nil, session == nil, let engine else { return }
         if case .waitingForDevice = state.value { return }
+        endSpectrum(detachingFrom: engine)
         engine.close(timeout: configuration.stopTimeout)
         self.engine = nil
         activeEngine.withLock { $0 = nil }

@@ -151,6 +151,9 @@ public final class Recorder: @unchecked Sendable {
     /// A triggered recording's last event opened, closed or discarded. Each is sent once, in
     /// order: subscribe with `delivery: .every` to see them all (the socket's `trigger` topic).
     public let triggerEvent = Observed<TriggerEvent?>(nil)
+    /// The input's spectrum, one column per 50 ms, while the device is open and someone wants
+    /// it (`setSpectrumWanted`); nil otherwise.
+    public let spectrum = Observed<Spectrum?>(nil)
 
     let logger: Logger
     let control = DispatchQueue(label: "recd.recorder.control")
@@ -168,6 +171,9 @@ public final class Recorder: @unchecked Sendable {
     /// and levels are published only while someone does. Nobody: no meter on the capture
     /// thread while listening, no levels timer, nothing encoded.
     private let levelsWanted = NIOLockedValueBox<Set<String>>([])
+    /// Who wants `spectrum` now, and the node computing it (control queue).
+    let spectrumWanted = NIOLockedValueBox<Set<String>>([])
+    var spectrumNode: (node: SpectrumNode, engine: UInt64)?
     /// Where free space is measured and retention runs, off the control and capture paths.
     let storageQueue = DispatchQueue(label: "recd.recorder.storage")
     let storageMonitor = NIOLockedValueBox(StorageMonitorState())
@@ -890,6 +896,7 @@ public final class Recorder: @unchecked Sendable {
             if segment.index == 1, recording.preRoll.map({ $0.frames > 0 }) == true { recording.startedAt = segment.startedAt }
         }
         current = recording
+        attachSpectrum(to: session.engine)
         startTimers(for: session, rate: recording.sampleRate)
         self.recording.send(recording)
         state.send(.recording(recording))

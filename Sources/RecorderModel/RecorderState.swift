@@ -299,6 +299,38 @@ public struct Levels: Sendable, Equatable, Codable {
     public static let none = Levels(channels: [], clipCount: 0)
 }
 
+/// One column of the input's spectrum (the `spectrum` topic): the power in each FFT bin,
+/// averaged over the windows of one period, the channels mixed to one.
+public struct Spectrum: Sendable, Equatable, Codable {
+    /// When the column's last frame was captured (seconds since 1970).
+    public var time: Double
+    /// The device's rate: bin `i` is centred on `i × sampleRate / size` Hz.
+    public var sampleRate: Int
+    /// The FFT's length (Hann window); `dBFS` has `size / 2 + 1` bins.
+    public var size: Int
+    /// Seconds between columns.
+    public var period: Double
+    /// Each bin's power in dB against a full-scale sine centred on a bin (which reads 0),
+    /// to 0.1 dB; digital silence reads `Spectrum.floor`.
+    public var dBFS: [Float]
+
+    public static let floor: Float = -160
+    /// What recd computes: 1024-point windows, a column every 50 ms.
+    public static let windowSize = 1024
+    public static let columnPeriod = 0.05
+
+    public init(time: Double, sampleRate: Int, size: Int, period: Double, dBFS: [Float]) {
+        self.time = time
+        self.sampleRate = sampleRate
+        self.size = size
+        self.period = period
+        self.dBFS = dBFS
+    }
+
+    /// The frequency bin `index` is centred on, Hz.
+    public func frequency(ofBin index: Int) -> Double { Double(index) * Double(sampleRate) / Double(size) }
+}
+
 /// How capture is going in the current recording (all its segments): overruns and what
 /// they cost, segments, and the gaps a lost device left.
 public struct CaptureStatistics: Sendable, Equatable, Codable {

@@ -47,6 +47,8 @@ final class LiveView {
     /// When listening began (the `listening` topic): while only listening, the time shown is
     /// how long it has listened, not the last recording's length.
     private var listeningSince: Date?
+    /// `listen --spectrum`: the spectrum's lines above the meter.
+    var spectrogram: SpectrogramLines?
 
     init(format: LiveFormat, quiet: Bool = false) {
         self.format = format
@@ -84,6 +86,8 @@ final class LiveView {
             case .segment(let segment):
                 defer { seenSegment = true }
                 if seenSegment, let segment { printAbove(Output.describeClosed(segment)) }
+            case .spectrum(let column):
+                if let column, let line = spectrogram?.add(column, columns: columns ?? 80) { printAbove(line) }
             }
         }
         guard !quiet else { return }
@@ -368,5 +372,69 @@ enum Hints {
             if let group = getgrgid(info.st_gid), let name = group.pointee.gr_name { return String(cString: name) }
         }
         return nil
+    }
+}
+
+/// `recctl listen --spectrum`: the input's spectrum as text, one line per two columns (0.1 s;
+/// the louder of each pair, so a short sound is not skipped), frequency across (0 Hz at the
+/// left, linear to half the rate), each character shaded by the loudest bin under it.
+struct SpectrogramLines {
+    /// Shades from quiet to loud, and the dBFS range they span.
+    static let shades = Array(" .:-=+*#%@")
+    static let quietest: Float = -100
+    static let loudest: Float = -20
+    private var pending: Spectrum?
+    private var ruled = false
+
+    /// The line to print for `column`, or nil while its pair is incomplete.
+    mutating func add(_ column: Spectrum, columns: Int) -> String? {
+        guard let first = pending else {
+            pending = column
+            return nil
+        }
+        pending = nil
+        var louder = column
+        if first.dBFS.count == column.dBFS.count {
+            louder.dBFS = zip(first.dBFS, column.dBFS).map { Swift.max($0, $1) }
+        }
+        let line = Self.render(louder, width: Swift.max(10, columns - 12))
+        guard !ruled else { return line }
+        ruled = true
+        return Self.ruler(louder, width: Swift.max(10, columns - 12)) + "\n" + line
+    }
+
+    /// `HH:MM:SS.s ` and one character per frequency band.
+    static func render(_ column: Spectrum, width: Int) -> String {
+        let bins = column.dBFS.count
+        var text = ""
+        for index in 0..<width {
+            let first = index * bins / width, last = Swift.max(first + 1, (index + 1) * bins / width)
+            let level = column.dBFS[first..<Swift.min(last, bins)].max() ?? Spectrum.floor
+            let fraction = (level - quietest) / (loudest - quietest)
+            text.append(shades[Swift.min(shades.count - 1, Swift.max(0, Int(fraction * Float(shades.count))))])
+        }
+        return Self.clock(column.time) + " " + text
+    }
+
+    /// The frequency of every tenth character, in kHz, above the first line.
+    static func ruler(_ column: Spectrum, width: Int) -> String {
+        var text = String(repeating: " ", count: 11)
+        let nyquist = Double(column.sampleRate) / 2
+        var index = 0
+        while index < width {
+            let label = String(printf: "|%.1fk", nyquist * Double(index) / Double(width) / 1000)
+            text += label.count <= 10 ? label + String(repeating: " ", count: 10 - label.count) : String(label.prefix(10))
+            index += 10
+        }
+        return String(text.prefix(11 + width))
+    }
+
+    static func clock(_ time: Double) -> String {
+        var seconds = time
+        var parts = tm()
+        var whole = time_t(seconds.rounded(.down))
+        localtime_r(&whole, &parts)
+        seconds -= Double(whole)
+        return String(printf: "%02d:%02d:%02d.%d", parts.tm_hour, parts.tm_min, parts.tm_sec, Int(seconds * 10))
     }
 }

@@ -423,7 +423,7 @@ enum StopAnswer: Decodable {
 struct Listen: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "listen",
-        abstract: "Listen without recording: the input's live level meter (Ctrl-C ends it).",
+        abstract: "Listen without recording: the input's live level meter, and its spectrum with --spectrum (Ctrl-C ends it).",
         discussion: """
             recd opens the device and publishes levels as it does while recording, and keeps the last --pre-roll of the input for the next `recctl start` (which then begins the file with it). Ctrl-C ends listening, unless recd was already listening before (`[listen] enabled`, or another client): then it only stops showing it. With --json: one JSON event per line.
             """)
@@ -431,6 +431,8 @@ struct Listen: ParsableCommand {
     @Option(parsing: .unconditional,
             help: ArgumentHelp("Keep this much of the input for the next start (default: [listen] pre_roll; 0: none).", valueName: "duration"))
     var preRoll: String?
+    @Flag(help: "Draw the input's spectrum above the meter: a line per 0.1 s, frequency across (0 Hz at the left, linear to half the rate), louder as . : - = + * # % @ (-100 to -20 dBFS). With --json: the spectrum topic's columns.")
+    var spectrum = false
     @OptionGroup var options: ConnectionOptions
 
     var params: ListenParams {
@@ -448,7 +450,9 @@ struct Listen: ParsableCommand {
         let connection = try options.connect()
         let before: StatusResult = try options.call(connection, .status)
         let subscription: SubscribeResult = try options.call(
-            connection, .subscribe, SubscribeParams(topics: [.state, .levels, .error, .warning, .listening], interval: 0.1))
+            connection, .subscribe,
+            SubscribeParams(topics: [.state, .levels, .error, .warning, .listening] + (spectrum ? [.spectrum] : []),
+                            interval: spectrum ? Spectrum.columnPeriod : 0.1))
         let result: ListenResult = try options.call(connection, .listen, params)
         if !options.json, let listening = result.listening {
             let format = listening.deviceFormat.map { " (\($0.sampleFormat), \($0.sampleRate) Hz, \($0.channels) ch)" } ?? ""
@@ -464,6 +468,7 @@ struct Listen: ParsableCommand {
         signal(SIGINT, SIG_IGN)
         let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
         let view = LiveView(format: options.json ? .json : (Output.isTerminal ? .terminal : .json))
+        if spectrum { view.spectrogram = SpectrogramLines() }
         interrupt.setEventHandler {
             view.finish()
             if began, let control = try? RecdConnection(path: socket) {

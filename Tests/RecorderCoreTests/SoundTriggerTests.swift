@@ -24,7 +24,7 @@ struct SoundTriggerTests {
 
     /// What `trigger_reference.py arguments…` prints, as float64 values; `input` (if any) is
     /// written to a temporary file whose path comes first after the command.
-    static func python(_ command: String, input: [Double]? = nil, _ arguments: [String]) throws -> [Double] {
+    static func python(_ command: String, input: [Double]? = nil, _ arguments: [String], script: String = script) throws -> [Double] {
         var all = [script, command]
         var inputPath: String?
         if let input {
@@ -43,9 +43,9 @@ struct SoundTriggerTests {
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw ReferenceFailure(description: "trigger_reference.py \(command) \(arguments) exited \(process.terminationStatus)")
+            throw ReferenceFailure(description: "\(script) \(command) \(arguments) exited \(process.terminationStatus)")
         }
-        guard data.count % 8 == 0 else { throw ReferenceFailure(description: "trigger_reference.py printed \(data.count) bytes") }
+        guard data.count % 8 == 0 else { throw ReferenceFailure(description: "\(script) printed \(data.count) bytes") }
         return data.withUnsafeBytes { raw in (0..<data.count / 8).map { raw.loadUnaligned(fromByteOffset: $0 * 8, as: Double.self) } }
     }
 

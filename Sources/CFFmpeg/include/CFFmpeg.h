@@ -11,6 +11,7 @@
 #include <libavutil/channel_layout.h>
 #include <libavutil/error.h>
 #include <libavutil/opt.h>
+#include <libavutil/tx.h>
 
 // Every FFmpeg function recd uses: F(library, name).
 #define RECD_FFMPEG_FUNCTIONS(F) \
@@ -66,6 +67,24 @@ typedef struct recd_ffmpeg {
 /// Loads the three libraries (the sonames of the headers recd was built with) once, thread-safely.
 /// Returns the table, or NULL with `*error` set to dlopen's or dlsym's message.
 const recd_ffmpeg *_Nullable recd_ffmpeg_load(const char *_Nullable *_Nonnull error);
+
+// libavutil's transforms (the spectrum's FFT), loaded apart from the rest: a daemon that draws a
+// spectrum and never writes .m4a loads libavutil alone (about 3 MiB, mostly shared pages), not
+// the codecs.
+#define RECD_AVUTIL_TX_FUNCTIONS(F) \
+    F(avutil, av_tx_init) \
+    F(avutil, av_tx_uninit)
+
+#define RECD_AVUTIL_TX_FIELD(library, name) __typeof__(name) *_Nonnull name;
+/// The transform functions, each field named after its function.
+typedef struct recd_avutil_tx {
+    RECD_AVUTIL_TX_FUNCTIONS(RECD_AVUTIL_TX_FIELD)
+} recd_avutil_tx;
+#undef RECD_AVUTIL_TX_FIELD
+
+/// Loads libavutil alone (once, thread-safely) and returns its transform functions, or NULL
+/// with `*error` set to dlopen's or dlsym's message.
+const recd_avutil_tx *_Nullable recd_avutil_tx_load(const char *_Nullable *_Nonnull error);
 
 // Macros Swift cannot import.
 static inline int recd_averror_eof(void) { return AVERROR_EOF; }
