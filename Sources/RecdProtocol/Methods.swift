@@ -191,6 +191,10 @@ public enum Topic: String, Sendable, Codable, CaseIterable, Comparable {
     /// open; computed only while someone subscribes.
     case spectrum
 
+    /// What a subscription without `topics` follows: every topic but `spectrum`, which is
+    /// large (513 numbers every 50 ms) and computed only for clients that name it.
+    public static let byDefault: [Topic] = allCases.filter { $0 != .spectrum }
+
     /// Discrete topics deliver every change in order; continuous ones at most once per interval.
     public var isContinuous: Bool { self == .currentTime || self == .levels || self == .spectrum }
 
@@ -265,7 +269,7 @@ public struct ListenResult: Codable, Sendable, Equatable {
 }
 
 public struct SubscribeParams: Codable, Sendable, Equatable {
-    /// Default: every topic.
+    /// Default: every topic but `spectrum` (`Topic.byDefault`).
     public var topics: [Topic]?
     /// Seconds between currentTime/levels notifications at most (default 0.1, minimum 0.01).
     public var interval: Double?

@@ -443,7 +443,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         if state.withLockedValue({ $0.tap != nil }) {
             throw .invalidRequest("this connection is a tap: subscribe on a connection of its own")
         }
-        let topics = Set(request.topics ?? Topic.allCases)
+        let topics = Set(request.topics ?? Topic.byDefault)
         guard !topics.isEmpty else { throw .invalidParams("'topics' must name at least one topic") }
         let interval = request.interval ?? SubscribeParams.defaultInterval
         if let refusal = Limits.refusal("interval", interval, Limits.subscriptionInterval, "seconds") {

@@ -560,7 +560,7 @@ struct Watch: ParsableCommand {
 
     @Option(help: ArgumentHelp("terminal, json, waybar or plain (default: terminal on a terminal, else json).", valueName: "format"))
     var format: LiveFormat?
-    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording, segment, warning, retention, listening, trigger (default: all).", valueName: "topic"))
+    @Option(parsing: .upToNextOption, help: ArgumentHelp("Topics: state, currentTime, error, levels, recording, segment, warning, retention, listening, trigger, spectrum (default: all but spectrum).", valueName: "topic"))
     var topics: [Topic] = []
     @Option(help: ArgumentHelp("Seconds between time and level updates at most (default: 0.1; 1 for waybar and plain).", valueName: "seconds"))
     var interval: Double?
@@ -579,7 +579,7 @@ struct Watch: ParsableCommand {
     func run() throws {
         let connection = try options.connect()
         let format = resolvedFormat
-        var topics = Set(self.topics.isEmpty ? Topic.allCases : self.topics)
+        var topics = Set(self.topics.isEmpty ? Topic.byDefault : self.topics)
         if until != nil || format.isStatusBar { topics.insert(.state) }
         let interval = self.interval ?? (format.isStatusBar ? 1 : 0.1)
         let subscription: SubscribeResult = try options.call(connection, .subscribe,
