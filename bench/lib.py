@@ -60,6 +60,28 @@ def cpu_clock(pid):
     return time.clock_gettime((~pid << 3) | 2)
 
 
+def thread_clocks(pid):
+    """Each thread's CPU-time clock (seconds), by thread name (threads of one name summed)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            # schedstat's first field: nanoseconds on a CPU (another process's thread
+            # CPU-time clock is not ours to read).
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[name] = out.get(name, 0.0) + int(f.read().split()[0]) / 1e9
+        except OSError:
+            pass  # the thread ended meanwhile
+    return out
+
+
+def thread_seconds_per_hour(before, after, seconds):
+    """CPU seconds per hour of each thread name between two `thread_clocks`; a thread that
+    began meanwhile counts from zero, one that ended is not there."""
+    return {name: (value - before.get(name, 0.0)) / seconds * 3600 for name, value in after.items()}
+
+
 def memory_kib(pid):
     """VmRSS, VmHWM and thread count from /proc/PID/status."""
     out = {}

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from lib import Recd, cpu_clock, memory_kib, save, summary
+from lib import Recd, cpu_clock, memory_kib, save, summary, thread_clocks, thread_seconds_per_hour
 
 bindir, workdir, device, seconds, runs, out = sys.argv[1:7]
 seconds = float(seconds)
@@ -70,8 +70,17 @@ with Recd(bindir, workdir, device, CONFIG, env, name="recd-listen") as recd:
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1)  # arecord's own start-up is not part of the window
     recd_before, arecord_before = cpu_clock(recd.pid), cpu_clock(arecord.pid)
+    recd_threads, arecord_threads = thread_clocks(recd.pid), thread_clocks(arecord.pid)
     time.sleep(seconds)
     recd_cpu, arecord_cpu = cpu_clock(recd.pid) - recd_before, cpu_clock(arecord.pid) - arecord_before
+    # Per thread: the device plugin's (libpulse's `threaded-ml`) is the same code in both
+    # processes; the rest is each program's own.
+    recd_threads = thread_seconds_per_hour(recd_threads, thread_clocks(recd.pid), seconds)
+    arecord_threads = thread_seconds_per_hour(arecord_threads, thread_clocks(arecord.pid), seconds)
+    own = {name: sum(v for thread, v in threads.items() if thread != "threaded-ml")
+           for name, threads in (("recd", recd_threads), ("arecord", arecord_threads))}
+    results["threads_s_per_hour"] = {"recd": recd_threads, "arecord": arecord_threads}
+    results["own_threads_s_per_hour"] = dict(own, ratio=own["recd"] / own["arecord"] if own["arecord"] > 0 else None)
     arecord.terminate()
     arecord.wait()
     results["cpu"] = {
@@ -107,6 +116,12 @@ save(out, results)
 cpu = results["cpu"]
 print(f"CPU listening: recd {cpu['recd_s_per_hour']:.2f} s/h, arecord {cpu['arecord_s_per_hour']:.2f} s/h, "
       f"ratio {cpu['ratio']:.2f} (target <= 1.0)")
+own = results["own_threads_s_per_hour"]
+print(f"CPU listening, own threads (less libpulse's threaded-ml): recd {own['recd']:.2f} s/h, arecord {own['arecord']:.2f} s/h, "
+      f"ratio {own['ratio']:.2f} (target <= 2.0)")
+for name in ("recd", "arecord"):
+    threads = results["threads_s_per_hour"][name]
+    print(f"  {name}: " + ", ".join(f"{thread} {value:.2f}" for thread, value in sorted(threads.items(), key=lambda x: -x[1]) if value > 0.005))
 print(f"RSS listening with 10 s pre-roll ({results['preRollBytes']} bytes): {results['rss_listening_kib']['VmRSS'] / 1024:.1f} MiB; "
       f"recording with the pre-roll: peak {results['rss_recording_kib']['peak'] / 1024:.1f} MiB (target < 24 MiB each)")
 for key in ("start_listening", "start_closed"):

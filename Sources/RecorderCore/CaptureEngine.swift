@@ -38,6 +38,13 @@ protocol CaptureConsumer: AnyObject {
     func receive(_ chunk: CaptureChunk) -> Bool
     /// Capture thread: the device failed, no more chunks will come (the engine ended).
     func engineFailed(_ error: RecorderError)
+    /// Seconds the consumer lets the capture thread sleep between two reads: the thread wakes
+    /// as often as the most demanding consumer attached needs (0: every device period).
+    var wakeInterval: Double { get }
+}
+
+extension CaptureConsumer {
+    var wakeInterval: Double { 0 }
 }
 
 /// Owns the capture device: opens and reads it on a thread of its own, recovers overruns,
@@ -368,6 +375,7 @@ final class CaptureEngine: @unchecked Sendable {
                 wake.wait()
                 continue
             }
+            sleepUntilWanted()
             do throws(ALSAError) {
                 // In the driver without `ownership`: a stall watch may end the engine meanwhile.
                 let read = try inDriver { () throws(ALSAError) -> (available: Int, got: Int)? in
@@ -449,6 +457,23 @@ final class CaptureEngine: @unchecked Sendable {
             anchorWindow = .infinity
             anchorWindowStart = position
         }
+    }
+
+    /// When every consumer attached can wait (listening with only a pre-roll ring: nobody
+    /// looks), sleeps after a read that emptied the device until the least patient consumer's
+    /// `wakeInterval` has passed, then reads all that came meanwhile in one go: a few wake-ups
+    /// a second instead of one per period. At most a quarter of the device buffer, so that
+    /// the buffer never fills; a command (`perform`) wakes it at once.
+    private func sleepUntilWanted() {
+        guard wakeDescriptor >= 0, lastRead.uptime > 0, lastRead.unread < configuration.periodFrames else { return }
+        var interval = Double(configuration.bufferFrames) / Double(configuration.sampleRate) / 4
+        for consumer in consumers { interval = Swift.min(interval, consumer.wakeInterval) }
+        let period = UInt64(Double(configuration.periodFrames) / Double(configuration.sampleRate) * 1e9)
+        let deadline = lastRead.uptime &+ UInt64(interval * 1e9)
+        let now = Self.uptime()
+        guard UInt64(interval * 1e9) > period * 3 / 2, now < deadline else { return }
+        var descriptor = pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0)
+        _ = poll(&descriptor, 1, Int32((deadline - now + 999_999) / 1_000_000))
     }
 
     /// Runs `body` (a call into the driver that may block) without `ownership`.

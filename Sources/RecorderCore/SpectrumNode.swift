@@ -67,6 +67,9 @@ final class SpectrumNode: CaptureConsumer, @unchecked Sendable {
 
     func engineFailed(_ error: RecorderError) { worker.stop() }
 
+    /// A column every 50 ms: chunks at least as often.
+    var wakeInterval: Double { Self.period }
+
     /// Ends the worker (after the node is detached).
     func stop() { worker.stop() }
 

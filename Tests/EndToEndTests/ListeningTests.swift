@@ -199,6 +199,51 @@ struct ListeningTests {
         let _: Recording = try daemon.connect().call(.stop)
     }
 
+    /// The capture thread wakes as often as its most demanding consumer needs: listening with
+    /// nobody watching (a pre-roll ring alone) it reads about eight times a second, not once per
+    /// 10 ms period; with the spectrum (50 ms) about twenty; with a level meter, every period.
+    /// Counted with strace as `poll` calls on the thread per second of audio captured (a loaded
+    /// machine only makes the thread later, and so rarer: the bounds cannot pass by load).
+    @Test func theCaptureThreadWakesAsOftenAsItsMostDemandingConsumerNeeds() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"wav\"\n")
+        let _: ListenResult = try daemon.connect().call(.listen, ListenParams(preRoll: 1))
+        _ = try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 0.5 })
+        let capture = try #require(StationTests.thread(named: "recd-capture", of: daemon.process.pid))
+        let work = TemporaryDirectory()
+        /// `poll` calls of the capture thread per second of audio over the next two seconds captured.
+        func wakesPerSecond(_ label: String) throws -> Double {
+            let trace = work.file("\(label).strace")
+            let strace = try BackgroundCommand("/usr/bin/strace", ["-qq", "-e", "trace=poll,ppoll", "-p", capture, "-o", trace])
+            defer { strace.process.signal(SIGINT) }
+            #expect(waitUntil { FileManager.default.fileExists(atPath: trace) }, "strace did not attach")
+            usleep(300_000)  // strace has stopped and let go of the thread once: count after
+            let lines = { ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n").count }
+            let first = try #require(daemon.waitForStatus { $0.listening != nil }?.listening?.framesCaptured)
+            let polledBefore = lines()
+            let last = try #require(daemon.waitForStatus { ($0.listening?.framesCaptured ?? 0) >= first + 96000 }?.listening?.framesCaptured)
+            let polls = lines() - polledBefore
+            return Double(polls) / (Double(last - first) / 48000)
+        }
+        let alone = try wakesPerSecond("ring")
+        #expect(alone > 0 && alone <= 20, "listening with nobody watching: \(alone) wake-ups per second (a period is 10 ms)")
+
+        let client = try daemon.connect()
+        let spectral: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.spectrum]))
+        #expect(waitUntil(timeout: 20) { daemon.threads(named: "recd-spectrum") == 1 })
+        let spectrum = try wakesPerSecond("spectrum")
+        #expect(spectrum > 0 && spectrum <= 35, "with the spectrum: \(spectrum) wake-ups per second")
+        let _: UnsubscribeResult = try client.call(.unsubscribe, UnsubscribeParams(subscription: spectral.subscription))
+        #expect(waitUntil(timeout: 20) { daemon.threads(named: "recd-spectrum") == 0 })
+
+        let _: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.levels]))
+        _ = try #require(daemon.waitForStatus { $0.levels.channels.count == 2 })
+        let metered = try wakesPerSecond("meter")
+        print("capture thread's wake-ups per second: pre-roll alone \(alone), with the spectrum \(spectrum), with a meter \(metered)")
+        #expect(metered > alone, "a meter wants every period: \(metered) against \(alone) alone")
+    }
+
     @Test func levelsWhileListeningAndPauseResumeWithoutPreRoll() throws {
         let server = try PulseServer()
         try server.tone()

@@ -1,0 +1,134 @@
+import ALSA
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Logging
+import NIOConcurrencyHelpers
+import RecorderModel
+import Sndfile
+import Synchronization
+import SystemPackage
+
+/// What the recorder publishes while it records or listens: the elapsed-time and levels
+/// timers, levels on demand, the totals and the digital-silence warning.
+extension Recorder {
+    // MARK: Timers
+
+    func startTimers(for session: RecordingConsumer, rate: Int) {
+        let configuration = self.configuration
+        let meter = levelsAreWanted ? session.meter : nil
+        recordingPublishes.store(meter != nil, ordering: .releasing)
+        let levels = self.levels
+        periods.withLock { $0 = (configuration.timeInterval, configuration.levelsInterval) }
+        if let meter, configuration.levelsInterval == configuration.timeInterval {
+            // One timer for both, sent together: they reach a subscriber of both in one turn of
+            // its queue, and a client of the socket in one write.
+            timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
+                Observations.together {
+                    self?.publishTime(of: session, rate: rate)
+                    levels.send(meter.takeLevels())
+                }
+            }]
+            return
+        }
+        timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
+            self?.publishTime(of: session, rate: rate)
+        }]
+        if let meter {
+            timers.append(makeTimer(interval: configuration.levelsInterval) { levels.send(meter.takeLevels()) })
+        }
+    }
+
+    /// Whether anyone wants `levels` now (`setLevelsWanted`).
+    var levelsAreWanted: Bool { !configuration.levelsOnDemand || levelsWanted.withLock { !$0.isEmpty } }
+
+    /// `source` (the socket server, the MQTT bridge) wants levels, or no longer does. Any thread.
+    public func setLevelsWanted(_ wanted: Bool, by source: String) {
+        guard configuration.levelsOnDemand else { return }
+        let changed = levelsWanted.withLock { sources -> Bool in
+            let before = !sources.isEmpty
+            if wanted { sources.insert(source) } else { sources.remove(source) }
+            return before != !sources.isEmpty
+        }
+        guard changed else { return }
+        control.async { [self] in levelsDemandChanged() }
+    }
+
+    /// On the control queue: meters and timers follow the demand for levels.
+    func levelsDemandChanged() {
+        if listenPlan != nil {
+            if let engine { attachListeningMeter(to: engine) }
+            startListeningTimer(configuration)
+        }
+        if case .recording(let recording) = state.value, let session {
+            stopTimers()
+            startTimers(for: session, rate: recording.sampleRate)
+        }
+        if !levelsAreWanted { levels.send(.none) }
+    }
+
+    func makeTimer(interval: Double, _ handler: @escaping @Sendable () -> Void) -> DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: timerQueue)
+        let nanoseconds = Int(Swift.max(0.001, interval) * 1_000_000_000)
+        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds),
+                       leeway: .nanoseconds(nanoseconds / 10))
+        timer.setEventHandler(handler: handler)
+        timer.resume()
+        return timer
+    }
+
+    func stopTimers() {
+        for timer in timers { timer.cancel() }
+        timers = []
+        recordingPublishes.store(false, ordering: .releasing)
+        // A tick already queued must not publish after the final value.
+        timerQueue.sync {}
+    }
+
+    func cancelStartTimer() {
+        startTimer?.cancel()
+        startTimer = nil
+    }
+
+    /// Publishes the recording's time and statistics: the ended capture sessions' totals plus
+    /// this one's counters. Also raises and clears the digital-silence warning.
+    func publishTime(of session: RecordingConsumer, rate: Int) {
+        let totals = ledger.withLock { $0 }
+        currentTime.send(Double(totals.frames + session.framesWritten.load(ordering: .relaxed)) / Double(rate))
+        let xruns = totals.xruns + session.xruns.load(ordering: .relaxed)
+        let framesLost = totals.framesLost + session.framesLost.load(ordering: .relaxed)
+        statistics.send(CaptureStatistics(xruns: xruns, framesLost: framesLost,
+                                          framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
+                                          segmentsClosed: totals.segmentsClosed, gaps: totals.gaps,
+                                          deviceClockDriftPPM: session.deviceClockDriftPPM ?? totals.deviceClockDriftPPM))
+        checkSilence(of: session)
+    }
+
+    /// Publishes the totals when no capture session runs (between sessions, at the end).
+    func publishTotals(rate: Int) {
+        let totals = ledger.withLock { $0 }
+        currentTime.send(Double(totals.frames) / Double(rate))
+        statistics.send(CaptureStatistics(xruns: totals.xruns, framesLost: totals.framesLost,
+                                          framesCaptured: totals.framesCaptured, segmentsClosed: totals.segmentsClosed,
+                                          gaps: totals.gaps, deviceClockDriftPPM: totals.deviceClockDriftPPM))
+    }
+
+    /// "Running but recording nothing": every sample exactly zero for `silenceWarningAfter`.
+    func checkSilence(of session: RecordingConsumer) {
+        guard let limit = configuration.silenceWarningAfter, limit > 0, session.started,
+              !session.isPaused.load(ordering: .relaxed) else { return }
+        let silentFor = Double(CaptureEngine.uptime() &- session.lastSignal.load(ordering: .relaxed)) / 1_000_000_000
+        let current = warning.value
+        if silentFor >= limit, current == nil {
+            let since = Date().addingTimeInterval(-silentFor)
+            let message = String(printf: "the input has been digital silence (every sample zero) for %.0f s: "
+                                 + "muted, disconnected, or the wrong device?", silentFor)
+            warning.send(RecorderWarning(code: .digitalSilence, message: message, since: since))
+            logger.warning("input is digital silence", metadata: ["device.name": "\(session.deviceName)",
+                                                                   "silence.seconds": "\(Int(silentFor))"])
+        } else if silentFor < limit, current?.code == .digitalSilence {
+            clearSilenceWarning()
+            logger.notice("input signal is back", metadata: ["device.name": "\(session.deviceName)"])
+        }
+    }
+}

@@ -1,0 +1,563 @@
+import ALSA
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Logging
+import NIOConcurrencyHelpers
+import RecorderModel
+import Sndfile
+import Synchronization
+import SystemPackage
+
+/// A recording's life on the control queue: preparing its files and capture session, starting
+/// capture (with the pre-roll), finalizing each segment and the end, and the names its files take.
+extension Recorder {
+    // MARK: On the control queue
+
+    func onControl<T>(_ body: () throws(RecorderError) -> T) throws(RecorderError) -> T {
+        let result: Result<T, RecorderError> = control.sync { Result { () throws(RecorderError) in try body() } }
+        return try result.get()
+    }
+
+    @discardableResult
+    func prepareOnQueue(name: String?, settings: RecordingSettings?, segments: SegmentSettings?,
+                                operation: String = "prepare a recording", id: String? = nil, waitingAllowed: Bool = false,
+                                unattended: Bool = false, duration: Double? = nil,
+                                trigger: TriggerSettings? = nil) throws(RecorderError) -> Recording {
+        switch state.value {
+        case .idle, .listening, .finished, .failed: break
+        case .preparing where scheduledStart?.id == id && id != nil: break  // its time has come
+        default: throw .invalidState(operation, state.value)
+        }
+        if refusingRecordings { throw RecorderError(.invalidState, "cannot \(operation): recd is shutting down") }
+        let configuration = self.configuration
+        let settings = settings ?? configuration.defaultSettings
+        try settings.validate()
+        var segments = segments ?? configuration.segments
+        if let trigger {
+            // A file per event, cut at the maximum length, named after its first frame.
+            segments.length = trigger.maximumLength
+            segments.alignToClock = false
+            segments.template = segments.template ?? (segments.localTime ? SegmentSettings.localSegments : SegmentSettings.utcSegments)
+        }
+        try segments.validate()
+        if let name { try RecordingName.validate(name) }
+        let directory = configuration.recordingsDirectory
+        if let errnoValue = Self.makeDirectory(directory) {
+            throw fail(RecorderError(.failedToBegin, "cannot create recordings directory \(directory): \(Self.reason(errnoValue))"))
+        }
+        try checkSpaceBeforeStart(configuration)
+        let fileExtension = settings.format.fileExtension
+        var name = name ?? Self.firstFreeName("recording-" + CalendarTime.format(Date(), "%Y-%m-%dT%H-%M-%S"),
+                                              in: directory, fileExtension: fileExtension)
+        let template = segments.effectiveTemplate
+        if template == SegmentSettings.single, Self.isTaken(name, in: directory, fileExtension: fileExtension) {
+            // One file named after the recording: a name in use is a client's mistake, not a
+            // new segment; an unattended start numbers it instead.
+            guard unattended else {
+                throw RecorderError(.invalidSettings, "a recording named '\(name)' already exists at \(directory)/\(name).\(fileExtension)")
+            }
+            name = Self.firstFreeName(name, in: directory, fileExtension: fileExtension)
+        }
+        var plan = SessionPlan(settings: settings, segments: segments, configuration: configuration, duration: duration)
+        plan.trigger = trigger
+        activeTrigger.withLock { $0 = trigger == nil ? nil : plan.triggerCounters }
+        let id = id ?? UUID().uuidString.lowercased()
+
+        let engine: CaptureEngine
+        if let listening = self.engine {
+            // Listening: the device is open and stays as it is.
+            engine = listening
+        } else {
+            do throws(ALSAError) {
+                engine = try openEngine(configuration, settings)
+            } catch {
+                let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
+                guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || unattended else {
+                    throw fail(.opening(error))
+                }
+                return startWaiting(id: id, name: name, plan: plan, error: .opening(error))
+            }
+        }
+        let pcmConfiguration = engine.configuration
+        let files: SegmentFileFactory
+        do throws(RecorderError) {
+            files = try makeFiles(id: id, name: name, plan: plan, device: pcmConfiguration)
+        } catch {
+            closeEngineIfUnused()
+            throw error
+        }
+        plan.files = files
+        let writer: (any AudioFileWriter)?
+        let segment: Segment
+        do throws(RecorderError) {
+            try trigger?.validate(deviceRate: pcmConfiguration.sampleRate)
+            // A triggered recording creates its files as events open.
+            (writer, segment) = trigger == nil ? try files.create(index: 1, startedAt: Date()) : (nil, files.placeholder(index: 1))
+        } catch {
+            closeEngineIfUnused()
+            throw error.code == .invalidSettings ? error : fail(RecorderError(.failedToBegin, error.message))
+        }
+        plan.nextIndex = writer == nil ? 1 : 2
+        let session: RecordingConsumer
+        do throws(RecorderError) {
+            session = try makeSession(engine: engine, writer: writer, segment: segment,
+                                      files: files, plan: plan, frameLimit: nil)
+        } catch {
+            if writer != nil { unlink(segment.partialPath) }
+            closeEngineIfUnused()
+            throw error
+        }
+
+        var recording = Recording(
+            id: id, name: name, path: segment.path, format: settings.format,
+            sampleRate: files.sampleRate, channels: files.channels, bitDepth: settings.effectiveBitDepth,
+            quality: settings.quality, device: configuration.device,
+            deviceFormat: DeviceFormat(pcmConfiguration), segment: writer == nil ? nil : segment, segmentSettings: segments)
+        recording.trigger = trigger
+        self.plan = plan
+        self.session = session
+        activeSession.withLock { $0 = session }
+        current = recording
+        ledger.withLock { $0 = SessionLedger() }
+        error.send(nil)
+        clearSilenceWarning()
+        currentTime.send(0)
+        statistics.send(CaptureStatistics())
+        levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
+        self.recording.send(recording)
+        state.send(.preparing(recording))
+        logger.info("recording prepared", metadata: [
+            "recording.id": "\(recording.id)", "recording.path": "\(segment.path)", "device.name": "\(configuration.device)",
+            "device.format": "\(pcmConfiguration.sampleFormat.rawValue)/\(pcmConfiguration.sampleRate)/\(pcmConfiguration.channels)",
+        ])
+        return recording
+    }
+
+    /// Opens and configures the capture device for `settings` (listening: the default settings).
+    static func openDevice(_ configuration: RecorderConfiguration,
+                                   _ settings: RecordingSettings) throws(ALSAError) -> (CapturePCM, PCMConfiguration) {
+        let pcm = try CapturePCM(name: configuration.device)
+        let pcmConfiguration = try pcm.configure(
+            sampleFormat: settings.preferredCaptureFormat,
+            sampleRate: configuration.captureSampleRate ?? settings.sampleRate,
+            channels: configuration.captureChannels ?? settings.channels,
+            periodMicroseconds: Int(configuration.periodTime * 1_000_000),
+            bufferMicroseconds: Int(configuration.bufferTime * 1_000_000))
+        return (pcm, pcmConfiguration)
+    }
+
+    /// Whether waiting may heal a device error: the device is missing, gone or busy. Not a
+    /// refusal (no permission) or a format it cannot deliver.
+    static func mayComeBack(_ error: ALSAError) -> Bool {
+        ![EACCES, EPERM, EINVAL, ENOMEM, ENOSYS].contains(error.errno)
+    }
+
+    /// The file format, rate and channels for a recording, from its settings and what the
+    /// device delivers (the first time it opens).
+    func makeFiles(id: String, name: String, plan: SessionPlan,
+                           device: PCMConfiguration) throws(RecorderError) -> SegmentFileFactory {
+        let settings = plan.settings
+        let fileRate = settings.sampleRate ?? settings.format.fileRate(forDeviceRate: device.sampleRate)
+        let fileChannels = settings.channels ?? Swift.min(device.channels, settings.format.maximumChannels)
+        if let format = settings.soundFileFormat,
+           !SoundFileFormat.isWritable(format, sampleRate: fileRate, channels: fileChannels) {
+            throw RecorderError(.invalidSettings,
+                "\(settings.format.rawValue) cannot hold \(fileChannels) channel(s) at \(fileRate) Hz")
+        }
+        return SegmentFileFactory(
+            directory: plan.configuration.recordingsDirectory, template: plan.segments.effectiveTemplate,
+            localTime: plan.segments.localTime, name: name, recordingId: id,
+            fileExtension: settings.format.fileExtension, settings: settings, sampleRate: fileRate,
+            channels: fileChannels)
+    }
+
+    func makeSession(engine: CaptureEngine, writer: (any AudioFileWriter)?,
+                             segment: Segment, files: SegmentFileFactory, plan: SessionPlan,
+                             frameLimit: Int64?) throws(RecorderError) -> RecordingConsumer {
+        let gate = plan.trigger.map { trigger in
+            EventGate(settings: trigger, preRoll: trigger.preRoll ?? plan.configuration.preRoll,
+                      configuration: engine.configuration, counters: plan.triggerCounters, firstIndex: plan.nextIndex,
+                      announce: { [weak self] event in self?.triggerEvent.send(event) })
+        }
+        return try RecordingConsumer(
+            engine: engine, writer: writer, segment: segment, files: files,
+            clock: SegmentClock(settings: plan.segments, rate: files.sampleRate), gate: gate,
+            segmentClosed: { [weak self, directory = files.directory] segment, failure in
+                self?.segmentClosed(segment, failure: failure, directory: directory)
+            },
+            segmentStarted: { [weak self] in
+                guard let self else { return }
+                control.async {
+                    guard let session = self.session else { return }
+                    if let gap = session.currentSegment.withLock({ $0.gapBefore }) {
+                        self.ledger.withLock { ledger in
+                            if let last = ledger.gaps.indices.last, ledger.gaps[last].start == gap.start { ledger.gaps[last] = gap }
+                        }
+                    }
+                    self.updateCurrentSegment(of: session)
+                }
+            },
+            fileRate: files.sampleRate, fileChannels: files.channels, converterQuality: plan.settings.quality,
+            frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,
+            syncInterval: plan.configuration.syncInterval,
+            spaceGuard: makeSpaceGuard(plan.configuration, settings: plan.settings, fileRate: files.sampleRate,
+                                       fileChannels: files.channels),
+            sixteenBitFile: plan.settings.effectiveBitDepth == 16,
+            writeBuffer: plan.configuration.writeBuffer,
+            preRollRoom: plan.trigger == nil && listenPlan != nil ? Swift.max(plan.preRoll ?? 0, listenPlan?.preRoll ?? 0) : 0,
+            gapFound: { [weak self] gap, frames in self?.gapFound(gap, frames: frames) })
+    }
+
+    /// The recording's write buffer now; nil when nothing records. Any thread.
+    public func currentWriteBuffer() -> WriteBufferStatus? {
+        guard state.value.isActive, let session = activeSession.withLock({ $0 }), session.started else { return nil }
+        let (held, peak) = session.writeBufferFill
+        return WriteBufferStatus(capacity: Double(session.worker.ring.capacityBytes) / Double(session.configuration.bytesPerFrame)
+                                     / Double(session.configuration.sampleRate),
+                                 bytes: session.worker.ring.bytes, held: held, peak: peak,
+                                 overflows: session.writeBufferOverflows.load(ordering: .relaxed))
+    }
+
+    /// The worker found audio lost between two chunks (the device overran, or the disk fell
+    /// behind by more than the write buffer): the file before it is closed and the next has
+    /// begun. Logged with its length and counted in the statistics' gaps (status, MQTT's problem).
+    func gapFound(_ gap: Gap, frames: Int64) {
+        logger.warning("audio lost: the recording goes on in a new file", metadata: [
+            "lost.seconds": "\(String(printf: "%.3f", gap.duration))", "lost.frames": "\(frames)",
+            "gap.start": "\(gap.start)", "error.message": "\(gap.error.message)"])
+        ledger.withLock { ledger in
+            var gap = gap
+            gap.position += ledger.frames
+            ledger.gaps.append(gap)
+        }
+    }
+
+    /// A segment the capture thread closed is finalized (on its sync queue): count it,
+    /// announce it, and show the next one in `recording`.
+    func segmentClosed(_ segment: Segment, failure: RecorderError?, directory: String) {
+        ledger.withLock {
+            $0.segmentsClosed += 1
+            $0.lastClosed = segment
+        }
+        announce(segment, directory: directory)
+        if let failure {
+            logger.error("segment could not be finalized", metadata: ["segment.path": "\(segment.path)",
+                                                                       "error.message": "\(failure.message)"])
+        }
+        control.async { [self] in
+            guard let session else { return }
+            updateCurrentSegment(of: session)
+        }
+    }
+
+    /// Logs the closed segment in its session's log (what `recordings.list` groups by) and
+    /// publishes it.
+    func announce(_ segment: Segment, directory: String) {
+        // A recording that is one file needs no log to be listed as one.
+        if segment.index > 1 || segment.endReason != .end { RecordingLibrary(directory: directory).log(segment) }
+        logger.info("segment closed", metadata: [
+            "recording.id": "\(segment.recordingId)", "segment.index": "\(segment.index)", "segment.path": "\(segment.path)",
+            "segment.frames": "\(segment.frames)", "segment.end": "\(segment.endReason?.rawValue ?? "")",
+        ])
+        closedSegment.send(segment)
+        requestRetentionPass()
+    }
+
+    /// Publishes the segment the capture thread is writing now (after a boundary or split).
+    func updateCurrentSegment(of session: RecordingConsumer) {
+        guard session === self.session, var recording = current else { return }
+        let segment = session.currentSegment.withLock { $0 }
+        guard recording.segment != segment else { return }
+        recording.segment = segment
+        recording.path = segment.path
+        current = recording
+        // Only `recording` follows the segments: `state` changes (and is published) on
+        // transitions, and its recording is as of the last one.
+        self.recording.send(recording)
+    }
+
+    func recordOnQueue(duration: Double?, at date: Date?) throws(RecorderError) -> Recording {
+        guard case .preparing = state.value, let session, var recording = current else {
+            throw .invalidState("record", state.value)
+        }
+        if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
+        if let duration {
+            try Self.validate(duration: duration)
+            let frames = Int64((duration * Double(recording.sampleRate)).rounded())
+            session.frameLimit = frames
+            recording.frameLimit = frames
+            plan?.frameLimit = frames
+        }
+        if let date, date > Date() {
+            recording.scheduledAt = date
+            current = recording
+            self.recording.send(recording)
+            state.send(.preparing(recording))
+            let timer = DispatchSource.makeTimerSource(queue: control)
+            let seconds = date.timeIntervalSince1970
+            let wallTime = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - seconds.rounded(.down)) * 1_000_000_000))
+            timer.schedule(wallDeadline: DispatchWallTime(timespec: wallTime), leeway: .milliseconds(1))
+            timer.setEventHandler { [weak self, session] in self?.beginCapture(session) }
+            timer.resume()
+            startTimer = timer
+            logger.info("recording scheduled", metadata: ["recording.id": "\(recording.id)", "recording.at": "\(date)"])
+            return recording
+        }
+        current = recording
+        return beginCapture(session) ?? recording
+    }
+
+    @discardableResult
+    func beginCapture(_ session: RecordingConsumer) -> Recording? {
+        guard session === self.session, !session.started, var recording = current else { return nil }
+        cancelStartTimer()
+        recording.startedAt = Date()
+        current = recording
+        recording = startCapture(session, recording: recording, preRoll: true)
+        logger.info("recording started", metadata: ["recording.id": "\(recording.id)", "recording.path": "\(recording.path)"])
+        return recording
+    }
+
+    /// How long `start` waits for the device's first frame before it answers with the path the
+    /// file has so far (an idle sound server takes about 2 s; a rename is then announced on
+    /// the `recording` topic).
+    static let firstFrameWait = 5.0
+
+    /// Starts the capture thread and the publication timers, and publishes `recording` once the
+    /// first file has its final name (a template with a time in it names the file after its
+    /// first frame), so that `start` answers with the path the file will keep.
+    func startCapture(_ session: RecordingConsumer, recording: Recording, preRoll: Bool) -> Recording {
+        var recording = recording
+        let taken = NIOLockedValueBox<PreRoll?>(nil)
+        var replay: (RecordingConsumer) -> Void = { _ in }
+        if preRoll, session.gate == nil, let listenPlan, let ring = listeningParts.withLock({ $0.ring }) {
+            let wanted = plan?.preRoll ?? listenPlan.preRoll
+            replay = { session in
+                let engine = session.engine
+                let deviceRate = Double(engine.configuration.sampleRate)
+                let frames = Swift.min(Int((wanted * deviceRate).rounded()), ring.heldFrames.load(ordering: .relaxed))
+                // The duration counts from the start: the pre-roll comes on top.
+                if let limit = session.frameLimit {
+                    session.frameLimit = limit + Int64((Double(frames) * Double(session.fileRate) / deviceRate).rounded())
+                }
+                let (got, first) = ring.replay(frames: frames, into: session, chunkFrames: engine.maximumChunkFrames,
+                                               captureTime: engine.captureTime(ofPosition:))
+                taken.withLock { $0 = PreRoll(requested: wanted, seconds: Double(got) / deviceRate,
+                                              frames: Int64(got), firstFrame: first) }
+            }
+        }
+        do throws(RecorderError) {
+            try session.start(preRoll: replay) { [weak self] outcome in
+                guard let self else { return }
+                control.async {
+                    guard session === self.session else { return }  // stop() or cancel() got there first
+                    _ = self.finalize(session, outcome: outcome)
+                }
+            }
+        } catch {
+            // The device would not start: nothing was captured.
+            logger.error("capture could not start", metadata: ["error.message": "\(error.message)"])
+            return finalize(session, outcome: .failed(error)).0
+        }
+        recording.preRoll = taken.withLock { $0 }
+        if let limit = session.frameLimit, recording.frameLimit != nil {
+            recording.frameLimit = limit
+            plan?.frameLimit = limit
+        }
+        if session.awaitFirstFrame(timeout: Self.firstFrameWait), session.gate == nil {
+            let segment = session.currentSegment.withLock { $0 }
+            recording.segment = segment
+            recording.path = segment.path
+            // With a pre-roll the recording began before the start: with the first pre-rolled frame.
+            if segment.index == 1, recording.preRoll.map({ $0.frames > 0 }) == true { recording.startedAt = segment.startedAt }
+        }
+        current = recording
+        attachSpectrum(to: session.engine)
+        startTimers(for: session, rate: recording.sampleRate)
+        self.recording.send(recording)
+        state.send(.recording(recording))
+        return recording
+    }
+
+    /// Closes and renames the file after capture ended, and publishes the end state, or, when
+    /// the device went away and `mayWait`, starts waiting for it.
+    func finalize(_ session: RecordingConsumer, outcome: CaptureOutcome,
+                          mayWait: Bool = true) -> (Recording, RecorderError?) {
+        var recording = current!
+        stopTimers()
+        var failure: RecorderError?
+        if case .failed(let error) = outcome { failure = error }
+        let deviceLost = failure?.code == .deviceLost
+        // A lost device stopped delivering at its last read, which for a stalled one was
+        // seconds before the loss was noticed (CaptureEngine.stallLimit): the gap begins there.
+        let endedAt = deviceLost ? session.engine.lastProgressDate : Date()
+        let waiting = mayWait && deviceLost && (plan?.configuration.waitForDevice ?? false)
+        var last = session.finalSegment(endedAt: endedAt, reason: waiting ? .deviceLost : .end)
+        var saveFailure: RecorderError?
+        do throws(RecorderError) {
+            try session.closeFile()
+        } catch {
+            saveFailure = error
+        }
+        let earlier = ledger.withLock { $0.lastClosed }
+        if session.gate != nil, !session.hasOpenFile {
+            // A triggered recording between events: its files are closed and announced.
+            if let earlier { last = earlier }
+        } else if last.frames == 0, earlier != nil {
+            // Nothing after the last boundary: no empty file.
+            unlink(last.partialPath)
+            last = earlier!
+        } else {
+            // Even after a failure the file holds everything captured: keep it under its name.
+            let wanted = last.path
+            (last, saveFailure) = SegmentFinalizer.moveIntoPlace(last, failure: saveFailure)
+            if last.path != wanted {
+                logger.warning("recording's name was taken; saved under another", metadata: [
+                    "recording.id": "\(last.recordingId)", "recording.path": "\(last.path)", "recording.wanted": "\(wanted)"])
+                if last.index == 1, plan?.segments.effectiveTemplate == SegmentSettings.single {
+                    // A recording in one file is known by its file's name.
+                    recording.name = FilePath(last.path).stem ?? ""
+                }
+            }
+            ledger.withLock {
+                $0.segmentsClosed += 1
+                $0.lastClosed = last
+            }
+            announce(last, directory: plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
+            if let event = session.eventEnded(in: last, reason: deviceLost ? "deviceLost" : "failed") { triggerEvent.send(event) }
+        }
+        // The next capture session (after a gap) numbers its segments on from here.
+        plan?.nextIndex = session.gate?.nextIndex ?? session.currentSegment.withLock { $0.index } + 1
+        let totals = ledger.withLock { ledger in
+            ledger.frames += session.framesWritten.load(ordering: .acquiring)
+            ledger.xruns += session.xruns.load(ordering: .relaxed)
+            ledger.framesLost += session.framesLost.load(ordering: .relaxed)
+            ledger.framesCaptured += session.framesCaptured.load(ordering: .relaxed)
+            ledger.deviceClockDriftPPM = session.deviceClockDriftPPM ?? ledger.deviceClockDriftPPM
+            return ledger
+        }
+        recording.frames = totals.frames
+        if session.gate == nil || earlier != nil || last.frames > 0 {
+            recording.segment = last
+            recording.path = last.path
+        }
+        publishTotals(rate: recording.sampleRate)
+        clearSession()
+        if waiting, saveFailure == nil, let lost = failure {
+            current = recording
+            self.recording.send(recording)
+            plan?.gapStart = endedAt
+            ledger.withLock { $0.gaps.append(Gap(start: endedAt, position: $0.frames, error: lost)) }
+            publishTotals(rate: recording.sampleRate)
+            logger.warning("capture device lost; waiting for it", metadata: [
+                "recording.id": "\(recording.id)", "error.message": "\(lost.message)"])
+            scheduleRetry(recording, error: lost, since: endedAt, attempts: 0)
+            return (recording, nil)
+        }
+        failure = saveFailure ?? failure
+        return end(recording, failure: failure)
+    }
+
+    /// Publishes the end of a recording: finished, or failed with `failure`.
+    func end(_ recording: Recording, failure: RecorderError?) -> (Recording, RecorderError?) {
+        var recording = recording
+        recording.endedAt = Date()
+        plan = nil
+        current = nil
+        clearSilenceWarning()
+        self.recording.send(recording)
+        if let failure {
+            logger.error("recording failed", metadata: ["recording.id": "\(recording.id)", "error.code": "\(failure.code.rawValue)",
+                                                        "error.message": "\(failure.message)"])
+            error.send(failure)
+            state.send(.failed(recording, failure))
+        } else {
+            logger.info("recording finished", metadata: ["recording.id": "\(recording.id)", "recording.frames": "\(recording.frames)"])
+            state.send(.finished(recording))
+        }
+        returnToListeningOrClose()
+        return (recording, failure)
+    }
+
+    /// A prepared recording that will not start after all: close and delete its file.
+    func discardPrepared() {
+        guard let session, let recording = current else { return }
+        session.discardFile()
+        unlink(recording.partialPath)
+        clearSession()
+        plan = nil
+        self.recording.send(nil)
+        state.send(listenPlan == nil ? .idle : .listening)
+        returnToListeningOrClose()
+    }
+
+    func clearSession() {
+        session = nil
+        current = nil
+        activeSession.withLock { $0 = nil }
+    }
+
+    /// Records a failure before anything was captured.
+    func fail(_ failure: RecorderError, endsRecording: Bool = true) -> RecorderError {
+        logger.error(endsRecording ? "recording could not begin" : "listening could not begin",
+                     metadata: ["error.code": "\(failure.code.rawValue)", "error.message": "\(failure.message)"])
+        error.send(failure)
+        if endsRecording {
+            state.send(.failed(nil, failure))
+            // Listening goes on: the device it holds stays open.
+            if listenPlan != nil { state.send(.listening) }
+        }
+        return failure
+    }
+
+    // MARK: Helpers
+
+    static func validate(duration: Double) throws(RecorderError) {
+        if let refusal = Limits.refusal("duration", duration, Limits.duration, "seconds") {
+            throw RecorderError(.invalidSettings, refusal)
+        }
+    }
+
+    /// `base`, or `base-2`, `base-3`… : the first that names neither a file nor a `.part`.
+    static func firstFreeName(_ base: String, in directory: String, fileExtension: String) -> String {
+        var candidate = base
+        var counter = 1
+        while isTaken(candidate, in: directory, fileExtension: fileExtension) {
+            counter += 1
+            candidate = "\(base)-\(counter)"
+        }
+        return candidate
+    }
+
+    static func isTaken(_ name: String, in directory: String, fileExtension: String) -> Bool {
+        let path = "\(directory)/\(name).\(fileExtension)"
+        return FileManager.default.fileExists(atPath: path) || FileManager.default.fileExists(atPath: path + ".part")
+    }
+
+    /// Makes a rename durable: fsync the directory that holds the entry.
+    static func syncDirectory(of path: String) {
+        let directory = FilePath(path).removingLastComponent().string
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        fsync(fd)
+        close(fd)
+    }
+
+    static func reason(_ errnoValue: Int32) -> String { String(cString: strerror(errnoValue)) }
+
+    /// `mkdir -p`; returns the errno of the step that failed, nil on success.
+    public static func makeDirectory(_ path: String) -> Int32? {
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, 0o755) != 0 {
+                let error = errno
+                var info = stat()
+                guard error == EEXIST, stat(prefix, &info) == 0 else { return error }
+                guard info.st_mode & S_IFMT == S_IFDIR else { return ENOTDIR }
+            }
+        }
+        return nil
+    }
+}
