@@ -36,6 +36,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // C libraries, found through pkg-config.
@@ -115,6 +116,13 @@ let package = Package(
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
+        // The daemon's metrics in Prometheus's text format (swift-prometheus); observes the
+        // in-process Recorder and reads its status when asked (`metrics`).
+        .target(name: "RecdMetrics", dependencies: [
+            "RecorderCore", "RecdProtocol", "RecdCommands", "RecdHooks",
+            .product(name: "Prometheus", package: "swift-prometheus"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ]),
         // The MQTT bridge and Home Assistant discovery; observes the in-process Recorder.
         .target(name: "RecdMQTT", dependencies: [
             "RecorderCore", "RecorderModel", "RecdProtocol", "RecdCommands", "RecdHooks", "Mosquitto",
@@ -123,7 +131,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "recd", dependencies: [
-            "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
+            "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdMetrics", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
             "Systemd", "Mosquitto", "CBuildInfo",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),

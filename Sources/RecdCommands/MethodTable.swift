@@ -16,6 +16,11 @@ public protocol TapHost: Sendable {
     func openTap(_ params: TapParams, recorder: Recorder) throws(RPCError) -> TapResult
 }
 
+/// The daemon's metrics in Prometheus's text format (RecdMetrics), for `metrics`.
+public protocol MetricsSource: Sendable {
+    func exposition(status: StatusResult) -> String
+}
+
 /// What a method handler works with: the recorder, and whoever asked.
 public struct RequestContext: Sendable {
     public let recorder: Recorder
@@ -24,12 +29,16 @@ public struct RequestContext: Sendable {
     public let subscriptions: (any SubscriptionHost)?
     /// nil for a way in that cannot carry audio.
     public let taps: (any TapHost)?
+    /// nil where the daemon keeps no metrics (a test's context).
+    public let metrics: (any MetricsSource)?
 
-    public init(recorder: Recorder, version: String, subscriptions: (any SubscriptionHost)?, taps: (any TapHost)? = nil) {
+    public init(recorder: Recorder, version: String, subscriptions: (any SubscriptionHost)?, taps: (any TapHost)? = nil,
+                metrics: (any MetricsSource)? = nil) {
         self.recorder = recorder
         self.version = version
         self.subscriptions = subscriptions
         self.taps = taps
+        self.metrics = metrics
     }
 }
 
@@ -81,6 +90,11 @@ public enum MethodTable {
         case .status:
             MethodHandler(blocking: false, run: { context, _ throws(RPCError) in status(of: context.recorder) },
                           encoded: { context, results in results.encode(status: status(of: context.recorder)) })
+        case .metrics:
+            .inline { context, _ throws(RPCError) in
+                guard let metrics = context.metrics else { throw .methodNotFound("metrics") }
+                return MetricsResult(text: metrics.exposition(status: status(of: context.recorder)))
+            }
         case .version:
             .inline { context, _ throws(RPCError) in
                 VersionResult(version: context.version, protocolRevision: JSONRPC.protocolRevision)

@@ -14,6 +14,8 @@ public enum Method: String, Sendable, CaseIterable, Codable {
     case recordingsRename = "recordings.rename"
     case devicesList = "devices.list"
     case version
+    /// recd's metrics in Prometheus's text format (doc/metrics.md).
+    case metrics
     /// Turn the connection into a stream of the input's audio (see protocol.md, "Taps").
     case tap
 
@@ -21,7 +23,7 @@ public enum Method: String, Sendable, CaseIterable, Codable {
     public var permission: Permission {
         switch self {
         case .start, .pause, .resume, .stop, .cancel, .split, .listen, .unlisten, .recordingsDelete, .recordingsRename: .control
-        case .status, .subscribe, .unsubscribe, .recordingsList, .recordingsInfo, .devicesList, .version: .observe
+        case .status, .subscribe, .unsubscribe, .recordingsList, .recordingsInfo, .devicesList, .version, .metrics: .observe
         case .tap: .tap
         }
     }
@@ -36,7 +38,7 @@ public enum Method: String, Sendable, CaseIterable, Codable {
         case .unsubscribe: memberNames(of: UnsubscribeParams(subscription: ""))
         case .recordingsInfo, .recordingsDelete: memberNames(of: RecordingNameParams(name: ""))
         case .recordingsRename: memberNames(of: RenameParams(from: "", to: ""))
-        case .status, .pause, .resume, .stop, .cancel, .split, .unlisten, .recordingsList, .devicesList, .version: []
+        case .status, .pause, .resume, .stop, .cancel, .split, .unlisten, .recordingsList, .devicesList, .version, .metrics: []
         }
     }
 }
@@ -604,6 +606,14 @@ public struct DevicesResult: Codable, Sendable, Equatable {
         devices = try container.decode([DeviceInfo].self, forKey: .devices)
         cards = try container.decodeIfPresent([SoundCardInfo].self, forKey: .cards) ?? []
     }
+}
+
+/// `metrics`: the text a Prometheus scrape (or node_exporter's textfile collector) reads.
+public struct MetricsResult: Codable, Sendable, Equatable {
+    /// Prometheus's text exposition format, version 0.0.4.
+    public var text: String
+    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+    public init(text: String) { self.text = text }
 }
 
 public struct VersionResult: Codable, Sendable, Equatable {

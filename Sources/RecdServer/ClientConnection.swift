@@ -16,6 +16,8 @@ struct ConnectionContext: Sendable {
     let version: String
     let hub: TopicHub
     let policy: AccessPolicy
+    /// What `metrics` answers with (nil: no metrics kept).
+    var metrics: (any MetricsSource)? = nil
     /// Bytes of answers and notifications a client may leave unread beyond its socket buffer
     /// before it is disconnected as too slow.
     let outboundLimit: Int
@@ -371,7 +373,8 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         }
         let handler = MethodTable.handler(for: request.method)
         logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(request.id?.description ?? "-")"])
-        let requestContext = RequestContext(recorder: context.recorder, version: context.version, subscriptions: self, taps: self)
+        let requestContext = RequestContext(recorder: context.recorder, version: context.version, subscriptions: self, taps: self,
+                                            metrics: context.metrics)
         if let encoded = handler.encoded {
             guard !request.isNotification else { return .answered(nil) }
             if let json = encoded(requestContext, context.results) { return .answered(ResponseLine.success(id: request.id, result: json)) }

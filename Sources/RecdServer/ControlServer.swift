@@ -66,7 +66,7 @@ public final class ControlServer: Sendable {
     /// - Parameter blocking: where methods that block run (shared with the rest of recd; its
     ///   owner shuts it down after the server).
     public init(recorder: Recorder, version: String, policy: AccessPolicy, limits: ServerLimits,
-                group: EventLoopGroup, blocking: BlockingCalls, logger: Logger) {
+                group: EventLoopGroup, blocking: BlockingCalls, metrics: (any MetricsSource)? = nil, logger: Logger) {
         self.group = group
         self.limits = limits
         self.logger = logger
@@ -74,7 +74,7 @@ public final class ControlServer: Sendable {
         let lookups = NIOThreadPool(numberOfThreads: 1)
         lookups.start()
         context = ConnectionContext(recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
-                                    policy: policy, outboundLimit: limits.outboundLimit, blocking: blocking, lookups: lookups,
+                                    policy: policy, metrics: metrics, outboundLimit: limits.outboundLimit, blocking: blocking, lookups: lookups,
                                     flushers: Dictionary(uniqueKeysWithValues: group.makeIterator().map {
                                         (ObjectIdentifier($0), LoopFlusher(eventLoop: $0))
                                     }),

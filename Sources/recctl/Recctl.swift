@@ -41,7 +41,7 @@ struct Recctl: ParsableCommand {
             """,
         version: RecdVersion.withCommit(String(cString: recd_build_commit())),
         subcommands: [Status.self, Start.self, Stop.self, Pause.self, Resume.self, Cancel.self, Split.self, Listen.self, Tap.self, Watch.self,
-                      List.self, Info.self, Remove.self, Move.self, Devices.self, Version.self])
+                      List.self, Info.self, Remove.self, Move.self, Devices.self, Metrics.self, Version.self])
 
     /// Lets --socket and --json come before the subcommand too (`recctl --json status`):
     /// ArgumentParser gives every command in the chain that declares this group the same values.
@@ -719,6 +719,24 @@ struct Devices: ParsableCommand {
         let result: DevicesResult = try options.call(try options.connect(), .devicesList)
         if options.json { return Output.printJSON(result) }
         Output.printDevices(result)
+    }
+}
+
+struct Metrics: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "metrics",
+        abstract: "Print recd's metrics in Prometheus's text format (doc/metrics.md).",
+        discussion: """
+            For node_exporter's textfile collector, write to a temporary name and rename, so that it never reads half a file:
+              recctl metrics > /var/lib/prometheus/node-exporter/recd.prom.$$ && mv /var/lib/prometheus/node-exporter/recd.prom.$$ /var/lib/prometheus/node-exporter/recd.prom
+            With --json: {"text": …}.
+            """)
+    @OptionGroup var options: ConnectionOptions
+
+    func run() throws {
+        let result: MetricsResult = try options.call(try options.connect(), .metrics)
+        if options.json { return Output.printJSON(result) }
+        print(result.text, terminator: "")
     }
 }
 

@@ -5,6 +5,7 @@ import Mosquitto
 import RecdCommands
 import RecdConfiguration
 import RecdHooks
+import RecdMetrics
 import RecdMQTT
 import RecorderCore
 import ServiceLifecycle
@@ -13,7 +14,8 @@ import SystemPackage
 extension Recd {
     /// The file hooks and the MQTT bridge, as configured. Returns the bridge's service (if
     /// enabled) and the subscription that feeds finalized files to the hooks (if any).
-    func makeIntegrations(_ configuration: DaemonConfiguration, recorder: Recorder, blocking: BlockingCalls) throws
+    func makeIntegrations(_ configuration: DaemonConfiguration, recorder: Recorder, blocking: BlockingCalls,
+                          metrics: RecorderMetrics) throws
         -> ([ServiceGroupConfiguration.ServiceConfiguration], ObservationToken?) {
         var hooks: HookRunner?
         var hookToken: ObservationToken?
@@ -23,6 +25,7 @@ extension Recd {
                                     logger: Logger(label: "recd.hooks"))
             hookToken = observeFinalizedFiles(of: recorder) { runner.fileFinalized($0) }
             hooks = runner
+            metrics.observe(hooks: runner)
         }
         let bridgeConfiguration: MQTTBridgeConfiguration?
         do {

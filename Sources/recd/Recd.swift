@@ -7,6 +7,7 @@ import NIOCore
 import NIOPosix
 import RecdHooks
 import RecdMQTT
+import RecdMetrics
 import RecdProtocol
 import RecdCommands
 import RecdConfiguration
@@ -165,10 +166,11 @@ struct Recd: AsyncParsableCommand {
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: min(2, System.coreCount))
         let blocking = BlockingCalls()
+        let metrics = RecorderMetrics(recorder: recorder, version: recdVersion)
         let server = ControlServer(recorder: recorder, version: recdVersion, policy: policy,
                                    limits: ServerLimits(maxClients: configuration.maxClients,
                                                         outboundLimit: configuration.clientQueueBytes),
-                                   group: group, blocking: blocking, logger: Logger(label: "recd.server"))
+                                   group: group, blocking: blocking, metrics: metrics, logger: Logger(label: "recd.server"))
         let command = self
         let service = RecdService(recorder: recorder, server: server, blocking: blocking, listenTarget: listenTarget, reload: {
             do {
@@ -196,7 +198,7 @@ struct Recd: AsyncParsableCommand {
            listenAtStart: configuration.listenAtStart, schedule: configuration.schedule, logger: logger)
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.
-        let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder, blocking: blocking)
+        let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder, blocking: blocking, metrics: metrics)
         defer { hookToken?.cancel() }
         let serviceGroup = ServiceGroup(configuration: .init(
             services: integrations + [.init(service: service)],
