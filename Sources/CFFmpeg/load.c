@@ -16,17 +16,20 @@ static void *open_library(const char *soname) {
     return handle;
 }
 
+// Sets `table.name` to `library`'s symbol `name`, or `failure` to why not and returns.
+#define RECD_RESOLVE(table, failure, library, name) \
+    if (((table).name = dlsym(library, #name)) == NULL) { \
+        snprintf(failure, sizeof failure, "%s", dlerror()); \
+        return; \
+    }
+
 static void load(void) {
     // Never closed: the functions stay valid for the life of the process.
     void *avutil = open_library(RECD_SONAME("avutil", LIBAVUTIL_VERSION_MAJOR));
     void *avcodec = open_library(RECD_SONAME("avcodec", LIBAVCODEC_VERSION_MAJOR));
     void *avformat = open_library(RECD_SONAME("avformat", LIBAVFORMAT_VERSION_MAJOR));
     if (failure[0] != 0) return;
-#define RECD_FFMPEG_RESOLVE(library, name) \
-    if ((table.name = dlsym(library, #name)) == NULL) { \
-        snprintf(failure, sizeof failure, "%s", dlerror()); \
-        return; \
-    }
+#define RECD_FFMPEG_RESOLVE(library, name) RECD_RESOLVE(table, failure, library, name)
     RECD_FFMPEG_FUNCTIONS(RECD_FFMPEG_RESOLVE)
 #undef RECD_FFMPEG_RESOLVE
     // FFmpeg logs to stderr by itself; recd reports failures through its own errors, so only
@@ -48,16 +51,14 @@ static char tx_failure[512];
 static pthread_once_t tx_once = PTHREAD_ONCE_INIT;
 
 static void load_tx(void) {
+    // Apart from `load`: libavutil alone, with a failure of its own (the codecs may be missing
+    // while libavutil is there).
     void *avutil = dlopen(RECD_SONAME("avutil", LIBAVUTIL_VERSION_MAJOR), RTLD_NOW | RTLD_LOCAL);
     if (avutil == NULL) {
         snprintf(tx_failure, sizeof tx_failure, "%s", dlerror());
         return;
     }
-#define RECD_TX_RESOLVE(library, name) \
-    if ((tx_table.name = dlsym(library, #name)) == NULL) { \
-        snprintf(tx_failure, sizeof tx_failure, "%s", dlerror()); \
-        return; \
-    }
+#define RECD_TX_RESOLVE(library, name) RECD_RESOLVE(tx_table, tx_failure, library, name)
     RECD_AVUTIL_TX_FUNCTIONS(RECD_TX_RESOLVE)
 #undef RECD_TX_RESOLVE
 }
