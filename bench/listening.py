@@ -10,6 +10,7 @@ usage: listening.py BINDIR WORKDIR DEVICE SECONDS RUNS OUT.json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from lib import Recd, cpu_clock, memory_kib, save, summary, thread_clocks, thread_seconds_per_hour
@@ -33,7 +34,34 @@ pre_roll = "10 s"
 [metering]
 time_interval = 0.005
 """
-results = {"seconds": seconds, "runs": runs, "device": device, "period_time": float(PERIOD) if PERIOD else 0.01}
+# BENCH_LISTEN_SPECTRUM=1: one client subscribed to the spectrum (every column) during the CPU
+# window, as a web page showing a spectrogram would be: what a viewer costs.
+SPECTRUM = os.environ.get("BENCH_LISTEN_SPECTRUM") == "1"
+results = {"seconds": seconds, "runs": runs, "device": device, "period_time": float(PERIOD) if PERIOD else 0.01,
+           "spectrum_viewer": SPECTRUM}
+
+
+class SpectrumViewer:
+    """A client that subscribes to every spectrum column and reads them until stopped."""
+
+    def __init__(self, recd):
+        self.client = recd.client()
+        self.client.call("subscribe", {"topics": ["spectrum"], "interval": 0.05})
+        self.columns = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self.read, daemon=True)
+        self.thread.start()
+
+    def read(self):
+        while not self.stopping:
+            note = self.client.next_notification()
+            if note["topic"] == "spectrum" and note["value"] is not None:
+                self.columns += 1
+
+    def stop(self):
+        self.stopping = True
+        self.thread.join(timeout=5)
+        self.client.close()
 
 
 def start_latency(recd, name, listening):
@@ -68,7 +96,9 @@ with Recd(bindir, workdir, device, CONFIG, env, name="recd-listen") as recd:
     results["preRollBytes"] = status["preRollBytes"]
     arecord = subprocess.Popen(["arecord", "-q", "-D", device, "-f", "S16_LE", "-r", "48000", "-c", "2", "-t", "raw"],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(1)  # arecord's own start-up is not part of the window
+    viewer = SpectrumViewer(recd) if SPECTRUM else None
+    time.sleep(1)  # arecord's own start-up (and the spectrum's first columns) are not part of the window
+    columns_before = viewer.columns if viewer else 0
     recd_before, arecord_before = cpu_clock(recd.pid), cpu_clock(arecord.pid)
     recd_threads, arecord_threads = thread_clocks(recd.pid), thread_clocks(arecord.pid)
     time.sleep(seconds)
@@ -83,6 +113,9 @@ with Recd(bindir, workdir, device, CONFIG, env, name="recd-listen") as recd:
     results["own_threads_s_per_hour"] = dict(own, ratio=own["recd"] / own["arecord"] if own["arecord"] > 0 else None)
     arecord.terminate()
     arecord.wait()
+    if viewer:
+        results["spectrum_columns_per_second"] = (viewer.columns - columns_before) / seconds
+        viewer.stop()
     results["cpu"] = {
         "recd_s_per_hour": recd_cpu / seconds * 3600,
         "arecord_s_per_hour": arecord_cpu / seconds * 3600,
@@ -116,6 +149,8 @@ save(out, results)
 cpu = results["cpu"]
 print(f"CPU listening: recd {cpu['recd_s_per_hour']:.2f} s/h, arecord {cpu['arecord_s_per_hour']:.2f} s/h, "
       f"ratio {cpu['ratio']:.2f} (target <= 1.0)")
+if SPECTRUM:
+    print(f"with a spectrum viewer: {results['spectrum_columns_per_second']:.1f} columns per second")
 own = results["own_threads_s_per_hour"]
 print(f"CPU listening, own threads (less libpulse's threaded-ml): recd {own['recd']:.2f} s/h, arecord {own['arecord']:.2f} s/h, "
       f"ratio {own['ratio']:.2f} (target <= 2.0)")

@@ -18,7 +18,7 @@
 # BENCH_COLD_RUNS (200), BENCH_FANOUT_CLIENTS (1000), BENCH_FANOUT_SECONDS (30),
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
-# BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10),
+# BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10), BENCH_LISTEN_SPECTRUM (1: a client follows the spectrum meanwhile),
 # BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout profile; default all).
 # BENCH_TAP_SECONDS (120): each window of the taps step.
 # BENCH_TRIGGER_SECONDS (120): the CPU window of the sound-activated step (trigger); BENCH_TRIGGER_BURSTS (20);

@@ -111,7 +111,8 @@ final class TopicHub: Sendable {
             recorder.listening.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.listening($0)) },
             recorder.currentTime.subscribe(on: queue) { [weak self] in self?.publish(.currentTime($0)) },
             recorder.levels.subscribe(on: queue) { [weak self] in self?.publish(.levels($0)) },
-            recorder.spectrum.subscribe(on: queue) { [weak self] in self?.publish(.spectrum($0)) },
+            // Every column: each is a different slice of time, not a newer value of the same thing.
+            recorder.spectrum.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.spectrum($0)) },
         ]
         tokens.withLockedValue { $0 = observations }
         // Each subscription delivers its current value first; wait for those so that every

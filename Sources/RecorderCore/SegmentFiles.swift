@@ -118,7 +118,10 @@ struct SegmentFileFactory: Sendable {
     func render(index: Int, date: Date) -> String {
         // Names show the second the start falls in (`SegmentClock.nameTime` gives a segment on
         // the clock its boundary's); `{name}` is filled in after strftime, so a '%' in a recording's name stays literal.
-        let formatted = CalendarTime.format(date, template, local: localTime)
+        // The time as the file records it (to the millisecond): 46.9996 is 47.000 inside the
+        // file, so its name must say :47 too.
+        let recorded = Date(timeIntervalSince1970: (date.timeIntervalSince1970 * 1000).rounded() / 1000)
+        let formatted = CalendarTime.format(recorded, template, local: localTime)
         let expanded = formatted.isEmpty ? template : formatted
         return expanded.replacing("{name}", with: name).replacing("{n}", with: String(index))
     }

@@ -55,8 +55,12 @@ struct SpectrumTests {
             let far = column.dBFS[107...320].max()!
             #expect(far < -60, "column \(index): \(far) dBFS between 5 and 15 kHz")
         }
-        let steps = zip(heard.dropFirst(), heard).map { $0.time - $1.time }
-        #expect(steps.allSatisfy { abs($0 - 0.05) < 0.02 }, "column times: \(steps)")
+        // Columns 50 ms apart by their frames' capture times, in order; on a loaded machine one
+        // may be left out (the node's worker or the hub behind: the next is as good), never
+        // sent twice or out of order.
+        let steps = zip(heard.dropFirst(), heard).map { ($0.time - $1.time) / 0.05 }
+        #expect(steps.allSatisfy { $0 > 0.6 && abs($0 - $0.rounded()) < 0.4 }, "column steps in periods: \(steps)")
+        #expect(steps.filter { $0.rounded() == 1 }.count >= steps.count - 2, "columns left out: \(steps)")
 
         // A recording started from listening keeps the same engine, and the columns go on.
         let _: Recording = try daemon.connect().call(.start, StartParams(name: "spectral"))

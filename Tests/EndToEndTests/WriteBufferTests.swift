@@ -35,9 +35,24 @@ struct WriteBufferTests {
 
     /// The frame numbers each file holds, in file order; every file's own frames follow on one
     /// by one.
+    ///
+    /// The jack plugin connects the clock's two ports one after the other when the device
+    /// starts: on a loaded machine the second may still carry silence for the first few
+    /// thousand frames of the first file (a half exactly 0 in a run: never a real frame
+    /// number's). Those numbers are worked back from the first whole one; silence anywhere
+    /// else is not repaired and fails the check.
     func frames(of files: [RecordingFile]) throws -> [[UInt32]] {
-        try files.map { file in
-            let numbers = JackServer.frameNumbers(try FFmpegTools.decodeInt16(file.path))
+        try files.enumerated().map { index, file in
+            let samples = try FFmpegTools.decodeInt16(file.path)
+            var numbers = JackServer.frameNumbers(samples)
+            if index == 0 {
+                let connecting = stride(from: 0, to: samples.count - 3, by: 2)
+                    .prefix { (samples[$0] == 0 && samples[$0 + 2] == 0) || (samples[$0 + 1] == 0 && samples[$0 + 3] == 0) }.count
+                if connecting > 0, connecting < numbers.count {
+                    print("\(file.file): the clock's second port came \(connecting) frames late; their numbers are worked back")
+                    for frame in 0..<connecting { numbers[frame] = numbers[connecting] &- UInt32(connecting - frame) }
+                }
+            }
             let jumps = zip(numbers, numbers.dropFirst()).filter { $1 &- $0 != 1 }
             #expect(jumps.isEmpty, "\(file.file) jumps \(jumps.prefix(5).map { "\($0.0)→\($0.1)" })")
             #expect(Int64(numbers.count) == file.frames, "\(file.file): \(numbers.count) decoded, \(file.frames) listed")
