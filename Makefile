@@ -93,7 +93,7 @@ build-tsan: deps build-info
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 
 # make test builds the release binaries once, first; the checks it runs beside the tests
-# (fuzz-smoke, check-install, test-deb) take them as they are, SKIP_RELEASE_BUILD=1: there
+# (fuzz-smoke, check-units, check-install, test-deb) take them as they are, SKIP_RELEASE_BUILD=1: there
 # SwiftPM has been seen to rebuild everything (8 minutes, cause not found) and relink recd under
 # the tests that were starting it.
 release: deps build-info

@@ -342,7 +342,9 @@ public final class Recorder: @unchecked Sendable {
         try onControl { () throws(RecorderError) in
             guard case .recording = state.value, let session else { throw .invalidState("split", state.value) }
             guard let closed = session.split() else {
-                if session.hasEnded { throw .invalidState("split", state.value) }
+                if session.hasEnded {
+                    throw RecorderError(.invalidState, "cannot split: the recording has just ended (its duration was reached, or capture failed)")
+                }
                 throw RecorderError(.invalidState, "cannot split: the current segment holds no audio yet")
             }
             updateCurrentSegment(of: session)
