@@ -56,7 +56,8 @@ final class SpectrumNode: CaptureConsumer, @unchecked Sendable {
         reference = Float(size) / 4
         let ring = ChunkRing(frames: configuration.sampleRate, bytesPerFrame: configuration.bytesPerFrame,
                              typicalChunkFrames: Swift.max(1, configuration.periodFrames))
-        worker = ChunkWorker(ring: ring) { [unowned self] chunk in take(chunk) }
+        // Weak: a node let go while its worker is between two chunks is not touched again.
+        worker = ChunkWorker(ring: ring) { [weak self] chunk in self?.take(chunk) }
         worker.start(name: "recd-spectrum")
     }
 
