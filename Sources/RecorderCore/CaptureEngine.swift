@@ -442,6 +442,7 @@ final class CaptureEngine: @unchecked Sendable {
     /// the wall clock is followed. After a restart (an overrun, the device stopped) the count
     /// no longer matches the clock: start over.
     private func updateAnchor(estimate: Double, position: Int64) {
+        readsSinceAnchored = reanchor ? 0 : readsSinceAnchored + 1
         if reanchor {
             reanchor = false
             anchorWindow = estimate
@@ -464,8 +465,14 @@ final class CaptureEngine: @unchecked Sendable {
     /// `wakeInterval` has passed, then reads all that came meanwhile in one go: a few wake-ups
     /// a second instead of one per period. At most a quarter of the device buffer, so that
     /// the buffer never fills; a command (`perform`) wakes it at once.
+    ///
+    /// Not in the first `denseReads` reads after the clock is anchored (the device opened or
+    /// restarted): the anchor is the least delayed of the reads' estimates, and it needs many
+    /// reads close together to be as tight from the start as it was before (what is timed in
+    /// the first seconds, a pre-roll or a tap, to the millisecond).
     private func sleepUntilWanted() {
-        guard wakeDescriptor >= 0, lastRead.uptime > 0, lastRead.unread < configuration.periodFrames else { return }
+        guard wakeDescriptor >= 0, lastRead.uptime > 0, lastRead.unread < configuration.periodFrames,
+              readsSinceAnchored >= Self.denseReads else { return }
         var interval = Double(configuration.bufferFrames) / Double(configuration.sampleRate) / 4
         for consumer in consumers { interval = Swift.min(interval, consumer.wakeInterval) }
         let period = UInt64(Double(configuration.periodFrames) / Double(configuration.sampleRate) * 1e9)
@@ -475,6 +482,10 @@ final class CaptureEngine: @unchecked Sendable {
         var descriptor = pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0)
         _ = poll(&descriptor, 1, Int32((deadline - now + 999_999) / 1_000_000))
     }
+
+    /// Reads since the anchor was set (capture thread), and how many come every period first.
+    private var readsSinceAnchored = 0
+    static let denseReads = 500
 
     /// Runs `body` (a call into the driver that may block) without `ownership`.
     private func inDriver<T>(_ body: () throws(ALSAError) -> T) throws(ALSAError) -> T {

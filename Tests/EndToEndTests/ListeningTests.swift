@@ -209,7 +209,9 @@ struct ListeningTests {
         try server.tone()
         let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"wav\"\n")
         let _: ListenResult = try daemon.connect().call(.listen, ListenParams(preRoll: 1))
-        _ = try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 0.5 })
+        // The first 500 reads come every period, whatever the consumers (the clock's anchor
+        // needs them close together): measure after them, 5 s of 10 ms periods.
+        _ = try #require(daemon.waitForStatus(timeout: 30) { ($0.listening?.framesCaptured ?? 0) >= 6 * 48000 })
         let capture = try #require(StationTests.thread(named: "recd-capture", of: daemon.process.pid))
         let work = TemporaryDirectory()
         /// `poll` calls of the capture thread per second of audio over the next two seconds captured.
