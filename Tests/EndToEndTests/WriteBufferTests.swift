@@ -264,32 +264,4 @@ struct WriteBufferTests {
         let stopped: Recording = try client.call(.stop)
         #expect(stopped.segment?.index ?? 0 >= 5, "\(String(describing: stopped.segment))")
     }
-
-    /// The format × feature matrix's row for gaps: in every format, from a freshly started
-    /// daemon, a disk stall longer than the write buffer ends the file before the loss and
-    /// the next begins after it, both readable by ffprobe at the file's rate, the loss a gap.
-    @Test(.enabled(if: !Binaries.threadSanitized,
-                   "libjack ends its threads by cancelling them, which a ThreadSanitizer-built recd reports as a thread that finished with ignores enabled"),
-          .serialized, arguments: AudioFileFormat.allCases)  // one JACK server at a time: libjack has room for 8 on a machine
-    func aGapInEveryFormatLeavesTwoPlayableFiles(format: AudioFileFormat) throws {
-        let jack = try JackServer()
-        let daemon = try Daemon(device: "hardpaced", config: "[capture]\nwrite_buffer = \"1 s\"\n", environment: jack.environment)
-        #expect(try recctl(daemon, "start", "gap", "--format", format.rawValue).status == 0)
-        _ = try #require(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 1 }, "\(daemon.log.suffix(2000))")
-        // The writer's next write waits 2.5 s (an .m4a writes once a fragment, about a second).
-        let stall = try stall(daemon, thread: "recd-writer", syscall: "write", seconds: 2.5, when: 1)
-        defer { stall.process.signal(SIGINT) }
-        let after = try #require(daemon.waitForStatus { $0.recording?.segment?.index == 2 && !$0.statistics.gaps.isEmpty },
-                                 "\(format): no gap\n\(daemon.log.suffix(2000))")
-        _ = daemon.waitForStatus { $0.currentTime >= after.currentTime + 1 }
-        #expect(try recctl(daemon, "stop").status == 0)
-        let status = try #require(daemon.waitForStatus { $0.state.name == .finished })
-        #expect(status.statistics.framesLost > 0 && status.statistics.gaps.count == 1, "\(format): \(status.statistics)")
-        let files = try listed(daemon)
-        #expect(files.count == 2, "\(format): \(files.map(\.file))")
-        for file in files {
-            let stream = try FFmpegTools.probe(file.path)
-            #expect(stream.sampleRate == file.sampleRate && file.frames > 0, "\(format) \(file.file): \(stream)")
-        }
-    }
 }
