@@ -1,4 +1,4 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.1
 import PackageDescription
 
 // Data flows one way: ALSA device -> RecorderCore -> RecdServer -> socket -> recctl.
@@ -37,6 +37,10 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // recd-web only. Without Hummingbird's default traits: swift-configuration is not built.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         // C libraries, found through pkg-config.
@@ -87,6 +91,7 @@ let package = Package(
         .target(name: "RecdConfiguration", dependencies: [
             "TOML", "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks",
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // Codable wire types, shared by the daemon and the client. No NIO.
         .target(name: "RecdProtocol", dependencies: ["RecorderModel"]),
@@ -154,6 +159,19 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "SystemPackage", package: "swift-system"),
         ], linkerSettings: staticClient),
+
+        // The web page and /metrics: a client of recd's socket in a process of its own, so that
+        // recd stays off the network (doc/web.md).
+        .executableTarget(name: "recd-web", dependencies: [
+            "RecdClient", "RecdProtocol", "RecorderModel", "RecdConfiguration", "CBuildInfo", "Systemd",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
+            .product(name: "SystemPackage", package: "swift-system"),
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ], resources: [.embedInCode("page/index.html"), .embedInCode("page/app.js"), .embedInCode("page/app.css")]),
 
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
         // plainly, it replays a corpus.

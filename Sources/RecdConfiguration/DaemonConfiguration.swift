@@ -50,6 +50,9 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public var triggerEnabled = false
     /// `[schedule]`: recording windows; nil without `windows`.
     public var schedule: ScheduledRecording?
+    /// `[schedule]`'s place, with or without windows: the web page's sunrise and sunset.
+    public var latitude: Double?
+    public var longitude: Double?
 
     public var meteringEnabled = true
     public var levelsInterval = 0.05
@@ -73,6 +76,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
 
     public var mqtt = MQTTSettings()
     public var hooks = HookSettings()
+    public var web = WebSettings()
 
     /// The defaults for a mode: FHS paths for the system instance, XDG paths for a user's.
     public static func defaults(for mode: Mode, environment: [String: String]) -> DaemonConfiguration {
@@ -217,6 +221,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
         try applySchedule(reader)
         try applyStorageAndRetention(reader)
         try applyMQTTAndHooks(reader)
+        try applyWeb(reader)
         try reader.rejectUnknownKeys()
     }
 }
@@ -289,6 +294,8 @@ extension DaemonConfiguration {
             do throws(RecorderError) { try RecordingName.validate(value) } catch { throw reader.invalid("schedule.name", error.message) }
             name = value
         }
+        latitude = schedule.latitude
+        longitude = schedule.longitude
         guard !windows.isEmpty else { schedule = Schedule(windows: []); self.schedule = nil; return }
         schedule.windows = windows
         do throws(RecorderError) { try schedule.validate() } catch {

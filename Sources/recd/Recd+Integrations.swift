@@ -52,7 +52,7 @@ extension DaemonConfiguration {
         guard mqtt.enabled else { return nil }
         var password: String?
         if !mqtt.passwordFile.isEmpty {
-            let text = try Recd.readText(mqtt.passwordFile, key: "mqtt.password_file")
+            let text = try ConfigurationFile.readText(mqtt.passwordFile, key: "mqtt.password_file")
             password = String(text.drop(while: \.isNewline).reversed().drop(while: \.isNewline).reversed())
         }
         let hostname = MQTTBridgeConfiguration.hostname

@@ -1,0 +1,109 @@
+import ArgumentParser
+import CBuildInfo
+import FoundationEssentials
+import Glibc
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import RecdConfiguration
+import RecdProtocol
+import SystemPackage
+import Systemd
+
+/// recd-web: the page and /metrics, a client of recd's socket (doc/web.md). recd itself stays
+/// off the network: whatever goes wrong here, the recording goes on.
+@main
+struct RecdWeb: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recd-web",
+        abstract: "recd's web page and Prometheus metrics, served on the LAN.",
+        discussion: """
+            Reads [web] (and the socket and recordings directory) from recd's configuration file, \
+            recd.toml(5), and the tokens from web.tokens_file. It talks to recd only through \
+            recd's socket, as recctl does.
+
+            Exit status: 0 after SIGTERM or SIGINT; 1 an unexpected failure; 78 the configuration \
+            or the tokens file is invalid.
+            """,
+        version: RecdVersion.withCommit(String(cString: recd_build_commit())))
+
+    @Option(help: ArgumentHelp("recd's configuration file.", discussion: "Default: /etc/recd/recd.toml (--system) or $XDG_CONFIG_HOME/recd/recd.toml (--user).", valueName: "path"))
+    var config: String?
+
+    @Option(help: ArgumentHelp("recd's socket.", valueName: "path"))
+    var socket: String?
+
+    @Option(help: ArgumentHelp("The address to listen on (web.address).", valueName: "address"))
+    var address: String?
+
+    @Option(help: ArgumentHelp("The TCP port to listen on (web.port).", valueName: "port"))
+    var port: Int?
+
+    @Option(help: ArgumentHelp("The tokens file (web.tokens_file).", valueName: "path"))
+    var tokensFile: String?
+
+    @Flag(help: "Use the system instance's paths. The default for root.")
+    var system = false
+
+    @Flag(help: "Use a user instance's paths (XDG). The default for other users.")
+    var user = false
+
+    func validate() throws {
+        if system && user { throw ValidationError("--system and --user exclude each other") }
+        if let port, !(1...65535).contains(port) { throw ValidationError("--port must be between 1 and 65535, not \(port)") }
+    }
+
+    func run() async throws {
+        LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        let logger = Logger(label: "recd-web")
+        let site: WebSite
+        do {
+            site = try loadSite()
+        } catch {
+            _ = try? FileDescriptor.standardError.writeAll("recd-web: \(error)\n".utf8)
+            throw ExitCode(78)
+        }
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        site.addRoutes(to: router)
+        let app = Application(
+            router: router,
+            server: .http1WebSocketUpgrade(webSocketRouter: router),
+            configuration: .init(address: .hostname(site.settings.address, port: site.settings.port), serverName: "recd-web"),
+            onServerRunning: { channel in
+                logger.info("serving", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")",
+                                                  "recd": "\(site.socketPath)"])
+                // systemd's Type=notify, when run by it.
+                Systemd.notify("READY=1")
+            },
+            logger: logger)
+        try await app.runService()
+    }
+
+    /// recd's configuration, the options over it, and the tokens.
+    func loadSite() throws -> WebSite {
+        let environment = ProcessInfo.processInfo.environment
+        let mode: DaemonConfiguration.Mode = system ? .system : user ? .user : (getuid() == 0 ? .system : .user)
+        var configuration = DaemonConfiguration.defaults(for: mode, environment: environment)
+        let path = config ?? DaemonConfiguration.defaultConfigPath(for: mode, environment: environment)
+        if FileManager.default.fileExists(atPath: path) {
+            try configuration.apply(toml: try ConfigurationFile.readText(path, key: nil), file: path)
+        } else if config != nil {
+            throw ConfigurationError(file: path, line: nil, key: nil, message: "no such file")
+        }
+        var settings = configuration.web
+        if let address { settings.address = address }
+        if let port { settings.port = port }
+        let tokensPath = tokensFile ?? (settings.tokensFile.isEmpty
+            ? DaemonConfiguration.defaultTokensPath(for: mode, environment: environment) : settings.tokensFile)
+        let needsTokens = [settings.observe, settings.listen, settings.control].contains(.token)
+        var tokens = WebTokens()
+        if needsTokens, FileManager.default.fileExists(atPath: tokensPath) || tokensFile != nil || !settings.tokensFile.isEmpty {
+            tokens = try WebTokens.read(path: tokensPath)
+        }
+        return WebSite(settings: settings, access: WebAccess(settings: settings, tokens: tokens),
+                       socketPath: socket ?? configuration.socketPath,
+                       recordingsDirectory: configuration.recordingsDirectory,
+                       schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude)
+    }
+}
+

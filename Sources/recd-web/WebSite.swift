@@ -1,0 +1,291 @@
+import FoundationEssentials
+import HTTPTypes
+import Hummingbird
+import HummingbirdWebSocket
+import NIOConcurrencyHelpers
+import NIOCore
+import RecdClient
+import RecdConfiguration
+import RecdProtocol
+import RecorderCore
+
+/// Every route of the page, and the role each needs (doc/web.md has the table).
+struct WebSite: Sendable {
+    typealias Context = BasicWebSocketRequestContext
+    let settings: WebSettings
+    let access: WebAccess
+    let socketPath: String
+    let recordingsDirectory: String
+    let schedule: ScheduledRecording?
+    let latitude: Double?
+    let longitude: Double?
+    let viewers: ViewerCount
+
+    init(settings: WebSettings, access: WebAccess, socketPath: String, recordingsDirectory: String,
+         schedule: ScheduledRecording?, latitude: Double?, longitude: Double?) {
+        self.settings = settings
+        self.access = access
+        self.socketPath = socketPath
+        self.recordingsDirectory = recordingsDirectory
+        self.schedule = schedule
+        self.latitude = latitude
+        self.longitude = longitude
+        viewers = ViewerCount(limit: settings.maxViewers)
+    }
+
+    var recd: RecdBridge { RecdBridge(socketPath: socketPath) }
+
+    /// What a page may ask recd to do (control role); everything else on recd's socket stays there.
+    static let controlMethods: [String: RecdProtocol.Method] = [
+        "listen": .listen, "unlisten": .unlisten, "start": .start, "stop": .stop,
+        "pause": .pause, "resume": .resume, "split": .split, "cancel": .cancel,
+    ]
+
+    func addRoutes(to router: Router<Context>) {
+        router.middlewares.add(SecurityHeaders())
+        let access = access, recd = recd
+
+        // The page itself needs no role: without one it asks for a token.
+        router.get("/") { _, _ in Self.asset(PackageResources.index_html, "text/html; charset=utf-8") }
+        router.get("/app.js") { _, _ in Self.asset(PackageResources.app_js, "text/javascript; charset=utf-8") }
+        router.get("/app.css") { _, _ in Self.asset(PackageResources.app_css, "text/css; charset=utf-8") }
+
+        router.get("/api/session") { request, _ in
+            try Self.json(SessionAnswer(roles: access.roles(of: request).sorted().map(\.rawValue),
+                                        tokenRoles: WebTokens.Role.allCases.filter { access.access($0) == .token }.map(\.rawValue)))
+        }
+        router.post("/api/login") { request, context in
+            try access.requireSameOrigin(request)
+            let login = try await request.decode(as: LoginRequest.self, context: context)
+            guard let roles = access.roles(ofToken: login.token) else {
+                throw HTTPError(.unauthorized, message: "this token is not known")
+            }
+            var response = try Self.json(SessionAnswer(roles: access.openRoles.union(roles).sorted().map(\.rawValue),
+                                                       tokenRoles: []))
+            // HttpOnly: no script reads it; SameSite=Strict: no other site's page sends it.
+            response.headers[.setCookie] = "\(WebAccess.cookieName)=\(login.token); Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000"
+            return response
+        }
+        router.post("/api/logout") { request, _ in
+            try access.requireSameOrigin(request)
+            var response = Response(status: .noContent)
+            response.headers[.setCookie] = "\(WebAccess.cookieName)=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+            return response
+        }
+
+        router.get("/api/status") { request, _ in
+            try access.require(.observe, request)
+            return Self.json(line: try await recd.call(.status))
+        }
+        router.get("/api/recordings") { request, _ in
+            try access.require(.observe, request)
+            return Self.json(line: try await recd.call(.recordingsList))
+        }
+        let schedule = schedule, latitude = latitude, longitude = longitude
+        router.get("/api/day") { request, _ in
+            try access.require(.observe, request)
+            let day: CalendarDay
+            if let text = request.uri.queryParameters.get("date") {
+                guard let parsed = Self.calendarDay(text) else {
+                    throw HTTPError(.badRequest, message: "'date' must be a day as YYYY-MM-DD, not \(text)")
+                }
+                day = parsed
+            } else {
+                day = CalendarDay(containing: Date())
+            }
+            return try Self.json(DayAnswer(day: day, schedule: schedule, latitude: latitude, longitude: longitude))
+        }
+        router.get("/metrics") { request, _ in
+            try access.require(.observe, request)
+            let text = try await recd.metrics()
+            return Response(status: .ok, headers: [.contentType: MetricsResult.contentType],
+                            body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        router.post("/api/control/:method") { request, context in
+            try access.require(.control, request)
+            try access.requireSameOrigin(request)
+            let name = context.parameters.get("method") ?? ""
+            guard let method = Self.controlMethods[name] else {
+                throw HTTPError(.notFound, message: "'\(name)' is not something the page can ask: one of \(Self.controlMethods.keys.sorted().joined(separator: ", "))")
+            }
+            // Only JSON: a cross-site form cannot send it without the browser asking first.
+            let body = try await request.body.collect(upTo: 64 * 1024)
+            if body.readableBytes > 0 {
+                guard request.headers[.contentType]?.hasPrefix("application/json") == true else {
+                    throw HTTPError(.unsupportedMediaType, message: "params must be sent as application/json")
+                }
+            }
+            let params = body.readableBytes > 0 ? Array(buffer: body) : nil
+            return Self.json(line: try await recd.call(method, paramsJSON: params))
+        }
+
+        let files = FileMiddleware<Context, LocalFileSystem>(recordingsDirectory, urlBasePath: "/recordings", searchForIndexHtml: false)
+            .withAdditionalMediaTypes(forFileExtensions: [
+                "wav": MediaType(type: .audio, subType: "wav"), "flac": MediaType(type: .audio, subType: "flac"),
+                "opus": MediaType(type: .audio, subType: "ogg"), "ogg": MediaType(type: .audio, subType: "ogg"),
+                "caf": MediaType(type: .audio, subType: "x-caf"), "m4a": MediaType(type: .audio, subType: "mp4"),
+                "mp3": MediaType(type: .audio, subType: "mpeg"),
+            ])
+        router.get("/recordings/**") { request, context in
+            try access.require(.listen, request)
+            // Finished recordings only: no .part file being written, nothing hidden, nothing else.
+            let path = context.parameters.getCatchAll().joined(separator: "/")
+            let suffix = path.split(separator: ".").last.map(String.init) ?? ""
+            guard ["wav", "flac", "opus", "ogg", "caf", "m4a", "mp3"].contains(suffix),
+                  !path.split(separator: "/").contains(where: { $0.hasPrefix(".") }) else {
+                throw HTTPError(.notFound, message: "not a recording: \(path)")
+            }
+            return try await files.handle(request, context: context) { _, _ in
+                throw HTTPError(.notFound, message: "no recording at \(path)")
+            }
+        }
+
+        let viewers = viewers
+        router.ws("/api/live", shouldUpgrade: { request, _ in
+            try access.require(.observe, request)
+            return .upgrade([:])
+        }, onUpgrade: { inbound, outbound, context in
+            guard viewers.enter() else {
+                try await outbound.close(.unexpectedServerError, reason: "too many pages open (web.max_viewers)")
+                return
+            }
+            defer { viewers.leave() }
+            // The page asks for the spectrum only while it draws one: recd computes it only
+            // while someone subscribes.
+            var topics = ["state", "currentTime", "error", "levels", "recording", "segment", "warning", "listening", "trigger"]
+            if context.request.uri.queryParameters.get("spectrum") == "1" { topics.append("spectrum") }
+            let params = "{\"topics\":[" + topics.map { "\"\($0)\"" }.joined(separator: ",") + "],\"interval\":0.05}"
+            let lines = recd.subscription(paramsJSON: Array(params.utf8))
+            try await Self.relay(until: inbound) {
+                for try await line in lines { try await outbound.write(.text(String(decoding: line, as: UTF8.self))) }
+            }
+        })
+        router.ws("/api/audio", shouldUpgrade: { request, _ in
+            try access.require(.listen, request)
+            if let rate = request.uri.queryParameters.get("rate") {
+                guard let value = Int(rate), (8000...192_000).contains(value) else {
+                    throw HTTPError(.badRequest, message: "'rate' must be between 8000 and 192000 Hz, not \(rate)")
+                }
+            }
+            return .upgrade([:])
+        }, onUpgrade: { inbound, outbound, context in
+            guard viewers.enter() else {
+                try await outbound.close(.unexpectedServerError, reason: "too many pages open (web.max_viewers)")
+                return
+            }
+            defer { viewers.leave() }
+            // One channel at the browser's own rate: the browser plays it without resampling.
+            let rate = context.request.uri.queryParameters.get("rate").flatMap { Int($0) } ?? 48000
+            let chunks = recd.tap(TapParams(rate: rate, channels: 1, encoding: .f32le))
+            try await Self.relay(until: inbound) {
+                var buffer = ByteBufferAllocator().buffer(capacity: 8192)
+                for try await chunk in chunks {
+                    switch chunk {
+                    case .answer(let answer):
+                        try await outbound.write(.text(String(decoding: try JSONEncoder().encode(answer), as: UTF8.self)))
+                    case .audio(let header, let payload):
+                        buffer.clear()
+                        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: TapChunkHeader.size) { bytes in
+                            header.write(to: bytes.baseAddress!)
+                            return TapChunkHeader.size
+                        }
+                        buffer.writeBytes(payload)
+                        try await outbound.write(.binary(buffer))
+                    }
+                }
+            }
+        })
+    }
+
+    /// Runs `send` until it ends or the page closes its side.
+    private static func relay(until inbound: WebSocketInboundStream, _ send: @escaping @Sendable () async throws -> Void) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask(operation: send)
+            group.addTask { for try await _ in inbound {} }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private static func asset(_ bytes: [UInt8], _ type: String) -> Response {
+        Response(status: .ok, headers: [.contentType: type, .cacheControl: "no-cache"],
+                 body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+
+    /// recd's response line as it is: `result` is what the page reads.
+    private static func json(line: Data) -> Response {
+        Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: line)))
+    }
+
+    private static func json(_ value: some Encodable) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .secondsSince1970
+        encoder.outputFormatting = .sortedKeys
+        return Response(status: .ok, headers: [.contentType: "application/json"],
+                        body: .init(byteBuffer: ByteBuffer(bytes: try encoder.encode(value))))
+    }
+
+    static func calendarDay(_ text: String) -> CalendarDay? {
+        let parts = text.split(separator: "-")
+        guard text.count == 10, parts.count == 3, let year = Int(parts[0]), let month = Int(parts[1]), let day = Int(parts[2]),
+              (1970...9999).contains(year), (1...12).contains(month), (1...31).contains(day) else { return nil }
+        let result = CalendarDay(year: year, month: month, day: day)
+        return result.description == text ? result : nil
+    }
+}
+
+struct SessionAnswer: Encodable {
+    /// What this browser may do now.
+    var roles: [String]
+    /// Roles a token would add.
+    var tokenRoles: [String]
+}
+
+struct LoginRequest: Decodable { var token: String }
+
+/// One day of the station's (local) calendar: its bounds, the sun, and the schedule's windows
+/// in it, for the page's timeline.
+struct DayAnswer: Encodable {
+    var day: String
+    var start: Date
+    var end: Date
+    var dawn: Date?, sunrise: Date?, sunset: Date?, dusk: Date?
+    var windows: [ScheduleInterval]
+
+    init(day: CalendarDay, schedule: ScheduledRecording?, latitude: Double?, longitude: Double?) {
+        self.day = day.description
+        start = CalendarZone.system.start(of: day)
+        end = CalendarZone.system.start(of: day.adding(days: 1))
+        if let latitude, let longitude {
+            let sun = SolarTimes(day: day, latitude: latitude, longitude: longitude)
+            dawn = sun.dawn.date
+            sunrise = sun.sunrise.date
+            sunset = sun.sunset.date
+            dusk = sun.dusk.date
+        }
+        let (start, end) = (start, end)
+        windows = schedule?.schedule.occurrences(around: start.addingTimeInterval(43200))
+            .filter { $0.end > start && $0.start < end } ?? []
+    }
+}
+
+/// Pages open at once (web.max_viewers).
+final class ViewerCount: Sendable {
+    private let count = NIOLockedValueBox(0)
+    let limit: Int
+    init(limit: Int) { self.limit = limit }
+    func enter() -> Bool { count.withLockedValue { if $0 >= limit { return false }; $0 += 1; return true } }
+    func leave() { count.withLockedValue { $0 -= 1 } }
+}
+
+/// Headers every answer carries: the page runs only its own script and may not be framed
+/// (a control clicked through another site's frame).
+struct SecurityHeaders<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var response = try await next(request, context)
+        response.headers[.contentSecurityPolicy] = "default-src 'self'; connect-src 'self' ws: wss:; media-src 'self' blob:; img-src 'self' data:; frame-ancestors 'none'"
+        response.headers[.xContentTypeOptions] = "nosniff"
+        response.headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+        return response
+    }
+}
