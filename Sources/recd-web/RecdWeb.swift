@@ -36,7 +36,7 @@ struct RecdWeb: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The address to listen on (web.address).", valueName: "address"))
     var address: String?
 
-    @Option(help: ArgumentHelp("The TCP port to listen on (web.port).", valueName: "port"))
+    @Option(help: ArgumentHelp("The TCP port to listen on (web.port; 0: any free port, logged).", valueName: "port"))
     var port: Int?
 
     @Option(help: ArgumentHelp("The tokens file (web.tokens_file).", valueName: "path"))
@@ -50,7 +50,7 @@ struct RecdWeb: AsyncParsableCommand {
 
     func validate() throws {
         if system && user { throw ValidationError("--system and --user exclude each other") }
-        if let port, !(1...65535).contains(port) { throw ValidationError("--port must be between 1 and 65535, not \(port)") }
+        if let port, !(0...65535).contains(port) { throw ValidationError("--port must be between 0 and 65535, not \(port)") }
     }
 
     func run() async throws {
@@ -70,8 +70,8 @@ struct RecdWeb: AsyncParsableCommand {
             server: .http1WebSocketUpgrade(webSocketRouter: router),
             configuration: .init(address: .hostname(site.settings.address, port: site.settings.port), serverName: "recd-web"),
             onServerRunning: { channel in
-                logger.info("serving", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")",
-                                                  "recd": "\(site.socketPath)"])
+                logger.info("serving", metadata: ["address": "\(channel.localAddress?.ipAddress ?? "?")",
+                                                  "port": "\(channel.localAddress?.port ?? 0)", "recd": "\(site.socketPath)"])
                 // systemd's Type=notify, when run by it.
                 Systemd.notify("READY=1")
             },

@@ -52,6 +52,7 @@ struct WebSite: Sendable {
 
         router.get("/api/session") { request, _ in
             try Self.json(SessionAnswer(roles: access.roles(of: request).sorted().map(\.rawValue),
+                                        open: access.openRoles.sorted().map(\.rawValue),
                                         tokenRoles: WebTokens.Role.allCases.filter { access.access($0) == .token }.map(\.rawValue)))
         }
         router.post("/api/login") { request, context in
@@ -61,7 +62,8 @@ struct WebSite: Sendable {
                 throw HTTPError(.unauthorized, message: "this token is not known")
             }
             var response = try Self.json(SessionAnswer(roles: access.openRoles.union(roles).sorted().map(\.rawValue),
-                                                       tokenRoles: []))
+                                                       open: access.openRoles.sorted().map(\.rawValue),
+                                                       tokenRoles: WebTokens.Role.allCases.filter { access.access($0) == .token }.map(\.rawValue)))
             // HttpOnly: no script reads it; SameSite=Strict: no other site's page sends it.
             response.headers[.setCookie] = "\(WebAccess.cookieName)=\(login.token); Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000"
             return response
@@ -237,6 +239,8 @@ struct WebSite: Sendable {
 struct SessionAnswer: Encodable {
     /// What this browser may do now.
     var roles: [String]
+    /// What everyone may do.
+    var open: [String]
     /// Roles a token would add.
     var tokenRoles: [String]
 }

@@ -8,7 +8,8 @@ const $ = (id) => document.getElementById(id);
 const page = window.recdPage = {
   roles: [], state: null, levels: null, levelsSeen: 0, trigger: null, currentTime: 0,
   spectrum: { columns: 0, sampleRate: 0, size: 0, height: 256 },
-  audio: { chunks: 0, frames: 0, lostFrames: 0, rms: 0, playing: false, error: null },
+  // delay: how far behind the input the last chunk will be heard (seconds).
+  audio: { chunks: 0, frames: 0, lostFrames: 0, rms: 0, delay: null, playing: false, error: null },
   recordings: [], day: null, errors: [],
 };
 
@@ -38,7 +39,8 @@ async function loadSession() {
   page.roles = session.roles;
   const can = (role) => page.roles.includes(role);
   $('login').hidden = session.tokenRoles.every((role) => can(role));
-  $('logout').hidden = !session.tokenRoles.some((role) => can(role)) || $('login').hidden === false;
+  // Signed in: a role that needs a token is held.
+  $('logout').hidden = !page.roles.some((role) => !session.open.includes(role));
   $('controls').hidden = !can('control');
   $('live').hidden = !can('observe');
   $('day').hidden = !can('observe');
@@ -179,6 +181,7 @@ function drawMeters() {
     context.fillRect(0, 3, x(channel.average), canvas.height - 6);
     context.fillRect(x(channel.peak) - 1, 0, 2, canvas.height);
     const trigger = page.trigger;
+    $('trigger-legend').hidden = !trigger;
     if (trigger) {
       for (const [level, colour] of [[trigger.floor, '#999'], [trigger.openLevel, '#e74c3c'], [trigger.closeLevel, '#f39c12']]) {
         if (level === undefined || level === null) continue;
@@ -253,6 +256,7 @@ function startHearing() {
 function play(data) {
   const view = new DataView(data);
   const headerBytes = view.getUint32(4, true), frames = view.getUint32(24, true), lost = view.getUint32(28, true);
+  const captured = view.getFloat64(16, true);
   const samples = new Float32Array(data, headerBytes, frames);
   let sum = 0;
   for (const sample of samples) sum += sample * sample;
@@ -269,6 +273,8 @@ function play(data) {
   // Behind by more than half a second (the tab was busy): start afresh, not ever later.
   if (hearing.next < audio.currentTime + 0.05 || hearing.next > audio.currentTime + 0.5) hearing.next = audio.currentTime + 0.15;
   source.start(hearing.next);
+  // The chunk's first frame was captured at `captured`; it is heard at hearing.next.
+  page.audio.delay = Date.now() / 1000 - captured + (hearing.next - audio.currentTime);
   hearing.next += frames / audio.sampleRate;
 }
 
@@ -363,6 +369,7 @@ function drawDay(day, files) {
   const canListen = page.roles.includes('listen');
   for (const file of [...files].reverse()) {
     const item = document.createElement('li');
+    item.dataset.file = file.file;
     const url = '/recordings/' + file.file.split('/').map(encodeURIComponent).join('/');
     const title = document.createElement('div');
     title.textContent = `${time(fileStart(file))} ${file.file} · ${formatDuration(file.duration)} · ${file.format}`;

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Drives recd-web's page in a real browser (Selenium: headless Chromium, or WebKitGTK under
+Xvfb) against a real recd on the paced PulseAudio device, whose sink plays a 440 Hz tone at
+-12 dBFS peak. Prints one JSON object of what it measured; exits 1 with the reason on the first
+check that fails. WebTests (Tests/EndToEndTests/WebTests.swift) starts the daemons and reads it.
+
+    browser_check.py --browser chromium --url http://127.0.0.1:PORT --token TOKEN
+                     --pulse-server unix:/…/native --recordings DIR --screenshots DIR
+
+The token grants listen and control. The recd.toml behind it has [trigger] with
+high_pass = 2000 (the tone is below the band) and threshold = -40, hang = 0.5, so that a
+3 kHz burst is one event.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.common.by import By
+
+RESULT = {}
+
+
+def fail(message):
+    RESULT["failure"] = message
+    print(json.dumps(RESULT))
+    sys.exit(1)
+
+
+def wait_for(driver, script, timeout, what):
+    """Polls a JS expression until it is truthy; its value and the seconds it took."""
+    start = time.monotonic()
+    while True:
+        value = driver.execute_script("return " + script)
+        if value:
+            return value, time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            fail(f"{what}: not within {timeout} s ({script} is {value!r})")
+        time.sleep(0.02)
+
+
+def pactl(server, *arguments):
+    environment = dict(os.environ, PULSE_SERVER=server)
+    return subprocess.run(["pactl", *arguments], env=environment, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def open_browser(name, width, height):
+    if name == "chromium":
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--autoplay-policy=no-user-gesture-required",
+                         f"--window-size={width},{height}", "--no-first-run", "--disable-background-networking",
+                         # Nothing but the station: every other host fails to resolve.
+                         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]:
+            options.add_argument(argument)
+        driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver"))
+    else:
+        options = webdriver.WebKitGTKOptions()
+        # Debian's WebKitGTK browser for automation (webkit2gtk-driver drives it; run under Xvfb).
+        options.binary_location = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
+        options.add_argument("--automation")
+        driver = webdriver.WebKitGTK(options=options, service=webdriver.WebKitGTKService(executable_path="/usr/bin/WebKitWebDriver"))
+        driver.set_window_size(width, height)
+    return driver
+
+
+def canvas_column(driver, element, x):
+    """The brightness (r+g+b) of each row of column x of a canvas, top row first."""
+    return driver.execute_script(f"""
+        const canvas = document.getElementById('{element}');
+        const data = canvas.getContext('2d').getImageData({x} < 0 ? canvas.width + {x} : {x}, 0, 1, canvas.height).data;
+        const rows = [];
+        for (let i = 0; i < data.length; i += 4) rows.push(data[i] + data[i + 1] + data[i + 2]);
+        return rows;""")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--browser", default="chromium", choices=["chromium", "webkit"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--token", required=True)
+    parser.add_argument("--pulse-server", required=True)
+    parser.add_argument("--recordings", required=True)
+    parser.add_argument("--screenshots", required=True)
+    arguments = parser.parse_args()
+    RESULT["browser"] = arguments.browser
+    shots = arguments.screenshots
+    os.makedirs(shots, exist_ok=True)
+
+    # A browser without the token: it sees the station, but controls are hidden and refused.
+    driver = open_browser(arguments.browser, 412, 915)
+    try:
+        driver.get(arguments.url + "/")
+        wait_for(driver, "window.recdPage && recdPage.levelsSeen > 0 && recdPage.state", 15, "an observer's first levels")
+        if driver.find_element(By.ID, "controls").is_displayed():
+            fail("the controls show without a token")
+        refused = driver.execute_script("""
+            return fetch('/api/control/listen', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: '{}'})
+              .then(r => r.text().then(t => [r.status, t]));""")
+        RESULT["controlWithoutToken"] = refused
+        if refused[0] != 401:
+            fail(f"a control without the token was answered {refused}")
+        driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone-observer.png"))
+    finally:
+        driver.quit()
+
+    driver = open_browser(arguments.browser, 412, 915)
+    try:
+        driver.get(arguments.url + "/")
+        wait_for(driver, "window.recdPage && recdPage.state", 15, "the page's first state")
+        driver.find_element(By.ID, "token").send_keys(arguments.token)
+        driver.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait_for(driver, "recdPage.roles.includes('control') && recdPage.roles.includes('listen')", 10, "signing in")
+
+        # Listen: the meter follows the tone (-12 dBFS peak, -15 dBFS RMS per channel).
+        driver.find_element(By.CSS_SELECTOR, "#controls button[data-method=listen]").click()
+        wait_for(driver, "recdPage.state.name === 'listening'", 10, "listening after the Listen button")
+        levels, _ = wait_for(driver, "recdPage.levels && recdPage.levels.channels.length === 2 && "
+                             "recdPage.levels.channels.every(c => c.peak > -30) && recdPage.levels", 10, "the tone on the meter")
+        RESULT["levels"] = levels["channels"]
+        for channel in levels["channels"]:
+            if abs(channel["peak"] + 12) > 1 or abs(channel["average"] + 15) > 1:
+                fail(f"the meter says {channel} for a tone at -12 dBFS peak, -15 dBFS RMS")
+        # Drawn: the bar reaches the RMS (-15 dBFS) and stops short of -9 dBFS (the scale is -60…0).
+        bar = driver.execute_script("""
+            const canvas = document.querySelector('#meters canvas');
+            const x = (dB) => Math.round((dB + 60) / 60 * canvas.width);
+            const at = (dB) => Array.from(canvas.getContext('2d').getImageData(x(dB), Math.floor(canvas.height / 2), 1, 1).data);
+            return [at(-16), at(-9)];""")
+        RESULT["meterPixels"] = bar
+        green = lambda pixel: pixel[1] > pixel[0] + 60 and pixel[3] == 255
+        if not green(bar[0]) or green(bar[1]):
+            fail(f"the meter's bar is not drawn to the tone's level: pixels at -16 and -9 dBFS {bar}")
+
+        # A 3 kHz burst: the spectrogram's newest column has its brightest row where 3 kHz is.
+        height = driver.execute_script("return document.getElementById('spectrogram').height")
+        wait_for(driver, "recdPage.spectrum.columns > 10", 10, "spectrum columns")
+        rate, size = driver.execute_script("return [recdPage.spectrum.sampleRate, recdPage.spectrum.size]")
+        bins = size // 2 + 1
+        expected_row = height - 1 - (round(3000 * size / rate) * height) // bins
+        module = pactl(arguments.pulse_server, "load-module", "module-sine", "sink=testsink", "frequency=3000")
+        played = time.monotonic()
+        while True:
+            rows = canvas_column(driver, "spectrogram", -1)
+            upper = rows[:height - 20]  # above the 440 Hz tone's rows
+            brightest = max(range(len(upper)), key=lambda row: upper[row])
+            if abs(brightest - expected_row) <= 1 and upper[brightest] > 300:
+                RESULT["burstSeenAfter"] = round(time.monotonic() - played, 3)
+                RESULT["burstRow"] = [brightest, expected_row]
+                break
+            if time.monotonic() - played > 5:
+                fail(f"no 3 kHz in the spectrogram within 5 s: brightest row {brightest} ({upper[brightest]}), expected {expected_row}")
+            time.sleep(0.02)
+        if RESULT["burstSeenAfter"] > 1.0:
+            fail(f"the 3 kHz burst took {RESULT['burstSeenAfter']} s to appear (at most 1 s)")
+        driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone-spectrum.png"))
+        pactl(arguments.pulse_server, "unload-module", module)
+
+        # Hear it: audio comes, at the tone's level, under a second behind.
+        driver.find_element(By.ID, "hear").click()
+        audio, _ = wait_for(driver, "recdPage.audio.chunks > 50 && recdPage.audio", 15, "live audio")
+        time.sleep(1)
+        audio = driver.execute_script("return recdPage.audio")
+        RESULT["audio"] = audio
+        tone_rms = 10 ** (-15 / 20)
+        if audio["error"] or abs(audio["rms"] - tone_rms) > tone_rms * 0.13:
+            fail(f"live audio {audio}: the tone's RMS is {tone_rms:.3f}")
+        if audio["delay"] is None or audio["delay"] >= 1.0:
+            fail(f"live audio is {audio['delay']} s behind (at most 1 s)")
+        driver.find_element(By.ID, "hear").click()
+
+        # Arm the trigger; a 3 kHz burst is one event; it is on the timeline within 2 s of closing.
+        driver.find_element(By.CSS_SELECTOR, "#controls button[data-params]").click()
+        wait_for(driver, "recdPage.state.name === 'recording' && recdPage.trigger && recdPage.trigger.floor !== undefined", 15,
+                 "armed, with its floor")
+        known = driver.execute_script("return Array.from(document.querySelectorAll('#timeline rect[data-file]')).map(r => r.dataset.file)")
+        module = pactl(arguments.pulse_server, "load-module", "module-sine", "sink=testsink", "frequency=3000")
+        time.sleep(1.5)
+        driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone-event.png"))
+        pactl(arguments.pulse_server, "unload-module", module)
+        stopped = time.monotonic()
+        new_file = f"""Array.from(document.querySelectorAll('#timeline rect[data-file]')).map(r => r.dataset.file)
+                       .filter(f => !{json.dumps(known)}.includes(f))[0]"""
+        file, seconds = wait_for(driver, new_file, 10, "the event on the timeline")
+        # It closes 0.5 s (hang) after the burst ends.
+        RESULT["eventOnTimelineAfterClose"] = round(seconds - 0.5, 3)
+        if seconds - 0.5 > 2:
+            fail(f"the event took {seconds - 0.5:.2f} s after closing to appear on the timeline (at most 2 s)")
+        driver.find_element(By.CSS_SELECTOR, "#controls button[data-method=stop]").click()
+        wait_for(driver, "recdPage.state.name === 'finished' || recdPage.state.name === 'listening'", 10, "stopped")
+        RESULT["eventFile"] = file
+        player = f"document.querySelector('#recordings li[data-file={json.dumps(file)}] audio')"
+
+        # Its player plays, and what the browser decodes is the file's audio.
+        played, _ = wait_for(driver, """(() => { const a = """ + player + """;
+                                 if (a && a.paused) { a.muted = true; a.play(); } return a && a.currentTime > 0.3 && a.currentTime; })()""",
+                             10, "the event's player playing")
+        RESULT["playerTime"] = played
+        decoded = driver.execute_script("""
+            const url = """ + player + """.src;
+            return fetch(url).then(r => r.arrayBuffer()).then(bytes => {
+                const context = new OfflineAudioContext(1, 1, 48000);
+                return context.decodeAudioData(bytes);
+            }).then(buffer => [buffer.sampleRate, buffer.length, buffer.numberOfChannels, Array.from(buffer.getChannelData(0).slice(0, 4800))]);""")
+        reference = subprocess.run(["ffmpeg", "-v", "error", "-i", os.path.join(arguments.recordings, file), "-map_channel", "0.0.0",
+                                    "-f", "f32le", "-"], check=True, capture_output=True).stdout
+        samples = struct.unpack(f"<{len(reference) // 4}f", reference)
+        RESULT["decoded"] = decoded[:3]
+        if decoded[0] != 48000 or decoded[1] != len(samples):
+            fail(f"the browser decoded {decoded[:3]}, ffmpeg {len(samples)} frames at 48000 Hz")
+        worst = max(abs(a - b) for a, b in zip(decoded[3], samples[:4800]))
+        RESULT["decodedDifference"] = worst
+        if worst > 1e-4:
+            fail(f"the browser's decoding differs from ffmpeg's by {worst}")
+
+        # Nothing came from anywhere but the station.
+        foreign = driver.execute_script("""return performance.getEntriesByType('resource').map(e => e.name)
+                                           .filter(n => !n.startsWith(location.origin) && !n.startsWith('data:'))""")
+        if foreign:
+            fail(f"the page loaded from elsewhere: {foreign}")
+        driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone.png"))
+        driver.set_window_size(1280, 1000)
+        time.sleep(0.5)
+        driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-desktop.png"))
+        RESULT["errors"] = driver.execute_script("return recdPage.errors")
+    except WebDriverException as error:
+        fail(f"the browser: {error.msg}")
+    finally:
+        driver.quit()
+    print(json.dumps(RESULT))
+
+
+if __name__ == "__main__":
+    main()
