@@ -33,6 +33,9 @@ struct RecdWeb: AsyncParsableCommand {
     @Option(help: ArgumentHelp("recd's socket.", valueName: "path"))
     var socket: String?
 
+    @Option(help: ArgumentHelp("recd's recordings directory (recordings_dir).", valueName: "dir"))
+    var recordingsDir: String?
+
     @Option(help: ArgumentHelp("The address to listen on (web.address).", valueName: "address"))
     var address: String?
 
@@ -102,7 +105,7 @@ struct RecdWeb: AsyncParsableCommand {
         }
         return WebSite(settings: settings, access: WebAccess(settings: settings, tokens: tokens),
                        socketPath: socket ?? configuration.socketPath,
-                       recordingsDirectory: configuration.recordingsDirectory,
+                       recordingsDirectory: recordingsDir ?? configuration.recordingsDirectory,
                        schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude)
     }
 }

@@ -75,18 +75,18 @@ struct WebAccess: Sendable {
         }
     }
 
-    /// A request that changes something must come from the page itself: a form or script on
+    /// A request that changes something, or opens a live stream, must come from the page itself: a form or script on
     /// another site may make the browser send one (with the cookie, were it not SameSite).
     /// Browsers say where a request comes from in `Sec-Fetch-Site` and `Origin`; a client
     /// that is not a browser (curl with a token) sends neither.
     func requireSameOrigin(_ request: Request) throws {
         if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site != "same-origin", site != "none" {
-            throw HTTPError(.forbidden, message: "a cross-site request (Sec-Fetch-Site: \(site)) may not change anything")
+            throw HTTPError(.forbidden, message: "a cross-site request (Sec-Fetch-Site: \(site)) is refused: only this station's own page may do this")
         }
         if let origin = request.headers[.origin] {
             let host = request.head.authority ?? request.headers[HTTPField.Name("Host")!] ?? ""
             guard origin == "http://" + host || origin == "https://" + host else {
-                throw HTTPError(.forbidden, message: "a request from \(origin) may not change anything here")
+                throw HTTPError(.forbidden, message: "a request from \(origin) is refused: only this station's own page may do this")
             }
         }
     }

@@ -143,14 +143,11 @@ struct WebSite: Sendable {
         }
 
         let viewers = viewers
-        router.ws("/api/live", shouldUpgrade: { request, _ in
-            try access.require(.observe, request)
-            return .upgrade([:])
-        }, onUpgrade: { inbound, outbound, context in
-            guard viewers.enter() else {
-                try await outbound.close(.unexpectedServerError, reason: "too many pages open (web.max_viewers)")
-                return
-            }
+        // A refused upgrade would be a bare 400 (Hummingbird answers every refused upgrade so):
+        // access is checked once upgraded instead, and a refusal is a close with code 1008
+        // and the reason, which the page shows.
+        router.ws("/api/live", onUpgrade: { inbound, outbound, context in
+            guard try await Self.admit(.observe, context.request, access: access, viewers: viewers, outbound) else { return }
             defer { viewers.leave() }
             // The page asks for the spectrum only while it draws one: recd computes it only
             // while someone subscribes.
@@ -163,7 +160,6 @@ struct WebSite: Sendable {
             }
         })
         router.ws("/api/audio", shouldUpgrade: { request, _ in
-            try access.require(.listen, request)
             if let rate = request.uri.queryParameters.get("rate") {
                 guard let value = Int(rate), (8000...192_000).contains(value) else {
                     throw HTTPError(.badRequest, message: "'rate' must be between 8000 and 192000 Hz, not \(rate)")
@@ -171,10 +167,7 @@ struct WebSite: Sendable {
             }
             return .upgrade([:])
         }, onUpgrade: { inbound, outbound, context in
-            guard viewers.enter() else {
-                try await outbound.close(.unexpectedServerError, reason: "too many pages open (web.max_viewers)")
-                return
-            }
+            guard try await Self.admit(.listen, context.request, access: access, viewers: viewers, outbound) else { return }
             defer { viewers.leave() }
             // One channel at the browser's own rate: the browser plays it without resampling.
             let rate = context.request.uri.queryParameters.get("rate").flatMap { Int($0) } ?? 48000
@@ -197,6 +190,25 @@ struct WebSite: Sendable {
                 }
             }
         })
+    }
+
+    /// Whether a WebSocket may go on: its role (with the same-origin check: a page on another
+    /// site may open a WebSocket here, and the browser would send the cookie if it were not
+    /// SameSite), and a free place among web.max_viewers. Refused, it is closed saying why.
+    private static func admit(_ role: WebTokens.Role, _ request: Request, access: WebAccess, viewers: ViewerCount,
+                              _ outbound: WebSocketOutboundWriter) async throws -> Bool {
+        do {
+            try access.require(role, request)
+            try access.requireSameOrigin(request)
+        } catch let error as HTTPError {
+            try await outbound.close(.policyViolation, reason: error.body ?? "\(error.status)")
+            return false
+        }
+        guard viewers.enter() else {
+            try await outbound.close(.unexpectedServerError, reason: "too many pages open (web.max_viewers)")
+            return false
+        }
+        return true
     }
 
     /// Runs `send` until it ends or the page closes its side.

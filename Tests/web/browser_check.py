@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Drives recd-web's page in a real browser (Selenium: headless Chromium, or WebKitGTK under
 Xvfb) against a real recd on the paced PulseAudio device, whose sink plays a 440 Hz tone at
 -12 dBFS peak. Prints one JSON object of what it measured; exits 1 with the reason on the first
@@ -21,6 +21,7 @@ import time
 
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
 
 RESULT = {}
@@ -58,15 +59,27 @@ def open_browser(name, width, height):
                          # Nothing but the station: every other host fails to resolve.
                          "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]:
             options.add_argument(argument)
-        driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver"))
+        driver = webdriver.Chrome(options=options, service=ChromeService(executable_path="/usr/bin/chromedriver"))
     else:
         options = webdriver.WebKitGTKOptions()
         # Debian's WebKitGTK browser for automation (webkit2gtk-driver drives it; run under Xvfb).
         options.binary_location = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
         options.add_argument("--automation")
-        driver = webdriver.WebKitGTK(options=options, service=webdriver.WebKitGTKService(executable_path="/usr/bin/WebKitWebDriver"))
+        driver = webdriver.WebKitGTK(executable_path="/usr/bin/WebKitWebDriver", options=options)
         driver.set_window_size(width, height)
     return driver
+
+
+def spectrum_threads(pid):
+    """recd's spectrum threads: one while someone watches a spectrum, none otherwise."""
+    names = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        except OSError:
+            pass
+    return names.count("recd-spectrum")
 
 
 def canvas_column(driver, element, x):
@@ -87,6 +100,7 @@ def main():
     parser.add_argument("--pulse-server", required=True)
     parser.add_argument("--recordings", required=True)
     parser.add_argument("--screenshots", required=True)
+    parser.add_argument("--recd-pid", type=int, required=True, help="to see its spectrum thread come and go")
     arguments = parser.parse_args()
     RESULT["browser"] = arguments.browser
     shots = arguments.screenshots
@@ -159,6 +173,8 @@ def main():
         if RESULT["burstSeenAfter"] > 1.0:
             fail(f"the 3 kHz burst took {RESULT['burstSeenAfter']} s to appear (at most 1 s)")
         driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone-spectrum.png"))
+        if spectrum_threads(arguments.recd_pid) != 1:
+            fail(f"{spectrum_threads(arguments.recd_pid)} spectrum threads in recd while one page shows it")
         pactl(arguments.pulse_server, "unload-module", module)
 
         # Hear it: audio comes, at the tone's level, under a second behind.
@@ -199,7 +215,7 @@ def main():
         # Its player plays, and what the browser decodes is the file's audio.
         played, _ = wait_for(driver, """(() => { const a = """ + player + """;
                                  if (a && a.paused) { a.muted = true; a.play(); } return a && a.currentTime > 0.3 && a.currentTime; })()""",
-                             10, "the event's player playing")
+                             20, "the event's player playing")
         RESULT["playerTime"] = played
         decoded = driver.execute_script("""
             const url = """ + player + """.src;
@@ -232,6 +248,13 @@ def main():
         fail(f"the browser: {error.msg}")
     finally:
         driver.quit()
+    # The page is gone: recd computes no spectrum for nobody (it is still listening).
+    deadline = time.monotonic() + 10
+    while spectrum_threads(arguments.recd_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if spectrum_threads(arguments.recd_pid):
+        fail("recd still computes a spectrum 10 s after the last page closed")
+    RESULT["spectrumEndedAfterPageClosed"] = True
     print(json.dumps(RESULT))
 
 

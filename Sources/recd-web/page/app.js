@@ -364,12 +364,16 @@ function drawDay(day, files) {
   const time = (seconds) => new Date(seconds * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
   $('sun').textContent = day.sunrise && day.sunset ? `sunrise ${time(day.sunrise)} · sunset ${time(day.sunset)}` : '';
 
+  // Items already listed stay as they are: a refresh must not stop a player that plays.
   const list = $('recordings');
-  list.replaceChildren();
+  const listed = new Map(Array.from(list.children).map((item) => [item.dataset.file, item]));
   const canListen = page.roles.includes('listen');
-  for (const file of [...files].reverse()) {
+  const items = [...files].reverse().map((file) => {
+    const kept = listed.get(file.file);
+    if (kept && kept.dataset.listen === String(canListen)) return kept;
     const item = document.createElement('li');
     item.dataset.file = file.file;
+    item.dataset.listen = String(canListen);
     const url = '/recordings/' + file.file.split('/').map(encodeURIComponent).join('/');
     const title = document.createElement('div');
     title.textContent = `${time(fileStart(file))} ${file.file} · ${formatDuration(file.duration)} · ${file.format}`;
@@ -385,8 +389,9 @@ function drawDay(day, files) {
       download.textContent = 'download';
       item.append(player, download);
     }
-    list.appendChild(item);
-  }
+    return item;
+  });
+  list.replaceChildren(...items);
 }
 
 function formatDuration(seconds) {

@@ -1,0 +1,285 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Testing
+
+/// A real recd-web before a real recd: each route answers only the roles it needs (curl),
+/// changes come only from the page itself, recordings are served with ranges and nothing
+/// beside them, a tokens file others may read is refused, the page works in Chromium and
+/// WebKitGTK (Tests/web/browser_check.py), and a real Prometheus scrapes /metrics.
+@Suite("Web", .serialized)
+struct WebTests {
+    static let controlToken = "control-0123456789abcdef"
+    static let listenToken = "listen-0123456789abcdef"
+    static let observeToken = "observe-0123456789abcdef"
+    /// One token with both listen and control, as a station's owner would have.
+    static let ownerToken = "owner-0123456789abcdef01"
+    static let tokens = """
+        # role token
+        control \(controlToken)
+        listen \(listenToken)
+        observe \(observeToken)
+        control \(ownerToken)
+        listen \(ownerToken)
+
+        """
+
+    /// A recd-web process on a free port of the loopback.
+    final class WebServer {
+        let directory = TemporaryDirectory()
+        let process: ChildProcess
+        private(set) var port = 0
+        var url: String { "http://127.0.0.1:\(port)" }
+        var log: String { (try? String(contentsOfFile: directory.file("web.log"), encoding: .utf8)) ?? "" }
+
+        init(daemon: Daemon, web: String = "", tokens: String? = WebTests.tokens, tokensMode: mode_t = 0o600, wait: Bool = true) throws {
+            try "[web]\naddress = \"127.0.0.1\"\n\(web)\n".write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
+            if let tokens {
+                try tokens.write(toFile: directory.file("tokens"), atomically: true, encoding: .utf8)
+                chmod(directory.file("tokens"), tokensMode)
+            }
+            process = try ChildProcess(Binaries.directory + "/recd-web",
+                                       ["--user", "--config", directory.file("recd.toml"), "--socket", daemon.socket,
+                                        "--recordings-dir", daemon.recordings, "--port", "0", "--tokens-file", directory.file("tokens")],
+                                       environment: ProcessInfo.processInfo.environment,
+                                       output: directory.file("web.log"))
+            guard wait else { return }
+            var found = 0
+            _ = waitUntil(timeout: 60) {
+                if let range = log.range(of: #"port=(\d+)"#, options: .regularExpression) {
+                    found = Int(log[range].dropFirst(5)) ?? 0
+                }
+                return found > 0 || !process.isRunning
+            }
+            guard found > 0 else { throw TestFailure("recd-web did not start: \(log)") }
+            port = found
+        }
+
+        deinit {
+            process.signal(SIGTERM)
+            _ = process.wait(timeout: 10)
+            let log = self.log
+            if let start = ["WARNING: ThreadSanitizer", "Fatal error:", "Program crashed"].compactMap({ log.range(of: $0)?.lowerBound }).min() {
+                Issue.record("recd-web reported:\n\(log[start...].prefix(12_000))")
+            }
+        }
+
+        /// curl's answer: the status and the body (`headers`: the headers first).
+        func curl(_ path: String, _ arguments: [String] = [], headers: Bool = false) throws -> (status: Int, body: String) {
+            let body = directory.file("body")
+            unlink(body)
+            let result = try run("/usr/bin/curl", ["-s", "--max-time", "10", "-o", body, "-w", "%{http_code}"] + (headers ? ["-i"] : [])
+                                 + arguments + [url + path], timeout: 30)
+            return (Int(result.stdout) ?? 0, String(decoding: (try? Data(contentsOf: URL(fileURLWithPath: body))) ?? Data(), as: UTF8.self))
+        }
+
+        /// A WebSocket on `path`: the upgrade's status and its first frame, as curl got them
+        /// in 2 s: `text` (the stream began) or `closed` with the close code and reason.
+        enum Upgrade: Equatable { case text, closed(Int, String), status(Int) }
+        func upgrade(_ path: String, _ arguments: [String] = []) throws -> Upgrade {
+            let frames = directory.file("frames")
+            unlink(frames)
+            let result = try run("/usr/bin/curl", ["-s", "-o", frames, "--max-time", "2", "-w", "%{http_code}", "--http1.1",
+                                                   "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
+                                                   "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="]
+                                 + arguments + [url + path], timeout: 30)
+            guard result.stdout == "101" else { return .status(Int(result.stdout) ?? 0) }
+            let bytes = [UInt8]((try? Data(contentsOf: URL(fileURLWithPath: frames))) ?? Data())
+            guard bytes.count >= 2 else { return .status(101) }
+            switch bytes[0] {
+            case 0x81: return .text
+            case 0x88 where bytes.count >= 4:
+                let length = Int(bytes[1] & 0x7f)
+                return .closed(Int(bytes[2]) << 8 | Int(bytes[3]), String(decoding: bytes[4..<min(bytes.count, 2 + length)], as: UTF8.self))
+            default: return .status(101)
+            }
+        }
+    }
+
+    static func bearer(_ token: String?) -> [String] { token.map { ["-H", "Authorization: Bearer \($0)"] } ?? [] }
+
+    @Test func everyRouteAnswersOnlyTheRolesItNeeds() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"flac\"\n")
+        let _: Recording = try daemon.connect().call(.start, StartParams(name: "take", duration: 0.5))
+        _ = try #require(daemon.waitForStatus { $0.state.name == .finished })
+        let web = try WebServer(daemon: daemon, web: "observe = \"token\"\nlisten = \"token\"\ncontrol = \"token\"\n")
+
+        enum Way { case get, post, upgrade }
+        let routes: [(Way, String, WebTestsRole)] = [
+            (.get, "/api/status", .observe), (.get, "/api/recordings", .observe), (.get, "/api/day", .observe),
+            (.get, "/metrics", .observe), (.upgrade, "/api/live", .observe),
+            (.get, "/recordings/take.flac", .listen), (.upgrade, "/api/audio", .listen),
+            (.post, "/api/control/unlisten", .control),
+        ]
+        let credentials: [(String, String?, Set<WebTestsRole>)] = [
+            ("no token", nil, []), ("an unknown token", "unknown-0123456789abcdef", []),
+            ("observe", Self.observeToken, [.observe]), ("listen", Self.listenToken, [.observe, .listen]),
+            ("control", Self.controlToken, [.observe, .control]),
+        ]
+        for (way, path, role) in routes {
+            for (name, token, roles) in credentials {
+                let allowed = roles.contains(role)
+                switch way {
+                case .get, .post:
+                    let answer = way == .get ? try web.curl(path, Self.bearer(token))
+                        : try web.curl(path, ["-X", "POST", "-H", "Content-Type: application/json", "-d", "{}"] + Self.bearer(token))
+                    // Allowed: 200; a refused unlisten (recd is not listening) is recd's own 409.
+                    let expected = allowed ? (way == .post ? 409 : 200) : (token == nil || roles.isEmpty ? 401 : 403)
+                    #expect(answer.status == expected, "\(path) with \(name): \(answer.status), not \(expected): \(answer.body.prefix(300))")
+                    if !allowed { #expect(answer.body.contains("'\(role)' role") || answer.body.contains("not known"), "\(answer.body)") }
+                case .upgrade:
+                    // Refused once upgraded: closed with 1008 (policy violation) and the reason.
+                    let answer = try web.upgrade(path, Self.bearer(token))
+                    if allowed {
+                        #expect(answer == .text, "\(path) with \(name): \(answer)")
+                    } else if case .closed(let code, let reason) = answer {
+                        #expect(code == 1008 && (reason.contains("'\(role)' role") || reason.contains("not known")), "\(path) with \(name): \(code) \(reason)")
+                    } else {
+                        Issue.record("\(path) with \(name): \(answer), not closed")
+                    }
+                }
+            }
+        }
+        // The page itself needs no role (it asks for the token).
+        #expect(try web.curl("/").status == 200 && web.curl("/app.js").status == 200)
+        let session = try web.curl("/api/session").body
+        #expect(session.contains(#""roles":[]"#), "\(session)")
+
+        // Open and off: observe open to all, control off even with a token.
+        let open = try WebServer(daemon: daemon, web: "observe = \"open\"\ncontrol = \"off\"\n")
+        #expect(try open.curl("/api/status").status == 200)
+        let off = try open.curl("/api/control/listen", ["-X", "POST", "-H", "Content-Type: application/json", "-d", "{}"] + Self.bearer(Self.controlToken))
+        #expect(off.status == 403 && off.body.contains("off"), "\(off)")
+    }
+
+    @Test func changesComeOnlyFromThePageItself() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let web = try WebServer(daemon: daemon)
+        let post = ["-X", "POST", "-H", "Content-Type: application/json", "-d", "{}"] + Self.bearer(Self.controlToken)
+        let crossOrigin = try web.curl("/api/control/listen", post + ["-H", "Origin: http://evil.example"])
+        #expect(crossOrigin.status == 403 && crossOrigin.body.contains("evil.example"), "\(crossOrigin)")
+        let crossSite = try web.curl("/api/control/listen", post + ["-H", "Sec-Fetch-Site: cross-site"])
+        #expect(crossSite.status == 403, "\(crossSite)")
+        let form = try web.curl("/api/control/listen", ["-X", "POST", "-H", "Content-Type: application/x-www-form-urlencoded", "-d", "a=b"] + Self.bearer(Self.controlToken))
+        #expect(form.status == 415, "\(form)")
+        // A WebSocket from another site's page: closed, whatever its token.
+        let crossSocket = try web.upgrade("/api/audio", Self.bearer(Self.ownerToken) + ["-H", "Origin: http://evil.example"])
+        #expect(crossSocket == .closed(1008, "a request from http://evil.example is refused: only this station's own page may do this"), "\(crossSocket)")
+        #expect(daemon.waitForStatus(timeout: 1) { $0.state.name == .listening } == nil, "a refused request changed something")
+        let unknown = try web.curl("/api/control/recordings.delete", post)
+        #expect(unknown.status == 404, "\(unknown)")
+
+        // The page's own origin, signed in with the cookie the login sets: allowed.
+        let login = try web.curl("/api/login", ["-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"token":"\#(Self.controlToken)"}"#], headers: true)
+        let cookie = try #require(login.body.split(separator: "\r\n").first { $0.lowercased().hasPrefix("set-cookie:") }, "\(login)")
+        #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "\(cookie)")
+        let value = try #require(cookie.dropFirst("set-cookie: ".count).split(separator: ";").first)
+        let sameOrigin = try web.curl("/api/control/listen", ["-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"preRoll":2}"#,
+                                                              "-H", "Origin: \(web.url)", "-H", "Sec-Fetch-Site: same-origin", "-H", "Cookie: \(value)"])
+        #expect(sameOrigin.status == 200 && sameOrigin.body.contains(#""state":{"name":"listening"}"#), "\(sameOrigin)")
+        // recd checks what the page sends: a number out of range is recd's own error.
+        let bad = try web.curl("/api/control/listen", ["-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"preRoll":600}"#] + Self.bearer(Self.controlToken))
+        #expect(bad.status == 400 && bad.body.contains("'preRoll' must be between 0 and 60"), "\(bad)")
+        let badLogin = try web.curl("/api/login", ["-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"token":"nope-0123456789abcdef"}"#])
+        #expect(badLogin.status == 401, "\(badLogin)")
+    }
+
+    @Test func recordingsAreServedWithRangesAndNothingElse() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"flac\"\n")
+        let _: Recording = try daemon.connect().call(.start, StartParams(name: "take", duration: 1))
+        _ = try #require(daemon.waitForStatus { $0.state.name == .finished })
+        let web = try WebServer(daemon: daemon)
+        let file = try Data(contentsOf: URL(fileURLWithPath: daemon.recordings + "/take.flac"))
+        let range = try run("/usr/bin/curl", ["-s", "-D", "-", "-o", "/dev/null", "-H", "Range: bytes=100-1099"] + Self.bearer(Self.listenToken)
+                            + [web.url + "/recordings/take.flac"])
+        #expect(range.stdout.contains("206") && range.stdout.lowercased().contains("content-range: bytes 100-1099/\(file.count)"), "\(range.stdout)")
+        #expect(range.stdout.lowercased().contains("content-type: audio/flac"), "\(range.stdout)")
+        let part = web.directory.file("part")
+        _ = try run("/usr/bin/curl", ["-s", "-o", part, "-H", "Range: bytes=100-1099"] + Self.bearer(Self.listenToken) + [web.url + "/recordings/take.flac"])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: part)) == file[100...1099])
+
+        try "secret".write(toFile: daemon.recordings + "/.hidden.wav", atomically: true, encoding: .utf8)
+        try "partial".write(toFile: daemon.recordings + "/now.wav.part", atomically: true, encoding: .utf8)
+        for path in ["/recordings/.hidden.wav", "/recordings/now.wav.part", "/recordings/../recd.toml", "/recordings/%2e%2e/recd.toml",
+                     "/recordings/nothing.flac"] {
+            let answer = try web.curl(path, ["--path-as-is"] + Self.bearer(Self.listenToken))
+            #expect([400, 404].contains(answer.status), "\(path): \(answer.status) \(answer.body.prefix(200))")
+        }
+    }
+
+    @Test func aTokensFileOthersMayReadIsRefused() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let readable = try WebServer(daemon: daemon, web: "control = \"token\"", tokensMode: 0o644, wait: false)
+        #expect(readable.process.wait(timeout: 30) == 78)
+        #expect(readable.log.contains("may be read by others (mode 644): chmod 600 it"), "\(readable.log)")
+        let malformed = try WebServer(daemon: daemon, web: "control = \"token\"", tokens: "control short\n", wait: false)
+        #expect(malformed.process.wait(timeout: 30) == 78)
+        #expect(malformed.log.contains(":1") && malformed.log.contains("at least 16"), "\(malformed.log)")
+        let badKey = try WebServer(daemon: daemon, web: "port = 70000", wait: false)
+        #expect(badKey.process.wait(timeout: 30) == 78)
+        #expect(badKey.log.contains("web.port"), "\(badKey.log)")
+    }
+
+    @Test func recdGoneIsSaidAndWebGoneStopsNothing() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        var web = try WebServer(daemon: daemon)
+        let _: Recording = try daemon.connect().call(.start, StartParams(name: "goes-on"))
+        // recd-web killed outright: the recording does not notice.
+        web.process.signal(SIGKILL)
+        _ = web.process.wait(timeout: 10)
+        let before = try #require(daemon.waitForStatus { $0.currentTime > 0.5 }).currentTime
+        #expect(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime > before + 0.5 } != nil)
+        web = try WebServer(daemon: daemon)
+        let stopped: Recording = try daemon.connect().call(.stop)
+        #expect(stopped.name == "goes-on")
+        #expect(daemon.terminate() == 0)
+        let gone = try web.curl("/api/status")
+        #expect(gone.status == 503 && gone.body.contains("recd is not running"), "\(gone)")
+        #expect(web.process.isRunning)
+    }
+
+    /// The page in a browser: Tests/web/browser_check.py, which prints what it measured.
+    func browserCheck(_ browser: String) throws {
+        let server = try PulseServer()
+        try server.tone()
+        let config = """
+            [trigger]
+            high_pass = 2000
+            threshold = -40
+            hang = 0.5
+            pre_roll = 0.5
+            """
+        let daemon = try Daemon(device: TestDevices.paced(server), config: config)
+        let web = try WebServer(daemon: daemon)
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let screenshots = root + "/.build/web-screenshots"
+        let script = root + "/Tests/web/browser_check.py"
+        // Debian's python3, with Debian's Selenium.
+        let command = ["/usr/bin/python3", script, "--browser", browser, "--url", web.url, "--token", Self.ownerToken,
+                       "--pulse-server", server.address, "--recordings", daemon.recordings, "--screenshots", screenshots,
+                       "--recd-pid", String(daemon.process.pid)]
+        let result = browser == "webkit"
+            ? try run("/usr/bin/xvfb-run", ["-a", "-s", "-screen 0 1280x1024x24"] + command, timeout: 300)
+            : try run("/usr/bin/env", command, timeout: 300)
+        let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }.map(String.init) ?? ""
+        #expect(result.status == 0 && !line.isEmpty && !line.contains(#""failure""#), "\(browser): \(line)\n\(result.stderr.suffix(3000))")
+        try line.write(toFile: screenshots + "/\(browser).json", atomically: true, encoding: .utf8)
+    }
+
+    @Test func theStationInChromium() throws { try browserCheck("chromium") }
+
+    @Test func theStationInWebKit() throws { try browserCheck("webkit") }
+}
+
+enum WebTestsRole { case observe, listen, control }
