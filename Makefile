@@ -297,35 +297,36 @@ install: release
 	rm -rf $(GENERATED)
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
 	$(SWIFT) build --package-path .build/checkouts/swift-argument-parser --scratch-path .build/argument-parser --product generate-manual
-	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; for tool in recd recctl; do \
+	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; for tool in recd recctl recd-web; do \
 	  $(GENERATE_MANUAL) "$$bin/$$tool" --multi-page $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man; \
 	done
-	rm -f $(GENERATED)/man/recd.help.1 $(GENERATED)/man/recctl.help.1
+	rm -f $(GENERATED)/man/recd.help.1 $(GENERATED)/man/recctl.help.1 $(GENERATED)/man/recd-web.help.1
 	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd\.help 1$$/.Xr recctl 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd.1
+	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd-web\.help 1$$/.Xr recd 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd-web.1
 	sed -i -e '/^\.Xr recctl\.help 1/d' $(GENERATED)/man/recctl.1
 	sed -i 's/^$$/.Pp/' $(GENERATED)/man/*.1
 	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
 	awk -v date="$(MANDATE)" -v version="$(VERSION)" -f doc/recd.toml.5.awk etc/recd.toml \
 	  >$(GENERATED)/man/recd.toml.5; \
-	for tool in recd recctl; do \
+	for tool in recd recctl recd-web; do \
 	  "$$bin/$$tool" --generate-completion-script bash | sed '1{/^#!/d}' >$(GENERATED)/completions/$$tool; \
 	  "$$bin/$$tool" --generate-completion-script zsh >$(GENERATED)/completions/_$$tool; \
 	  "$$bin/$$tool" --generate-completion-script fish >$(GENERATED)/completions/$$tool.fish; \
 	done; \
-	for unit in recd.service recd.socket; do \
+	for unit in recd.service recd.socket recd-web.service; do \
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/$$unit >$(GENERATED)/system/$$unit; \
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/user/$$unit >$(GENERATED)/user/$$unit; \
 	done; \
 	install -d $(BINDIR) $(MAN1DIR) $(MAN5DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
 	  $(UNITDIR) $(USERUNITDIR) $(SYSUSERSDIR) $(TMPFILESDIR) $(CONFDIR); \
-	install -m 755 "$$bin/recd" "$$bin/recctl" $(BINDIR)/; \
+	install -m 755 "$$bin/recd" "$$bin/recctl" "$$bin/recd-web" $(BINDIR)/; \
 	install -m 644 $(GENERATED)/man/*.1 $(MAN1DIR)/; \
 	install -m 644 $(GENERATED)/man/recd.toml.5 $(MAN5DIR)/; \
-	install -m 644 $(GENERATED)/completions/recd $(GENERATED)/completions/recctl $(BASHCOMPDIR)/; \
-	install -m 644 $(GENERATED)/completions/_recd $(GENERATED)/completions/_recctl $(ZSHCOMPDIR)/; \
-	install -m 644 $(GENERATED)/completions/recd.fish $(GENERATED)/completions/recctl.fish $(FISHCOMPDIR)/; \
-	install -m 644 $(GENERATED)/system/recd.service $(GENERATED)/system/recd.socket $(UNITDIR)/; \
-	install -m 644 $(GENERATED)/user/recd.service $(GENERATED)/user/recd.socket $(USERUNITDIR)/; \
+	install -m 644 $(GENERATED)/completions/recd $(GENERATED)/completions/recctl $(GENERATED)/completions/recd-web $(BASHCOMPDIR)/; \
+	install -m 644 $(GENERATED)/completions/_recd $(GENERATED)/completions/_recctl $(GENERATED)/completions/_recd-web $(ZSHCOMPDIR)/; \
+	install -m 644 $(GENERATED)/completions/recd.fish $(GENERATED)/completions/recctl.fish $(GENERATED)/completions/recd-web.fish $(FISHCOMPDIR)/; \
+	install -m 644 $(GENERATED)/system/recd.service $(GENERATED)/system/recd.socket $(GENERATED)/system/recd-web.service $(UNITDIR)/; \
+	install -m 644 $(GENERATED)/user/recd.service $(GENERATED)/user/recd.socket $(GENERATED)/user/recd-web.service $(USERUNITDIR)/; \
 	install -m 644 systemd/sysusers.d/recd.conf $(SYSUSERSDIR)/recd.conf; \
 	install -m 644 systemd/tmpfiles.d/recd.conf $(TMPFILESDIR)/recd.conf; \
 	if [ -e $(CONFDIR)/recd.toml ]; then \
@@ -338,11 +339,12 @@ install: release
 
 # Removes what install put there, except a recd.toml that was changed after installing.
 uninstall:
-	rm -f $(BINDIR)/recd $(BINDIR)/recctl
-	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1 $(MAN5DIR)/recd.toml.5
-	rm -f $(BASHCOMPDIR)/recd $(BASHCOMPDIR)/recctl $(ZSHCOMPDIR)/_recd $(ZSHCOMPDIR)/_recctl
-	rm -f $(FISHCOMPDIR)/recd.fish $(FISHCOMPDIR)/recctl.fish
-	rm -f $(UNITDIR)/recd.service $(UNITDIR)/recd.socket $(USERUNITDIR)/recd.service $(USERUNITDIR)/recd.socket
+	rm -f $(BINDIR)/recd $(BINDIR)/recctl $(BINDIR)/recd-web
+	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1 $(MAN1DIR)/recd-web.1 $(MAN5DIR)/recd.toml.5
+	rm -f $(BASHCOMPDIR)/recd $(BASHCOMPDIR)/recctl $(BASHCOMPDIR)/recd-web $(ZSHCOMPDIR)/_recd $(ZSHCOMPDIR)/_recctl $(ZSHCOMPDIR)/_recd-web
+	rm -f $(FISHCOMPDIR)/recd.fish $(FISHCOMPDIR)/recctl.fish $(FISHCOMPDIR)/recd-web.fish
+	rm -f $(UNITDIR)/recd.service $(UNITDIR)/recd.socket $(UNITDIR)/recd-web.service
+	rm -f $(USERUNITDIR)/recd.service $(USERUNITDIR)/recd.socket $(USERUNITDIR)/recd-web.service
 	rm -f $(SYSUSERSDIR)/recd.conf $(TMPFILESDIR)/recd.conf $(CONFDIR)/recd.toml.example
 	if cmp -s etc/recd.toml $(CONFDIR)/recd.toml; then rm -f $(CONFDIR)/recd.toml; \
 	elif [ -e $(CONFDIR)/recd.toml ]; then echo "kept $(CONFDIR)/recd.toml (changed since installed)"; fi

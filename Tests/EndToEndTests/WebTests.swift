@@ -277,6 +277,80 @@ struct WebTests {
         try line.write(toFile: screenshots + "/\(browser).json", atomically: true, encoding: .utf8)
     }
 
+    /// A real Prometheus (Debian's) scrapes recd-web's /metrics every second with the observe
+    /// token, and its query API follows a recording, a trigger event and a lost device.
+    @Test func prometheusFollowsTheStation() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server), config: "[trigger]\nhigh_pass = 2000\nthreshold = -40\nhang = 0.5\n")
+        let web = try WebServer(daemon: daemon, web: "observe = \"token\"\n")
+        let directory = TemporaryDirectory()
+        let port = try Self.freePort()
+        try """
+            global: { scrape_interval: 1s, scrape_timeout: 1s }
+            scrape_configs:
+              - job_name: recd
+                metrics_path: /metrics
+                authorization: { type: Bearer, credentials: \(Self.observeToken) }
+                static_configs: [ { targets: ["127.0.0.1:\(web.port)"] } ]
+            """.write(toFile: directory.file("prometheus.yml"), atomically: true, encoding: .utf8)
+        let prometheus = try ChildProcess("/usr/bin/prometheus", ["--config.file", directory.file("prometheus.yml"),
+                                                                  "--storage.tsdb.path", directory.file("data"),
+                                                                  "--web.listen-address", "127.0.0.1:\(port)"],
+                                          environment: ProcessInfo.processInfo.environment, output: directory.file("prometheus.log"))
+        defer { prometheus.signal(SIGTERM); _ = prometheus.wait(timeout: 20) }
+        /// The query's one value, once Prometheus has it.
+        func value(_ query: String) -> Double? {
+            let encoded = query.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? query
+            guard let answer = try? run("/usr/bin/curl", ["-s", "--max-time", "5", "http://127.0.0.1:\(port)/api/v1/query?query=\(encoded)"]),
+                  let json = try? JSONSerialization.jsonObject(with: Data(answer.stdout.utf8)) as? [String: Any],
+                  let data = json["data"] as? [String: Any], let result = data["result"] as? [[String: Any]],
+                  let pair = result.first?["value"] as? [Any], let text = pair.last as? String else { return nil }
+            return Double(text)
+        }
+        func waitFor(_ query: String, _ expected: Double, timeout: Double = 30) -> Bool {
+            waitUntil(timeout: timeout) { value(query) == expected }
+        }
+        let log = { (try? String(contentsOfFile: directory.file("prometheus.log"), encoding: .utf8))?.suffix(2000) ?? "" }
+        #expect(waitFor(#"up{job="recd"}"#, 1, timeout: 60), "Prometheus does not scrape recd-web: \(log())")
+        #expect(waitFor("recd_files_total", 0), "\(String(describing: value("recd_files_total")))")
+        #expect(waitFor(#"recd_state{state="idle"}"#, 1))
+
+        // A recording: the state while it runs, then a file counted.
+        let _: Recording = try daemon.connect().call(.start, StartParams(name: "scraped", duration: 3))
+        #expect(waitFor(#"recd_state{state="recording"}"#, 1), "the recording's state never scraped")
+        #expect(waitFor("recd_files_total", 1), "\(String(describing: value("recd_files_total")))")
+
+        // A trigger event: a 3 kHz burst over the 2 kHz high-pass.
+        let _: Recording = try daemon.connect().call(.start, StartParams(trigger: TriggerParams()))
+        _ = try #require(daemon.waitForStatus { $0.trigger?.floor != nil })
+        let burst = try server.sine(frequency: 3000)
+        _ = daemon.waitForStatus { $0.trigger?.state == "open" }
+        Thread.sleep(forTimeInterval: 1)
+        try server.unload(burst)
+        #expect(waitFor(#"recd_trigger_events_total{kind="closed"}"#, 1), "\(String(describing: value(#"recd_trigger_events_total{kind="closed"}"#)))")
+        #expect(waitFor("recd_files_total", 2))
+
+        // The device lost: recd waits for it, and says so.
+        server.kill()
+        #expect(waitFor("recd_device_waiting", 1), "\(String(describing: value("recd_device_waiting")))")
+    }
+
+    /// A TCP port nothing listens on now (the kernel's pick for port 0).
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw TestFailure("no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
     @Test func theStationInChromium() throws { try browserCheck("chromium") }
 
     @Test func theStationInWebKit() throws { try browserCheck("webkit") }

@@ -99,4 +99,33 @@ struct DaemonConfigurationTests {
     @Test func aTOMLErrorNamesItsLine() {
         #expect(error("device = \"a\"\n[capture\n")?.hasPrefix("recd.toml:2:") == true)
     }
+
+    /// `[web]`: recd-web's keys, each range- and value-checked at its line; recd reads them too,
+    /// so that a bad one is refused by `recd --check-config` as any other.
+    @Test func theWebTableIsCheckedKeyByKey() throws {
+        let web = try read("[web]\naddress = \"::\"\nport = 8443\nobserve = \"token\"\nlisten = \"off\"\ncontrol = \"open\"\ntokens_file = \"/etc/recd/t\"\nmax_viewers = 2\n").web
+        #expect(web == WebSettings(address: "::", port: 8443, observe: .token, listen: .off, control: .open, tokensFile: "/etc/recd/t", maxViewers: 2))
+        #expect(try read("").web == WebSettings())
+        #expect(error("[web]\nport = 0\n")?.hasPrefix("recd.toml:2: web.port: must be between 1 and 65535") == true)
+        #expect(error("[web]\nobserve = \"public\"\n")?.hasPrefix("recd.toml:2: web.observe:") == true)
+        #expect(error("[web]\ntokens_file = \"web-tokens\"\n") == "recd.toml:2: web.tokens_file: must be an absolute path")
+        #expect(error("[web]\nmax_viewers = 1000\n")?.hasPrefix("recd.toml:2: web.max_viewers: must be between 1 and 256") == true)
+        #expect(error("[web]\ntls = true\n") == "recd.toml:2: web.tls: unknown key")
+        #expect(DaemonConfiguration.defaultTokensPath(for: .user, environment: ["HOME": "/home/test"]) == "/home/test/.config/recd/web-tokens")
+        #expect(DaemonConfiguration.defaultTokensPath(for: .system, environment: [:]) == "/etc/recd/web-tokens")
+    }
+
+    @Test func webTokensGrantTheirRolesAndRefuseWeakOnes() throws {
+        let tokens = try WebTokens.parse("# owner\ncontrol 0123456789abcdef\n\nlisten 0123456789abcdef\nobserve fedcba9876543210\n", file: "t")
+        #expect(tokens.roles == ["0123456789abcdef": [.control, .listen], "fedcba9876543210": [.observe]])
+        for (text, line) in [("control short\n", 1), ("# a\nadmin 0123456789abcdef\n", 2), ("control 0123456789abcdef extra\n", 1),
+                             ("listen 0123456789abc;ef\n", 1)] {
+            do {
+                _ = try WebTokens.parse(text, file: "t")
+                Issue.record("accepted \(text)")
+            } catch {
+                #expect(error.line == line, "\(text): \(error)")
+            }
+        }
+    }
 }

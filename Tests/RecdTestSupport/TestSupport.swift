@@ -346,6 +346,16 @@ public final class PulseServer {
                                            environment: clientEnvironment, output: directory.file("monitor.raw"))
     }
 
+    /// Adds a sine at `frequency` (at module-sine's half of full scale, -6 dBFS peak) to the
+    /// sink, beside the tone, until `unload` with the module this returns.
+    public func sine(frequency: Int) throws -> String {
+        try pactl("pactl load-module module-sine sink=testsink frequency=\(frequency)").trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    public func unload(_ module: String) throws {
+        _ = try pactl("pactl unload-module \(module)")
+    }
+
     /// PulseAudio's volume for a gain of 0.5 (its software volume is cubic: (v / 65536)³).
     static let halfAmplitudeVolume = 52016
 

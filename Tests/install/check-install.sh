@@ -32,19 +32,24 @@ expected=(
     etc/recd/recd.toml
     usr/bin/recctl
     usr/bin/recd
+    usr/bin/recd-web
+    usr/lib/systemd/system/recd-web.service
     usr/lib/systemd/system/recd.service
     usr/lib/systemd/system/recd.socket
+    usr/lib/systemd/user/recd-web.service
     usr/lib/systemd/user/recd.service
     usr/lib/systemd/user/recd.socket
     usr/lib/sysusers.d/recd.conf
     usr/lib/tmpfiles.d/recd.conf
     usr/share/bash-completion/completions/recctl
     usr/share/bash-completion/completions/recd
+    usr/share/bash-completion/completions/recd-web
     usr/share/fish/vendor_completions.d/recctl.fish
     usr/share/fish/vendor_completions.d/recd.fish
     usr/share/man/man1/recctl.1
     usr/share/man/man1/recctl.watch.1
     usr/share/man/man1/recd.1
+    usr/share/man/man1/recd-web.1
     usr/share/man/man5/recd.toml.5
     usr/share/zsh/site-functions/_recctl
     usr/share/zsh/site-functions/_recd
@@ -52,7 +57,7 @@ expected=(
 for file in "${expected[@]}"; do
     [[ -f $stage/$file ]] || fail "$file was not installed"
 done
-for tool in recd recctl; do
+for tool in recd recctl recd-web; do
     [[ -x $stage/usr/bin/$tool ]] || fail "usr/bin/$tool is not executable"
 done
 # The release build, not some other: recctl a static PIE (no program interpreter), both without
@@ -92,8 +97,8 @@ MANWIDTH=200 man -l "$stage/usr/share/man/man5/recd.toml.5" 2>/dev/null | grep -
     fail "recd.toml.5 does not document retention.grace"
 
 # 3. The units run the installed binary.
-for unit in system/recd.service user/recd.service; do
-    grep -qx "ExecStart=$prefix/bin/recd --\(system\|user\)" "$stage/usr/lib/systemd/$unit" ||
+for unit in system/recd.service user/recd.service system/recd-web.service user/recd-web.service; do
+    grep -qx "ExecStart=$prefix/bin/recd\(-web\)\? --\(system\|user\)" "$stage/usr/lib/systemd/$unit" ||
         fail "$unit: $(grep ExecStart= "$stage/usr/lib/systemd/$unit")"
 done
 ! grep -rq /usr/local "$stage/usr/lib/systemd" || fail "a unit still names /usr/local"

@@ -2,15 +2,19 @@
 # Checks recd's systemd units against a built recd binary:
 #   1. `systemd-analyze verify` accepts each unit pair (service + socket) of the system and
 #      the user instance without printing anything on stderr;
-#   2. the system service's exposure level (`systemd-analyze security`) is at most 1.5.
-# The user service's exposure is printed for information only.
+#   2. the system service's exposure level (`systemd-analyze security`) is at most 1.5;
+#   3. the same for recd-web.service (the web page, beside recd in the same directory), whose
+#      exposure is at most 1.5 too, though it must speak TCP (AF_INET, no PrivateNetwork=).
+# The user services' exposure is printed for information only.
 #
 # Usage: Tests/units/check-units.sh PATH-TO-RECD
-# Any executable works as PATH-TO-RECD (e.g. /bin/true): only its existence is checked.
+# Any executable works as PATH-TO-RECD (e.g. /bin/true): only its existence is checked (and
+# of recd-web next to it, if there is one; else PATH-TO-RECD stands for it too).
 # Needs systemd-analyze (Debian package systemd); systemd need not be running.
 set -euo pipefail
 
 readonly max_exposure=1.5
+readonly max_web_exposure=1.5
 # The ExecStart= path as written in the units (`make install` rewrites its /usr/local).
 readonly unit_binary=/usr/local/bin/recd
 
@@ -35,6 +39,9 @@ trap 'rm -rf "$work"' EXIT
 # symlink to the binary under test, whatever its path.
 mkdir "$work/bin"
 ln -s "$(realpath "$1")" "$work/bin/recd"
+web_binary="$(dirname "$1")/recd-web"
+[[ -x $web_binary ]] || web_binary=$1
+ln -s "$(realpath "$web_binary")" "$work/bin/recd-web"
 
 # copy_units SOURCE-DIR DEST-DIR: copies recd.service and recd.socket, with ExecStart= of
 # the service pointing to the binary under test.
@@ -46,6 +53,10 @@ copy_units() {
     grep -q "^ExecStart=$unit_binary " <<<"$unit" ||
         fail "$source/recd.service: no 'ExecStart=$unit_binary ...' line to rewrite"
     printf '%s\n' "${unit//"$unit_binary"/"$work/bin/recd"}" >"$dest/recd.service"
+    unit=$(<"$source/recd-web.service")
+    grep -q "^ExecStart=$unit_binary-web " <<<"$unit" ||
+        fail "$source/recd-web.service: no 'ExecStart=$unit_binary-web ...' line to rewrite"
+    printf '%s\n' "${unit//"$unit_binary-web"/"$work/bin/recd-web"}" >"$dest/recd-web.service"
 }
 
 copy_units "$repo/systemd" "$work/system"
@@ -56,7 +67,7 @@ copy_units "$repo/systemd/user" "$work/user"
 verify_pair() {
     local label=$1 dir=$2 status=0
     shift 2
-    systemd-analyze "$@" verify --man=no "$dir/recd.service" "$dir/recd.socket" \
+    systemd-analyze "$@" verify --man=no "$dir/recd.service" "$dir/recd.socket" "$dir/recd-web.service" \
         2>"$work/verify.err" >/dev/null || status=$?
     if [[ -s $work/verify.err || $status -ne 0 ]]; then
         cat "$work/verify.err" >&2
@@ -70,19 +81,23 @@ verify_pair system "$work/system"
 mkdir -m 0700 "$work/runtime"
 XDG_RUNTIME_DIR="$work/runtime" verify_pair user "$work/user" --user
 
-# exposure DIR [systemd-analyze options]: prints the service's overall exposure level.
+# exposure DIR SERVICE [systemd-analyze options]: prints the service's overall exposure level.
 exposure() {
-    local dir=$1 report level
-    shift
-    report=$(systemd-analyze "$@" security --offline=true --no-pager "$dir/recd.service")
-    level=$(sed -n 's/.*Overall exposure level for recd\.service: \([0-9][0-9.]*\).*/\1/p' \
+    local dir=$1 service=$2 report level
+    shift 2
+    report=$(systemd-analyze "$@" security --offline=true --no-pager "$dir/$service.service")
+    level=$(sed -n "s/.*Overall exposure level for $service\.service: \([0-9][0-9.]*\).*/\1/p" \
         <<<"$report")
     [[ -n $level ]] || fail "no 'Overall exposure level' in systemd-analyze security output"
     printf '%s\n' "$level"
 }
 
-system_level=$(exposure "$work/system")
-user_level=$(XDG_RUNTIME_DIR="$work/runtime" exposure "$work/user" --user)
+system_level=$(exposure "$work/system" recd)
+user_level=$(XDG_RUNTIME_DIR="$work/runtime" exposure "$work/user" recd --user)
+web_level=$(exposure "$work/system" recd-web)
+printf 'check-units: exposure of the system recd-web.service: %s (maximum %s)\n' "$web_level" "$max_web_exposure"
+awk -v level="$web_level" -v max="$max_web_exposure" 'BEGIN { exit !(level + 0 <= max + 0) }' ||
+    fail "system recd-web.service exposure $web_level is above $max_web_exposure"
 printf 'check-units: exposure of the system recd.service: %s (maximum %s)\n' \
     "$system_level" "$max_exposure"
 printf 'check-units: exposure of the user recd.service: %s (information only)\n' \
