@@ -19,7 +19,7 @@
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
 # BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10), BENCH_LISTEN_SPECTRUM (1: a client follows the spectrum meanwhile),
-# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout profile; default all).
+# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web profile; default all).
 # BENCH_TAP_SECONDS (120): each window of the taps step.
 # BENCH_TRIGGER_SECONDS (120): the CPU window of the sound-activated step (trigger); BENCH_TRIGGER_BURSTS (20);
 # BENCH_TRIGGER_PERIOD (0.01): recd's [capture] period_time in that step.
@@ -30,7 +30,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${BENCH_OUT:-$root/bench/out/$run_id}
-steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout profile} "
+steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web profile} "
 step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
@@ -45,6 +45,7 @@ start_runs=${BENCH_START_RUNS:-15}
 listen_seconds=${BENCH_LISTEN_SECONDS:-300}
 listen_runs=${BENCH_LISTEN_RUNS:-10}
 tap_seconds=${BENCH_TAP_SECONDS:-120}
+web_seconds=${BENCH_WEB_SECONDS:-120}
 trigger_seconds=${BENCH_TRIGGER_SECONDS:-120}
 profile=${BENCH_PROFILE:-1}
 
@@ -132,7 +133,7 @@ step control && section "2. Control round trip ($calls status calls; $cold_runs 
 step memory && section "4. Memory ($memory_hours h of audio from the unpaced device)" \
     python3 memory.py "$bin" "$work" benchlong benchshort "$memory_hours" 900 3 "$results/memory.json"
 
-if step start || step listening || step tap || step trigger || step fanout; then
+if step start || step listening || step tap || step trigger || step fanout || step web; then
 say "A private PulseAudio server with a null sink"
 mkdir -p "$work/pulse"
 cat >"$work/pulse/pa.conf" <<EOF
@@ -184,6 +185,10 @@ step fanout && section "3. Fan-out ($fanout_clients subscribers, $fanout_seconds
     "1:10:0.05,1:10:0.04,$fanout_clients:$fanout_seconds:0.05,$fanout_clients:$fanout_seconds:0.04,$fanout_clients:$fanout_seconds:0.05:c,$fanout_clients:10:0.05:perf" \
     2 "$results/fanout.json" "$work/fanout_receiver"
 fi
+
+# Debian's python3: Debian's Selenium drives Debian's Chromium.
+step web && section "10. The web page: recd + recd-web CPU with no page and with one ($web_seconds s each)" \
+    /usr/bin/python3 web.py "$bin" "$work" benchpaced "$web_seconds" "$results/web.json"
 
 if [ "$profile" = 1 ] && step profile; then
     section "Profiles (callgrind)" \

@@ -10,7 +10,7 @@ const page = window.recdPage = {
   spectrum: { columns: 0, sampleRate: 0, size: 0, height: 256 },
   // delay: how far behind the input the last chunk will be heard (seconds).
   audio: { chunks: 0, frames: 0, lostFrames: 0, rms: 0, delay: null, playing: false, error: null },
-  recordings: [], day: null, errors: [],
+  recordings: [], day: null, errors: [], triggerEvents: [],
 };
 
 async function api(path, options = {}) {
@@ -110,7 +110,11 @@ function apply(topic, value) {
     case 'spectrum': if (value) drawColumn(value); break;
     case 'error': if (value) say(value.message); break;
     case 'warning': if (value) say(value.message || value.code); break;
-    case 'segment': case 'trigger': loadDaySoon(); break;
+    case 'trigger':
+      if (value) page.triggerEvents.push(Object.assign({ seenAt: Date.now() }, value));
+      loadDaySoon();
+      break;
+    case 'segment': loadDaySoon(); break;
   }
 }
 
