@@ -29,5 +29,24 @@ public enum ConfigurationFile {
         }
         return text
     }
+}
 
+extension DaemonConfiguration {
+    /// `--system`, `--user` or neither: the system instance for root, a user's otherwise.
+    public static func mode(system: Bool, user: Bool) -> Mode {
+        system ? .system : user ? .user : (getuid() == 0 ? .system : .user)
+    }
+
+    /// The mode's defaults, then the file: `path`, which must exist, or the mode's own
+    /// recd.toml, whose absence means all defaults. recd and recd-web read it alike.
+    public static func load(mode: Mode, path: String?, environment: [String: String]) throws(ConfigurationError) -> DaemonConfiguration {
+        var configuration = defaults(for: mode, environment: environment)
+        let file = path ?? defaultConfigPath(for: mode, environment: environment)
+        if access(file, F_OK) == 0 {
+            try configuration.apply(toml: try ConfigurationFile.readText(file, key: nil), file: file)
+        } else if path != nil {
+            throw ConfigurationError(file: file, line: nil, key: nil, message: "no such file")
+        }
+        return configuration
+    }
 }

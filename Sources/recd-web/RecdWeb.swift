@@ -85,14 +85,8 @@ struct RecdWeb: AsyncParsableCommand {
     /// recd's configuration, the options over it, and the tokens.
     func loadSite() throws -> WebSite {
         let environment = ProcessInfo.processInfo.environment
-        let mode: DaemonConfiguration.Mode = system ? .system : user ? .user : (getuid() == 0 ? .system : .user)
-        var configuration = DaemonConfiguration.defaults(for: mode, environment: environment)
-        let path = config ?? DaemonConfiguration.defaultConfigPath(for: mode, environment: environment)
-        if FileManager.default.fileExists(atPath: path) {
-            try configuration.apply(toml: try ConfigurationFile.readText(path, key: nil), file: path)
-        } else if config != nil {
-            throw ConfigurationError(file: path, line: nil, key: nil, message: "no such file")
-        }
+        let mode = DaemonConfiguration.mode(system: system, user: user)
+        let configuration = try DaemonConfiguration.load(mode: mode, path: config, environment: environment)
         var settings = configuration.web
         if let address { settings.address = address }
         if let port { settings.port = port }

@@ -70,22 +70,11 @@ struct Recd: AsyncParsableCommand {
         }
     }
 
-    var mode: DaemonConfiguration.Mode {
-        if system { return .system }
-        if user { return .user }
-        return getuid() == 0 ? .system : .user
-    }
+    var mode: DaemonConfiguration.Mode { DaemonConfiguration.mode(system: system, user: user) }
 
     /// Defaults for the mode, then the file, then the options.
     func loadConfiguration() throws -> DaemonConfiguration {
-        let environment = ProcessInfo.processInfo.environment
-        var configuration = DaemonConfiguration.defaults(for: mode, environment: environment)
-        let path = config ?? DaemonConfiguration.defaultConfigPath(for: mode, environment: environment)
-        if FileManager.default.fileExists(atPath: path) {
-            try configuration.apply(toml: try ConfigurationFile.readText(path, key: nil), file: path)
-        } else if config != nil {
-            throw ConfigurationError(file: path, line: nil, key: nil, message: "no such file")
-        }
+        var configuration = try DaemonConfiguration.load(mode: mode, path: config, environment: ProcessInfo.processInfo.environment)
         if let socket { configuration.socketPath = socket }
         if let device { configuration.device = device }
         if let recordingsDir { configuration.recordingsDirectory = recordingsDir }
