@@ -248,7 +248,19 @@ final class TopicHub: Sendable {
 
     private static func notificationTail(of update: TopicUpdate) -> ByteBuffer {
         // sortedKeys: {"seq":…,"timestamp":…,"topic":…,"value":…}; its members follow the id.
-        let json = (try? encoder.encode(update)) ?? Data("{}".utf8)
+        // A spectrum column is written by hand (`Spectrum.wireJSON`) in place of the null.
+        var column: Spectrum?
+        var encoded = update
+        if case .spectrum(let value?) = update.value {
+            column = value
+            encoded.value = .spectrum(nil)
+        }
+        var json = (try? encoder.encode(encoded)) ?? Data("{}".utf8)
+        if let column, json.suffix(5).elementsEqual("null}".utf8) {
+            json.removeLast(5)  // null}
+            json.append(contentsOf: column.wireJSON)
+            json.append(UInt8(ascii: "}"))
+        }
         var tail = ByteBuffer()
         tail.reserveCapacity(json.count + 4)
         tail.writeStaticString("\",")
