@@ -108,6 +108,10 @@ public final class SoundFileWriter {
     /// WAV, RF64 and CAF carry sizes in a header that can be rewritten mid-file; Ogg and FLAC
     /// streams cannot (libsndfile corrupts an Ogg stream if asked to).
     private let hasRewritableHeader: Bool
+    private let channels: Int
+    /// Stereo MP3: 16-bit samples go to libsndfile as 32-bit ones (`write(_:frames:)` says why).
+    private let shortsNeedWidening: Bool
+    private var widened: [Int32] = []
 
     /// Seconds of Opus held before an Ogg page is written (libsndfile's default: 1).
     public static let opusPageLatency = 0.25
@@ -125,6 +129,8 @@ public final class SoundFileWriter {
         self.path = path
         self.format = format
         self.sampleRate = sampleRate
+        self.channels = channels
+        shortsNeedWidening = format.encoding == .mp3 && channels > 1
         let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw SndfileError(path: path, message: "cannot create file", errno: Glibc.errno) }
         var info = SF_INFO(frames: 0, samplerate: Int32(sampleRate), channels: Int32(channels),
@@ -179,7 +185,18 @@ public final class SoundFileWriter {
     }
 
     public func write(_ samples: UnsafePointer<Int16>, frames: Int) throws(SndfileError) {
-        try checkWritten(sf_writef_short(handle, samples, sf_count_t(frames)), frames)
+        guard shortsNeedWidening else {
+            return try checkWritten(sf_writef_short(handle, samples, sf_count_t(frames)), frames)
+        }
+        // libsndfile 1.2.0's MP3 encoder mangles 16-bit stereo (sf_writef_short: half the
+        // level and a residue 10-16 dB below the signal, Debian 12's version); 32-bit is right.
+        // The same samples in the top 16 bits, exactly.
+        let count = frames * channels
+        if widened.count < count { widened = [Int32](repeating: 0, count: count) }
+        try widened.withUnsafeMutableBufferPointer { (wide) throws(SndfileError) in
+            for index in 0..<count { wide[index] = Int32(samples[index]) << 16 }
+            try checkWritten(sf_writef_int(handle, wide.baseAddress!, sf_count_t(frames)), frames)
+        }
     }
 
     public func write(_ samples: UnsafePointer<Int32>, frames: Int) throws(SndfileError) {
@@ -307,6 +324,12 @@ public final class SoundFileReader {
     /// Reads every remaining frame as interleaved 16-bit integers.
     public func readAllInt16() -> [Int16] {
         readAll { sf_readf_short(handle, $0, $1) }
+    }
+
+    /// Reads up to `frames` frames as interleaved floats in -1...1 into `buffer` (room for
+    /// frames × channels); returns how many came (0 at the end).
+    public func readFloat(into buffer: UnsafeMutablePointer<Float>, frames: Int) -> Int {
+        Swift.max(0, Int(sf_readf_float(handle, buffer, sf_count_t(frames))))
     }
 
     /// Reads every remaining frame as interleaved floats in -1...1.

@@ -1,4 +1,6 @@
+import Dispatch
 import FoundationEssentials
+import Glibc
 import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
@@ -20,6 +22,7 @@ struct WebSite: Sendable {
     let latitude: Double?
     let longitude: Double?
     let viewers: ViewerCount
+    let spectrograms = Spectrograms()
 
     init(settings: WebSettings, access: WebAccess, socketPath: String, recordingsDirectory: String,
          schedule: ScheduledRecording?, latitude: Double?, longitude: Double?) {
@@ -43,7 +46,7 @@ struct WebSite: Sendable {
 
     func addRoutes(to router: Router<Context>) {
         router.middlewares.add(SecurityHeaders())
-        let access = access, recd = recd
+        let access = access, recd = recd, recordingsDirectory = recordingsDirectory
 
         // The page itself needs no role: without one it asks for a token.
         router.get("/") { _, _ in Self.asset(PackageResources.index_html, "text/html; charset=utf-8") }
@@ -130,16 +133,30 @@ struct WebSite: Sendable {
             ])
         router.get("/recordings/**") { request, context in
             try access.require(.listen, request)
-            // Finished recordings only: no .part file being written, nothing hidden, nothing else.
             let path = context.parameters.getCatchAll().joined(separator: "/")
-            let suffix = path.split(separator: ".").last.map(String.init) ?? ""
-            guard ["wav", "flac", "opus", "ogg", "caf", "m4a", "mp3"].contains(suffix),
-                  !path.split(separator: "/").contains(where: { $0.hasPrefix(".") }) else {
+            guard Self.recordingPath(path, in: recordingsDirectory) != nil else {
                 throw HTTPError(.notFound, message: "not a recording: \(path)")
             }
             return try await files.handle(request, context: context) { _, _ in
                 throw HTTPError(.notFound, message: "no recording at \(path)")
             }
+        }
+
+        let spectrograms = spectrograms
+        router.get("/api/spectrogram/**") { request, context in
+            try access.require(.listen, request)
+            let path = context.parameters.getCatchAll().joined(separator: "/")
+            guard let file = Self.recordingPath(path, in: recordingsDirectory) else {
+                throw HTTPError(.notFound, message: "not a recording: \(path)")
+            }
+            var columns = 600
+            if let text = request.uri.queryParameters.get("columns") {
+                guard let value = Int(text), (1...4000).contains(value) else {
+                    throw HTTPError(.badRequest, message: "'columns' must be between 1 and 4000, not \(text)")
+                }
+                columns = value
+            }
+            return try Self.json(try await spectrograms.spectrogram(of: file, columns: columns))
         }
 
         let viewers = viewers
@@ -221,6 +238,16 @@ struct WebSite: Sendable {
         }
     }
 
+    /// A finished recording's path below the recordings directory: one of recd's formats, no
+    /// .part file being written, nothing hidden, no way out of the directory.
+    static func recordingPath(_ path: String, in directory: String) -> String? {
+        let suffix = path.split(separator: ".").last.map(String.init) ?? ""
+        let parts = path.split(separator: "/")
+        guard ["wav", "flac", "opus", "ogg", "caf", "m4a", "mp3"].contains(suffix), !parts.isEmpty,
+              !parts.contains(where: { $0.hasPrefix(".") }) else { return nil }
+        return directory + "/" + parts.joined(separator: "/")
+    }
+
     private static func asset(_ bytes: [UInt8], _ type: String) -> Response {
         Response(status: .ok, headers: [.contentType: type, .cacheControl: "no-cache"],
                  body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
@@ -282,6 +309,43 @@ struct DayAnswer: Encodable {
         let (start, end) = (start, end)
         windows = schedule?.schedule.occurrences(around: start.addingTimeInterval(43200))
             .filter { $0.end > start && $0.start < end } ?? []
+    }
+}
+
+/// Recorded files' spectrograms, computed one at a time on a thread of their own (decoding a
+/// long file takes seconds) and kept for the last few files asked for (a file's path, size
+/// and modification time name it: a file rewritten is computed afresh).
+final class Spectrograms: Sendable {
+    private let queue = DispatchQueue(label: "recd-web.spectrograms")
+    private let cache = NIOLockedValueBox<[String: FileSpectrogram]>([:])
+    private static let kept = 32
+
+    func spectrogram(of path: String, columns: Int) async throws -> FileSpectrogram {
+        var status = stat()
+        guard stat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            throw HTTPError(.notFound, message: "no recording at \(path)")
+        }
+        let key = "\(path)|\(status.st_size)|\(status.st_mtim.tv_sec).\(status.st_mtim.tv_nsec)|\(columns)"
+        if let kept = cache.withLockedValue({ $0[key] }) { return kept }
+        let result: Result<FileSpectrogram, RecorderError> = await withCheckedContinuation { continuation in
+            queue.async {
+                do throws(RecorderError) {
+                    continuation.resume(returning: .success(try FileSpectrogram.compute(path: path, columns: columns)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        switch result {
+        case .success(let spectrogram):
+            cache.withLockedValue { cache in
+                if cache.count >= Self.kept { cache.removeAll() }
+                cache[key] = spectrogram
+            }
+            return spectrogram
+        case .failure(let error):
+            throw HTTPError(.unprocessableContent, message: error.message)
+        }
     }
 }
 

@@ -215,6 +215,45 @@ struct WebTests {
         }
     }
 
+    /// The spectrogram of a recorded file, in every format recd writes: recd records the tone
+    /// (440 Hz, -12 dBFS), recd-web reads the file back (libsndfile, FFmpeg for .m4a).
+    @Test func aRecordingsSpectrogramInEveryFormat() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let web = try WebServer(daemon: daemon)
+        for format in AudioFileFormat.allCases {
+            let _: Recording = try daemon.connect().call(.start, StartParams(name: "tone-\(format.rawValue)", format: format, duration: 1.5))
+            _ = try #require(daemon.waitForStatus { $0.state.name == .finished && $0.recording?.name == "tone-\(format.rawValue)" })
+        }
+        let files = try daemon.recordingFiles()
+        #expect(files.count == AudioFileFormat.allCases.count, "\(files)")
+        for file in files {
+            let answer = try web.curl("/api/spectrogram/\(file)?columns=10", Self.bearer(Self.listenToken))
+            guard answer.status == 200, let json = try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: Any],
+                  let columns = json["columns"] as? Int, let bins = json["bins"] as? Int, let text = json["levels"] as? String,
+                  let levels = Data(base64Encoded: text), let floor = json["floor"] as? Double, let step = json["step"] as? Double else {
+                Issue.record("\(file): \(answer.status) \(answer.body.prefix(300))")
+                continue
+            }
+            #expect(columns == 10 && bins == 513 && levels.count == columns * bins, "\(file)")
+            #expect(json["sampleRate"] as? Int == 48000, "\(file)")
+            // Every column: the tone's bin (440 Hz is bin 9.39) the loudest, at the tone's
+            // peak (-12 dBFS) less the window's scalloping (0.86 dB), to the 0.5 dB kept;
+            // the lossy codecs within 2 dB.
+            for column in 0..<columns {
+                let slice = [UInt8](levels[(column * bins)..<((column + 1) * bins)])
+                let loudest = slice.indices.max { slice[$0] < slice[$1] }!
+                let dB = floor + Double(slice[loudest]) * step
+                #expect(loudest == 9, "\(file) column \(column): loudest bin \(loudest)")
+                #expect(abs(dB - (-12.86)) < 2, "\(file) column \(column): \(dB) dBFS")
+            }
+        }
+        #expect(try web.curl("/api/spectrogram/\(files[0])", Self.bearer(Self.observeToken)).status == 403)
+        #expect(try web.curl("/api/spectrogram/\(files[0])?columns=0", Self.bearer(Self.listenToken)).status == 400)
+        #expect(try web.curl("/api/spectrogram/nothing.flac", Self.bearer(Self.listenToken)).status == 404)
+    }
+
     @Test func aTokensFileOthersMayReadIsRefused() throws {
         let server = try PulseServer()
         let daemon = try Daemon(device: TestDevices.paced(server))

@@ -70,6 +70,45 @@ struct CompressedFormatTests {
         }
     }
 
+    /// Every format keeps a tone: a 440 Hz sine at -12 dBFS read back by ffmpeg, on each
+    /// channel, at its level (within 0.5 dB) with what is not the tone at least 30 dB below it.
+    /// (libsndfile 1.2.0's MP3 encoder halved 16-bit stereo and buried it in a residue 10-16 dB
+    /// down; the lengths and headers the test above checks were right all along.)
+    @Test(arguments: AudioFileFormat.allCases.flatMap { format in [(format, 48000, 2), (format, 44100, 2), (format, 48000, 1)] }
+        .filter { $0.0 != .opus || $0.1 == 48000 })
+    func everyFormatKeepsATone(format: AudioFileFormat, rate: Int, channels: Int) throws {
+        let samples = Signal.toInt16(Signal.sine(frequency: 440, rate: rate, frames: rate * 2, channels: channels, amplitude: 0.25))
+        let recording = try record(RecordingSettings(format: format, sampleRate: rate, channels: channels),
+                                   from: input(samples, "sine-\(format.rawValue)-\(rate)-\(channels).raw"), duration: 1.5)
+        let decoded = try FFmpegTools.decodeFloat(recording.path)
+        let frames = decoded.count / channels
+        try #require(frames > rate, "\(frames) frames decoded")
+        for channel in 0..<channels {
+            // Least squares over the middle second: a sin + b cos at 440 Hz (the phase the
+            // codec's delay gave it), and what is left.
+            let range = (frames / 2 - rate / 2)..<(frames / 2 + rate / 2)
+            var ss = 0.0, cc = 0.0, sc = 0.0, ys = 0.0, yc = 0.0
+            for frame in range {
+                let phase = 2 * Double.pi * 440 * Double(frame) / Double(rate)
+                let (s, c, y) = (sin(phase), cos(phase), Double(decoded[frame * channels + channel]))
+                ss += s * s; cc += c * c; sc += s * c; ys += y * s; yc += y * c
+            }
+            let determinant = ss * cc - sc * sc
+            let a = (ys * cc - yc * sc) / determinant, b = (yc * ss - ys * sc) / determinant
+            var residue = 0.0
+            for frame in range {
+                let phase = 2 * Double.pi * 440 * Double(frame) / Double(rate)
+                let left = Double(decoded[frame * channels + channel]) - a * sin(phase) - b * cos(phase)
+                residue += left * left
+            }
+            let amplitude = (a * a + b * b).squareRoot()
+            let level = 20 * log10(amplitude / 0.25)
+            let below = 20 * log10(amplitude / 2.squareRoot() / (residue / Double(range.count)).squareRoot())
+            #expect(abs(level) < 0.5, "\(format) \(rate) Hz \(channels) ch, channel \(channel): the tone at \(level) dB of what went in")
+            #expect(below > 30, "\(format) \(rate) Hz \(channels) ch, channel \(channel): the residue only \(below) dB below the tone")
+        }
+    }
+
     @Test func appleLosslessIsBitExactAt16Bits() throws {
         let samples = Signal.counter16(frames: 48000 * 3, channels: 2)
         let recording = try record(RecordingSettings(format: .alac, sampleRate: 48000, channels: 2, bitDepth: 16),

@@ -237,6 +237,24 @@ def main():
         if worst > 1e-4:
             fail(f"the browser's decoding differs from ffmpeg's by {worst}")
 
+        # The event's spectrogram, computed by recd-web from the file: the burst at its row.
+        driver.execute_script(f"document.querySelector('#recordings li[data-file={json.dumps(file)}] button.link').click()")
+        drawn, _ = wait_for(driver, "(document.querySelector('canvas.file-spectrogram') || {dataset: {}}).dataset.drawn", 20,
+                            "the event's spectrogram")
+        canvas = "document.querySelector('canvas.file-spectrogram')"
+        found = False
+        for column in range(int(drawn)):
+            rows = driver.execute_script(f"""const c = {canvas}; const d = c.getContext('2d').getImageData({column}, 0, 1, c.height).data;
+                const rows = []; for (let i = 0; i < d.length; i += 4) rows.push(d[i] + d[i + 1] + d[i + 2]); return rows;""")
+            upper = rows[:height - 20]
+            brightest = max(range(len(upper)), key=lambda row: upper[row])
+            if abs(brightest - expected_row) <= 1 and upper[brightest] > 300:
+                found = True
+                break
+        RESULT["fileSpectrogramColumns"] = int(drawn)
+        if not found:
+            fail(f"the event's spectrogram ({drawn} columns) shows no 3 kHz at row {expected_row}")
+
         # Nothing came from anywhere but the station.
         foreign = driver.execute_script("""return performance.getEntriesByType('resource').map(e => e.name)
                                            .filter(n => !n.startsWith(location.origin) && !n.startsWith('data:'))""")

@@ -39,8 +39,11 @@
     F(avcodec, avcodec_open2) \
     F(avcodec, avcodec_parameters_copy) \
     F(avcodec, avcodec_parameters_from_context) \
+    F(avcodec, avcodec_parameters_to_context) \
+    F(avcodec, avcodec_receive_frame) \
     F(avcodec, avcodec_receive_packet) \
     F(avcodec, avcodec_send_frame) \
+    F(avcodec, avcodec_send_packet) \
     F(avformat, av_find_best_stream) \
     F(avformat, av_read_frame) \
     F(avformat, av_write_frame) \

@@ -391,11 +391,50 @@ function drawDay(day, files) {
       download.href = url;
       download.download = file.file.split('/').pop();
       download.textContent = 'download';
-      item.append(player, download);
+      const show = document.createElement('button');
+      show.textContent = 'spectrogram';
+      show.className = 'link';
+      show.addEventListener('click', () => showFileSpectrogram(item, file));
+      item.append(player, download, ' ', show);
     }
     return item;
   });
   list.replaceChildren(...items);
+}
+
+// A recorded file's spectrogram, computed by recd-web (doc/web.md): drawn as the live one,
+// a column per pixel across the file, 0 Hz at the bottom.
+async function showFileSpectrogram(item, file) {
+  let canvas = item.querySelector('canvas.file-spectrogram');
+  if (canvas) { canvas.remove(); return; }
+  canvas = document.createElement('canvas');
+  canvas.className = 'file-spectrogram';
+  canvas.height = 256;
+  canvas.width = Math.min(1200, Math.max(100, Math.round(item.clientWidth || 600)));
+  item.appendChild(canvas);
+  try {
+    const path = file.file.split('/').map(encodeURIComponent).join('/');
+    const spectrogram = await api('/api/spectrogram/' + path + '?columns=' + canvas.width);
+    const levels = Uint8Array.from(atob(spectrogram.levels), (c) => c.charCodeAt(0));
+    const context = canvas.getContext('2d');
+    canvas.width = spectrogram.columns;
+    const image = context.createImageData(spectrogram.columns, canvas.height);
+    const bins = spectrogram.bins, height = canvas.height;
+    for (let column = 0; column < spectrogram.columns; column += 1) {
+      for (let row = 0; row < height; row += 1) {
+        const low = Math.floor((height - 1 - row) * bins / height);
+        const high = Math.max(low + 1, Math.floor((height - row) * bins / height));
+        let level = 0;
+        for (let bin = low; bin < high; bin += 1) level = Math.max(level, levels[column * bins + bin]);
+        const dB = spectrogram.floor + level * spectrogram.step;
+        image.data.set([...shade((dB + 100) / 80), 255], (row * spectrogram.columns + column) * 4);
+      }
+    }
+    context.putImageData(image, 0, 0);
+    canvas.dataset.drawn = String(spectrogram.columns);
+    canvas.dataset.sampleRate = String(spectrogram.sampleRate);
+    canvas.dataset.size = String(spectrogram.size);
+  } catch (error) { say(error.message); canvas.remove(); }
 }
 
 function formatDuration(seconds) {
