@@ -163,7 +163,7 @@ let package = Package(
         // The web page and /metrics: a client of recd's socket in a process of its own, so that
         // recd stays off the network (doc/web.md).
         .executableTarget(name: "recd-web", dependencies: [
-            "RecdClient", "RecdProtocol", "RecorderModel", "RecdConfiguration", "CBuildInfo", "Systemd",
+            "RecdClient", "RecdProtocol", "RecorderModel", "RecorderCore", "RecdConfiguration", "CBuildInfo", "Systemd",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
             .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -179,7 +179,7 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
         let upsampling = (format.sampleRate + device.sampleRate - 1) / device.sampleRate
         outputCapacity = TapChunkHeader.size + (maxChunkFrames * Swift.max(1, upsampling) + 1024) * format.bytesPerFrame
         output = .allocate(byteCount: outputCapacity, alignment: 16)
-        CaptureThread.spawn(name: "recd-tap") { [self] in run() }
+        DedicatedThread.spawn(name: "recd-tap") { [self] in run() }
     }
 
     deinit {

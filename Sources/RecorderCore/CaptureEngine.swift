@@ -172,7 +172,7 @@ final class CaptureEngine: @unchecked Sendable {
         watch.setEventHandler { [weak self] in self?.endIfStalled() }
         stallWatch = watch
         watch.resume()
-        CaptureThread.spawn(name: "recd-capture") { [self] in
+        DedicatedThread.spawn(name: "recd-capture") { [self] in
             ownership.lock()
             let error = run()
             if !abandoned { end(error) }
@@ -540,10 +540,12 @@ final class ThreadOwnership: @unchecked Sendable {
     func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
 }
 
-/// A thread of its own (not a Dispatch worker: the capture loop blocks in the driver for
-/// as long as it runs, and would keep a worker of the shared pool).
-enum CaptureThread {
-    static func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
+/// A thread of its own, for work that blocks for as long as it runs (the capture loop in the
+/// driver, a writer, recd-web's readers of recd's socket): on Linux, Dispatch's pool does not
+/// grow for workers blocked in a system call, so each would keep one of its few threads (eight
+/// of recd-web's open pages delayed every other request by seconds).
+public enum DedicatedThread {
+    public static func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
         let box = Unmanaged.passRetained(Body {
             _ = name.withCString { recd_name_current_thread($0) }
             body()

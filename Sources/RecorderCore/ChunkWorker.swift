@@ -150,7 +150,7 @@ final class ChunkWorker: @unchecked Sendable {
     /// Starts the thread (once).
     func start(name: String) {
         guard !running.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        CaptureThread.spawn(name: name) { [self] in run() }
+        DedicatedThread.spawn(name: name) { [self] in run() }
     }
 
     /// Capture thread: hands a chunk over, waiting at most `patience` nanoseconds for room.

@@ -4,6 +4,7 @@ import Hummingbird
 import NIOConcurrencyHelpers
 import RecdClient
 import RecdProtocol
+import RecorderCore
 
 /// recd-web's side of recd's socket. Each request and each open page has a connection of its
 /// own, read by a blocking thread (RecdClient), never on Swift's cooperative pool; recd decides
@@ -40,7 +41,7 @@ struct RecdBridge: Sendable {
             }
             let shared = SharedConnection(connection)
             continuation.onTermination = { _ in shared.interrupt() }
-            Self.readers.async {
+            DedicatedThread.spawn(name: "recd-web-live") {
                 do throws(ClientError) {
                     continuation.yield(try shared.connection.call(.subscribe, paramsJSON: paramsJSON))
                     while true { continuation.yield(try shared.connection.readLine(timeout: nil)) }
@@ -66,7 +67,7 @@ struct RecdBridge: Sendable {
             continuation.onTermination = { _ in shared.interrupt() }
             continuation.yield(.answer(reader.result))
             nonisolated(unsafe) let unsharedReader = reader
-            Self.readers.async {
+            DedicatedThread.spawn(name: "recd-web-audio") {
                 do throws(ClientError) {
                     while let chunk = try unsharedReader.next() {
                         continuation.yield(.audio(header: chunk.header, payload: chunk.payload))
@@ -84,8 +85,9 @@ struct RecdBridge: Sendable {
         case audio(header: TapChunkHeader, payload: [UInt8])
     }
 
-    /// Blocking readers: one thread each while it waits (Dispatch makes more as they block).
-    private static let readers = DispatchQueue(label: "recd-web.readers", attributes: .concurrent)
+    /// Requests: short calls, each on a connection of its own. A subscription or a tap is read
+    /// by a thread of its own instead (DedicatedThread), for as long as the page is open.
+    private static let readers = DispatchQueue(label: "recd-web.requests", attributes: .concurrent)
 
     private static func blocking<T: Sendable>(_ work: @escaping @Sendable () throws(ClientError) -> T) async throws -> T {
         let result: Result<T, ClientError> = await withCheckedContinuation { continuation in

@@ -268,6 +268,33 @@ struct WebTests {
         #expect(badKey.log.contains("web.port"), "\(badKey.log)")
     }
 
+    /// Open pages do not hold up anyone else: each holds a blocking reader of recd's socket,
+    /// on a thread of its own (on Dispatch's pool, eight of them delayed a status call by 4 s).
+    @Test func manyOpenPagesHoldUpNoOtherRequest() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let web = try WebServer(daemon: daemon)
+        var pages: [ChildProcess] = []
+        for page in 0..<12 {
+            pages.append(try ChildProcess("/usr/bin/curl", ["-s", "-N", "-o", web.directory.file("page-\(page)"), "--max-time", "60", "--http1.1",
+                                                            "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
+                                                            "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                                                            web.url + "/api/live"], environment: ProcessInfo.processInfo.environment))
+        }
+        defer { for page in pages { page.signal(SIGKILL); _ = page.wait(timeout: 10) } }
+        // All twelve live: each got its snapshot (and more).
+        func live() -> Int {
+            (0..<12).filter { ((try? FileManager.default.attributesOfItem(atPath: web.directory.file("page-\($0)"))[.size] as? Int) ?? 0) > 0 }.count
+        }
+        #expect(waitUntil(timeout: 30) { live() == 12 }, "\(live()) of 12 pages live")
+        for _ in 0..<5 {
+            // A deadline far beyond a call's milliseconds, far below the pages' minute.
+            let answer = try web.curl("/api/status", ["--max-time", "20"])
+            #expect(answer.status == 200, "\(answer.status)")
+        }
+    }
+
     @Test func recdGoneIsSaidAndWebGoneStopsNothing() throws {
         let server = try PulseServer()
         try server.tone()
