@@ -18,7 +18,7 @@ RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath -Xswiftc 
 
 # Every Debian package the build, the tests, the demo and the benchmark need.
 BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsoxr-dev libmosquitto-dev libavcodec-dev libavformat-dev libavutil-dev
-TEST_PACKAGES  = prometheus jackd2 libjack-jackd2-dev strace sox gcc python3 python3-astral python3-scipy python3-numpy ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl curl chromium chromium-driver webkit2gtk-driver xvfb python3-selenium
+TEST_PACKAGES  = prometheus jackd2 libjack-jackd2-dev strace sox gcc python3 python3-astral python3-scipy python3-numpy ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl curl chromium chromium-driver webkit2gtk-driver xvfb python3-selenium firefox-esr python3-venv
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
 # What `make deb` and `make test-deb` need besides the build's: dpkg-deb, dpkg-shlibdeps and
 # strip, lintian, mmdebstrap for the clean root the package is installed into, file and python3
@@ -59,8 +59,17 @@ define install_packages
 	fi
 endef
 
+# Firefox is driven through Marionette, Mozilla's own protocol (Debian 12 has no geckodriver):
+# Mozilla's Python client from PyPI, in a virtual environment that also sees Debian's Selenium.
+# The web tests run their browsers with its python.
+WEB_VENV = .build/web-venv
+MARIONETTE_DRIVER = marionette_driver==3.7.1
 deps:
 	$(call install_packages,$(BUILD_PACKAGES) $(TEST_PACKAGES))
+	@[ -x $(WEB_VENV)/bin/python ] && $(WEB_VENV)/bin/python -c 'import marionette_driver' 2>/dev/null || { \
+	  echo "a Python environment for the browser tests: $(WEB_VENV) ($(MARIONETTE_DRIVER) from PyPI)"; \
+	  rm -rf $(WEB_VENV) && /usr/bin/python3 -m venv --system-site-packages $(WEB_VENV) && \
+	  $(WEB_VENV)/bin/pip install -q --disable-pip-version-check $(MARIONETTE_DRIVER); }
 
 deps-bench: deps
 	$(call install_packages,$(BENCH_PACKAGES))

@@ -331,8 +331,10 @@ struct WebTests {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
         let screenshots = root + "/.build/web-screenshots"
         let script = root + "/Tests/web/browser_check.py"
-        // Debian's python3, with Debian's Selenium.
-        let command = ["/usr/bin/python3", script, "--browser", browser, "--url", web.url, "--token", Self.ownerToken,
+        // make deps' environment: Debian's Selenium, and Mozilla's Marionette client for Firefox.
+        let python = root + "/.build/web-venv/bin/python"
+        try #require(FileManager.default.isExecutableFile(atPath: python), "no \(python): make deps makes it")
+        let command = [python, script, "--browser", browser, "--url", web.url, "--token", Self.ownerToken,
                        "--pulse-server", server.address, "--recordings", daemon.recordings, "--screenshots", screenshots,
                        "--recd-pid", String(daemon.process.pid)]
         let result = browser == "webkit"
@@ -420,6 +422,8 @@ struct WebTests {
     @Test func theStationInChromium() throws { try browserCheck("chromium") }
 
     @Test func theStationInWebKit() throws { try browserCheck("webkit") }
+
+    @Test func theStationInFirefox() throws { try browserCheck("firefox") }
 }
 
 enum WebTestsRole { case observe, listen, control }

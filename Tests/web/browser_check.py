@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Drives recd-web's page in a real browser (Selenium: headless Chromium, or WebKitGTK under
-Xvfb) against a real recd on the paced PulseAudio device, whose sink plays a 440 Hz tone at
+Xvfb; Marionette, Mozilla's own protocol, for headless Firefox: Debian has no geckodriver) against a real recd on the paced PulseAudio device, whose sink plays a 440 Hz tone at
 -12 dBFS peak. Prints one JSON object of what it measured; exits 1 with the reason on the first
 check that fails. WebTests (Tests/EndToEndTests/WebTests.swift) starts the daemons and reads it.
 
-    browser_check.py --browser chromium --url http://127.0.0.1:PORT --token TOKEN
+    browser_check.py --browser chromium|webkit|firefox --url http://127.0.0.1:PORT --token TOKEN
                      --pulse-server unix:/…/native --recordings DIR --screenshots DIR
 
 The token grants listen and control. The recd.toml behind it has [trigger] with
@@ -37,7 +37,10 @@ def wait_for(driver, script, timeout, what):
     """Polls a JS expression until it is truthy; its value and the seconds it took."""
     start = time.monotonic()
     while True:
-        value = driver.execute_script("return " + script)
+        try:
+            value = driver.execute_script("return " + script)
+        except WebDriverException as error:
+            fail(f"{what}: {script}: {error.msg}")
         if value:
             return value, time.monotonic() - start
         if time.monotonic() - start > timeout:
@@ -50,7 +53,45 @@ def pactl(server, *arguments):
     return subprocess.run(["pactl", *arguments], env=environment, check=True, capture_output=True, text=True).stdout.strip()
 
 
+class Firefox:
+    """Firefox through Marionette, with the few calls of Selenium's this script makes."""
+
+    def __init__(self, width, height):
+        from marionette_driver.marionette import Marionette
+        # Every host but this one goes to a proxy that is not there (localhost never does).
+        prefs = {"media.autoplay.default": 0, "network.proxy.type": 1, "network.proxy.http": "127.0.0.1",
+                 "network.proxy.http_port": 9, "network.proxy.ssl": "127.0.0.1", "network.proxy.ssl_port": 9}
+        self.client = Marionette(bin="/usr/bin/firefox-esr", headless=True, prefs=prefs)
+        self.client.start_session()
+        self.set_window_size(width, height)
+
+    def get(self, url):
+        self.client.navigate(url)
+
+    def execute_script(self, script):
+        # In the page's own scope (no sandbox): the page's globals, and a promise is awaited.
+        return self.client.execute_script(script, sandbox=None, new_sandbox=False)
+
+    def find_element(self, strategy, selector):
+        return self.client.find_element(strategy, selector)
+
+    def save_screenshot(self, path):
+        with open(path, "wb") as file:
+            file.write(self.client.screenshot(format="binary"))
+
+    def set_window_size(self, width, height):
+        self.client.set_window_rect(width=width, height=height)
+
+    def quit(self):
+        try:
+            self.client.delete_session()
+        finally:
+            self.client.cleanup()
+
+
 def open_browser(name, width, height):
+    if name == "firefox":
+        return Firefox(width, height)
     if name == "chromium":
         options = webdriver.ChromeOptions()
         options.binary_location = "/usr/bin/chromium"
@@ -94,7 +135,7 @@ def canvas_column(driver, element, x):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--browser", default="chromium", choices=["chromium", "webkit"])
+    parser.add_argument("--browser", default="chromium", choices=["chromium", "webkit", "firefox"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--pulse-server", required=True)
@@ -267,6 +308,10 @@ def main():
         RESULT["errors"] = driver.execute_script("return recdPage.errors")
     except WebDriverException as error:
         fail(f"the browser: {error.msg}")
+    except Exception as error:  # Marionette's own errors
+        if type(error).__module__.startswith("marionette_driver"):
+            fail(f"the browser: {error}")
+        raise
     finally:
         driver.quit()
     # The page is gone: recd computes no spectrum for nobody (it is still listening).

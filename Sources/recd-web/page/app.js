@@ -277,8 +277,9 @@ function play(data) {
   // Behind by more than half a second (the tab was busy): start afresh, not ever later.
   if (hearing.next < audio.currentTime + 0.05 || hearing.next > audio.currentTime + 0.5) hearing.next = audio.currentTime + 0.15;
   source.start(hearing.next);
-  // The chunk's first frame was captured at `captured`; it is heard at hearing.next.
-  page.audio.delay = Date.now() / 1000 - captured + (hearing.next - audio.currentTime);
+  // The chunk's first frame was captured at `captured` (NaN while recd does not know yet);
+  // it is heard at hearing.next.
+  if (Number.isFinite(captured)) page.audio.delay = Date.now() / 1000 - captured + (hearing.next - audio.currentTime);
   hearing.next += frames / audio.sampleRate;
 }
 
@@ -313,13 +314,15 @@ for (const button of document.querySelectorAll('#controls button')) {
 let dayTimer = null;
 function loadDaySoon() { clearTimeout(dayTimer); dayTimer = setTimeout(loadDay, 300); }
 
-$('date').addEventListener('change', loadDay);
+// The day shown follows today until someone picks another.
+let followToday = true;
+$('date').addEventListener('change', () => { followToday = false; loadDay(); });
 
 async function loadDay() {
-  const date = $('date').value;
+  const date = followToday ? '' : $('date').value;
   try {
     const [day, list] = await Promise.all([api('/api/day' + (date ? '?date=' + date : '')), api('/api/recordings')]);
-    if (!date) $('date').value = day.day;
+    if (followToday) $('date').value = day.day;
     page.day = day;
     page.recordings = list.result.recordings.filter((file) => {
       const start = fileStart(file);
