@@ -34,8 +34,9 @@ struct WebTests {
         var url: String { "http://127.0.0.1:\(port)" }
         var log: String { (try? String(contentsOfFile: directory.file("web.log"), encoding: .utf8)) ?? "" }
 
-        init(daemon: Daemon, web: String = "", tokens: String? = WebTests.tokens, tokensMode: mode_t = 0o600, wait: Bool = true) throws {
-            try "[web]\naddress = \"127.0.0.1\"\n\(web)\n".write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
+        init(daemon: Daemon, web: String = "", schedule: String = "", tokens: String? = WebTests.tokens, tokensMode: mode_t = 0o600,
+             environment: [String: String] = [:], wait: Bool = true) throws {
+            try "\(schedule)\n[web]\naddress = \"127.0.0.1\"\n\(web)\n".write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
             if let tokens {
                 try tokens.write(toFile: directory.file("tokens"), atomically: true, encoding: .utf8)
                 chmod(directory.file("tokens"), tokensMode)
@@ -43,7 +44,7 @@ struct WebTests {
             process = try ChildProcess(Binaries.directory + "/recd-web",
                                        ["--user", "--config", directory.file("recd.toml"), "--socket", daemon.socket,
                                         "--recordings-dir", daemon.recordings, "--port", "0", "--tokens-file", directory.file("tokens")],
-                                       environment: ProcessInfo.processInfo.environment,
+                                       environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
                                        output: directory.file("web.log"))
             guard wait else { return }
             var found = 0
@@ -112,7 +113,7 @@ struct WebTests {
         let routes: [(Way, String, WebTestsRole)] = [
             (.get, "/api/status", .observe), (.get, "/api/recordings", .observe), (.get, "/api/day", .observe),
             (.get, "/metrics", .observe), (.upgrade, "/api/live", .observe),
-            (.get, "/recordings/take.flac", .listen), (.upgrade, "/api/audio", .listen),
+            (.get, "/recordings/take.flac", .listen), (.get, "/api/spectrogram/take.flac", .listen), (.upgrade, "/api/audio", .listen),
             (.post, "/api/control/unlisten", .control),
         ]
         let credentials: [(String, String?, Set<WebTestsRole>)] = [
@@ -252,6 +253,40 @@ struct WebTests {
         #expect(try web.curl("/api/spectrogram/\(files[0])", Self.bearer(Self.observeToken)).status == 403)
         #expect(try web.curl("/api/spectrogram/\(files[0])?columns=0", Self.bearer(Self.listenToken)).status == 400)
         #expect(try web.curl("/api/spectrogram/nothing.flac", Self.bearer(Self.listenToken)).status == 404)
+    }
+
+    /// The day's timeline: sunrise, sunset, dawn and dusk where [schedule] says the station is
+    /// (checked against astral, an independent implementation), and the schedule's windows.
+    @Test func theDayHasItsSunAndItsWindows() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let schedule = "[schedule]\nlatitude = 52.52\nlongitude = 13.40\nwindows = [\"sunset..sunset+1h\", \"23:00..01:00\"]\n"
+        let web = try WebServer(daemon: daemon, schedule: schedule, environment: ["TZ": "UTC"])
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let sunTimes = try run("/usr/bin/python3", [root + "/Tests/reference/sun_times.py", "2026", "52.52,13.4"]).stdout
+        for date in ["2026-06-21", "2026-12-21", "2026-03-29"] {
+            let answer = try web.curl("/api/day?date=\(date)")
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: Any], "\(answer)")
+            // ScheduleTests' reference: astral's events for each UTC date (Berlin's fall on it).
+            let line = try #require(sunTimes.split(separator: "\n").first { $0.contains(" \(date) ") }, "astral has no \(date)")
+            let fields = line.split(separator: " ").dropFirst(2).map { Double($0) }
+            let reference = Dictionary(uniqueKeysWithValues: zip(["dawn", "sunrise", "sunset", "dusk"], fields.map { $0 ?? .nan }))
+            for event in ["dawn", "sunrise", "sunset", "dusk"] {
+                let ours = try #require(json[event] as? Double, "\(date): no \(event) in \(answer.body)")
+                #expect(abs(ours - reference[event]!) < 60, "\(date) \(event): \(ours), astral \(reference[event]!)")
+            }
+            let start = try #require(json["start"] as? Double), end = try #require(json["end"] as? Double)
+            #expect(end - start == 86400 && Int(start) % 86400 == 0, "\(date): the UTC day, not \(start)…\(end)")
+            // The windows that touch the day: the night before's end, the sunset's hour, the
+            // night's beginning.
+            let windows = try #require(json["windows"] as? [[String: Double]])
+            let sunset = reference["sunset"]!
+            #expect(windows.count == 3, "\(date): \(windows)")
+            #expect(windows.contains { abs($0["start"]! - sunset) < 60 && abs($0["end"]! - (sunset + 3600)) < 60 }, "\(date): \(windows)")
+            #expect(windows.contains { $0["start"]! == start + 23 * 3600 && $0["end"]! == end + 3600 }, "\(date): \(windows)")
+            #expect(windows.contains { $0["start"]! == start - 3600 && $0["end"]! == start + 3600 }, "\(date): \(windows)")
+        }
+        #expect(try web.curl("/api/day?date=2026-02-30").status == 400)
     }
 
     @Test func aTokensFileOthersMayReadIsRefused() throws {
