@@ -228,12 +228,18 @@ final class LevelMeter: Sendable {
     private struct State {
         var accumulator: LevelAccumulator
         var totalClips = 0
+        var last: Levels?
     }
     let channels: Int
+    /// An interval without a frame repeats the levels before it rather than reading silence:
+    /// listening's meter gets chunks only every half levels interval (the capture thread
+    /// sleeps between), and a tick between two of them has measured nothing.
+    private let keepsLastWhenIdle: Bool
     private let state: NIOLockedValueBox<State>
 
-    init(channels: Int) {
+    init(channels: Int, keepsLastWhenIdle: Bool = false) {
         self.channels = channels
+        self.keepsLastWhenIdle = keepsLastWhenIdle
         state = NIOLockedValueBox(State(accumulator: LevelAccumulator(channels: channels)))
     }
 
@@ -267,6 +273,7 @@ final class LevelMeter: Sendable {
     func takeLevels() -> Levels {
         state.withLock { state in
             let accumulator = state.accumulator
+            if keepsLastWhenIdle, accumulator.frames == 0, let last = state.last { return last }
             state.totalClips += accumulator.clips
             state.accumulator = LevelAccumulator(channels: channels)
             let levels = (0..<channels).map { channel -> ChannelLevel in
@@ -274,7 +281,9 @@ final class LevelMeter: Sendable {
                 let rms = (accumulator.sumOfSquares[channel] / Double(accumulator.frames)).squareRoot()
                 return ChannelLevel(average: decibels(Float(rms)), peak: decibels(accumulator.peaks[channel]))
             }
-            return Levels(channels: levels, clipCount: state.totalClips)
+            let measured = Levels(channels: levels, clipCount: state.totalClips)
+            state.last = measured
+            return measured
         }
     }
 }

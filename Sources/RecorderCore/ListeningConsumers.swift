@@ -113,10 +113,13 @@ final class InputMeter: CaptureConsumer, @unchecked Sendable {
     // @unchecked: the meter is behind its own lock; the format is immutable.
     let meter: LevelMeter
     private let configuration: PCMConfiguration
+    /// Levels go out every `levelsInterval`: chunks twice as often keep every interval fed.
+    let wakeInterval: Double
 
-    init(configuration: PCMConfiguration) {
+    init(configuration: PCMConfiguration, levelsInterval: Double) {
         self.configuration = configuration
-        meter = LevelMeter(channels: configuration.channels)
+        meter = LevelMeter(channels: configuration.channels, keepsLastWhenIdle: true)
+        wakeInterval = levelsInterval / 2
     }
 
     func receive(_ chunk: CaptureChunk) -> Bool {

@@ -136,7 +136,7 @@ extension Recorder {
         guard let listenPlan else { return }
         let old = listeningParts.withLock { $0 }
         let ring = listenPlan.preRoll > 0 ? PreRollRing(seconds: listenPlan.preRoll, configuration: engine.configuration) : nil
-        let meter = listenPlan.configuration.meteringEnabled && levelsAreWanted ? InputMeter(configuration: engine.configuration) : nil
+        let meter = listenPlan.configuration.meteringEnabled && levelsAreWanted ? InputMeter(configuration: engine.configuration, levelsInterval: listenPlan.configuration.levelsInterval) : nil
         for consumer in [old.ring as (any CaptureConsumer)?, old.meter].compactMap({ $0 }) {
             engine.detach(consumer, timeout: listenPlan.configuration.stopTimeout)
         }
@@ -160,7 +160,7 @@ extension Recorder {
         let wanted = listenPlan.configuration.meteringEnabled && levelsAreWanted
         let current = listeningParts.withLock { $0.meter }
         if wanted, current == nil {
-            let meter = InputMeter(configuration: engine.configuration)
+            let meter = InputMeter(configuration: engine.configuration, levelsInterval: listenPlan.configuration.levelsInterval)
             listeningParts.withLock { $0.meter = meter }
             try? engine.attach(meter, timeout: listenPlan.configuration.stopTimeout)
         } else if !wanted, let current {
