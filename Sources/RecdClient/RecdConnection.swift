@@ -31,7 +31,12 @@ public enum ClientError: Error, CustomStringConvertible, Sendable, Equatable {
 public final class RecdConnection {
     public let path: String
     private let fd: Int32
+    /// Bytes read and not yet taken, from `taken` on (taking a line moves `taken`, not the
+    /// bytes after it: a page's 40 lines a second were each a copy of the rest).
     private var buffer: [UInt8] = []
+    private var taken = 0
+    /// What read(2) fills, kept from one read to the next.
+    private var chunk = [UInt8](repeating: 0, count: 65536)
     private var nextID: Int64 = 1
     private var notifications: [ChangedNotification.Params] = []
     private let encoder = WireCoding.encoder()
@@ -161,6 +166,7 @@ public final class RecdConnection {
     /// Fills `destination` with the next bytes on the connection (after any line already
     /// buffered): false at the end of the stream before the first byte, `closed` in the middle.
     public func readExactly(into destination: UnsafeMutableRawBufferPointer) throws(ClientError) -> Bool {
+        compact()
         var filled = min(buffer.count, destination.count)
         if filled > 0 {
             buffer.withUnsafeBytes { destination.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: filled) }
@@ -194,11 +200,25 @@ public final class RecdConnection {
         try send(raw: bytes)
     }
 
+    /// Drops the bytes already taken.
+    private func compact() {
+        if taken == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+        } else if taken > 0 {
+            buffer.removeSubrange(..<taken)
+        }
+        taken = 0
+    }
+
+    /// Whether a whole line is already read (the next `readLine` returns without waiting).
+    public var hasBufferedLine: Bool { buffer[taken...].contains(UInt8(ascii: "\n")) }
+
     private func readLine(deadline: Date?) throws(ClientError) -> Data {
         while true {
-            if let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = Data(buffer[..<newline])
-                buffer.removeSubrange(...newline)
+            if let newline = buffer[taken...].firstIndex(of: UInt8(ascii: "\n")) {
+                let line = Data(buffer[taken..<newline])
+                taken = newline + 1
+                if taken == buffer.count || taken >= 65536 { compact() }
                 return line
             }
             if let deadline {
@@ -209,7 +229,7 @@ public final class RecdConnection {
                 if ready == 0 { continue }
                 if ready < 0 && errno != EINTR { throw .closed }
             }
-            var chunk = [UInt8](repeating: 0, count: 65536)
+            let fd = self.fd
             let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0 {
                 if errno == EINTR || errno == EAGAIN { continue }
@@ -217,7 +237,7 @@ public final class RecdConnection {
             }
             if count == 0 {
                 // An end of file in the middle of a line: the answer was cut short.
-                if !buffer.isEmpty { throw .malformed("the connection closed in the middle of a line") }
+                if buffer.count > taken { throw .malformed("the connection closed in the middle of a line") }
                 throw .closed
             }
             buffer.append(contentsOf: chunk[..<count])

@@ -29,7 +29,8 @@ struct RecdBridge: Sendable {
     }
 
     /// A subscription's lines as recd writes them: the `subscribe` response (with its
-    /// snapshot) first, then `changed` notifications, until the page goes. A page that reads
+    /// snapshot) first, then `changed` notifications (those already read together, joined by
+    /// line breaks), until the page goes. A page that reads
     /// too slowly loses the oldest lines, never recd's time.
     func subscription(paramsJSON: [UInt8]) -> AsyncThrowingStream<Data, any Error> {
         let socketPath = socketPath
@@ -44,7 +45,15 @@ struct RecdBridge: Sendable {
             DedicatedThread.spawn(name: "recd-web-live") {
                 do throws(ClientError) {
                     continuation.yield(try shared.connection.call(.subscribe, paramsJSON: paramsJSON))
-                    while true { continuation.yield(try shared.connection.readLine(timeout: nil)) }
+                    while true {
+                        // The lines that came together go together: one WebSocket message.
+                        var lines = try shared.connection.readLine(timeout: nil)
+                        while shared.connection.hasBufferedLine {
+                            lines.append(UInt8(ascii: "\n"))
+                            lines.append(try shared.connection.readLine(timeout: nil))
+                        }
+                        continuation.yield(lines)
+                    }
                 } catch {
                     continuation.finish(throwing: Self.httpError(error))
                 }

@@ -74,12 +74,15 @@ function connectLive() {
   if (live || document.hidden || !page.roles.includes('observe')) return;
   const scheme = location.protocol === 'https:' ? 'wss://' : 'ws://';
   live = new WebSocket(scheme + location.host + '/api/live?spectrum=1');
+  // A message is one or more of recd's lines (doc/web.md).
   live.onmessage = (event) => {
-    const message = JSON.parse(event.data);
-    if (message.result && message.result.snapshot) {
-      for (const entry of message.result.snapshot) apply(entry.topic, entry.value);
-    } else if (message.method === 'changed') {
-      apply(message.params.topic, message.params.value);
+    for (const line of event.data.split('\n')) {
+      const message = JSON.parse(line);
+      if (message.result && message.result.snapshot) {
+        for (const entry of message.result.snapshot) apply(entry.topic, entry.value);
+      } else if (message.method === 'changed') {
+        apply(message.params.topic, message.params.value);
+      }
     }
     liveRetry = 0;
   };
