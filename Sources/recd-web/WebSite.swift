@@ -10,6 +10,7 @@ import RecdClient
 import RecdConfiguration
 import RecdProtocol
 import RecorderCore
+import RecorderModel
 
 /// Every route of the page, and the role each needs (doc/web.md has the table).
 struct WebSite: Sendable {
