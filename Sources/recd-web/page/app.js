@@ -48,6 +48,7 @@ async function loadSession() {
   if (!can('observe')) { $('state').textContent = 'sign in to see the station'; return; }
   connectLive();
   loadDay();
+  api('/api/status').then((status) => { page.recordingsDirectory = status.result.recordingsDirectory; }).catch(() => {});
 }
 
 $('login').addEventListener('submit', async (event) => {
@@ -115,6 +116,7 @@ function apply(topic, value) {
     case 'warning': if (value) say(value.message || value.code); break;
     case 'trigger':
       if (value) page.triggerEvents.push(Object.assign({ seenAt: Date.now() }, value));
+      if (value && value.kind === 'closed') showClosedEvent(value);
       loadDaySoon();
       break;
     case 'segment': loadDaySoon(); break;
@@ -333,6 +335,20 @@ async function loadDay() {
     });
     drawDay(day, page.recordings);
   } catch (error) { say(error.message); }
+}
+
+// A closed event is on the timeline at once, from what the event says (its file is final
+// then); the listing that follows replaces it with what the file itself says.
+function showClosedEvent(event) {
+  const directory = page.recordingsDirectory;
+  if (!page.day || !directory || !event.path.startsWith(directory + '/')) return;
+  const file = event.path.slice(directory.length + 1);
+  if (page.recordings.some((known) => known.file === file)) return;
+  const entry = { file, startedAt: event.start, duration: event.duration, format: file.split('.').pop() };
+  const start = fileStart(entry);
+  if (start >= page.day.end || start + entry.duration <= page.day.start) return;
+  page.recordings.push(entry);
+  drawDay(page.day, page.recordings);
 }
 
 function fileStart(file) { return Date.parse(file.startedAt || file.modified) / 1000 - (file.startedAt ? 0 : file.duration); }
