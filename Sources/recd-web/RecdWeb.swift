@@ -71,7 +71,7 @@ struct RecdWeb: AsyncParsableCommand {
         let app = Application(
             router: router,
             server: .http1WebSocketUpgrade(webSocketRouter: router),
-            configuration: .init(address: .hostname(site.settings.address, port: site.settings.port), serverName: "recd-web"),
+            configuration: .init(address: .hostname(site.access.settings.address, port: site.access.settings.port), serverName: "recd-web"),
             onServerRunning: { channel in
                 logger.info("serving", metadata: ["address": "\(channel.localAddress?.ipAddress ?? "?")",
                                                   "port": "\(channel.localAddress?.port ?? 0)", "recd": "\(site.socketPath)"])
@@ -97,7 +97,7 @@ struct RecdWeb: AsyncParsableCommand {
         if needsTokens, FileManager.default.fileExists(atPath: tokensPath) || tokensFile != nil || !settings.tokensFile.isEmpty {
             tokens = try WebTokens.read(path: tokensPath)
         }
-        return WebSite(settings: settings, access: WebAccess(settings: settings, tokens: tokens),
+        return WebSite(access: WebAccess(settings: settings, tokens: tokens),
                        socketPath: socket ?? configuration.socketPath,
                        recordingsDirectory: recordingsDir ?? configuration.recordingsDirectory,
                        schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude)

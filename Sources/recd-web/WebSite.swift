@@ -1,4 +1,3 @@
-import Dispatch
 import FoundationEssentials
 import Glibc
 import HTTPTypes
@@ -15,7 +14,6 @@ import RecorderModel
 /// Every route of the page, and the role each needs (doc/web.md has the table).
 struct WebSite: Sendable {
     typealias Context = BasicWebSocketRequestContext
-    let settings: WebSettings
     let access: WebAccess
     let socketPath: String
     let recordingsDirectory: String
@@ -25,16 +23,15 @@ struct WebSite: Sendable {
     let viewers: ViewerCount
     let spectrograms = Spectrograms()
 
-    init(settings: WebSettings, access: WebAccess, socketPath: String, recordingsDirectory: String,
+    init(access: WebAccess, socketPath: String, recordingsDirectory: String,
          schedule: ScheduledRecording?, latitude: Double?, longitude: Double?) {
-        self.settings = settings
         self.access = access
         self.socketPath = socketPath
         self.recordingsDirectory = recordingsDirectory
         self.schedule = schedule
         self.latitude = latitude
         self.longitude = longitude
-        viewers = ViewerCount(limit: settings.maxViewers)
+        viewers = ViewerCount(limit: access.settings.maxViewers)
     }
 
     var recd: RecdBridge { RecdBridge(socketPath: socketPath) }
@@ -313,11 +310,12 @@ struct DayAnswer: Encodable {
     }
 }
 
-/// Recorded files' spectrograms, computed one at a time on a thread of their own (decoding a
-/// long file takes seconds) and kept for the last few files asked for (a file's path, size
+/// Recorded files' spectrograms, computed one at a time, each on a thread of its own (decoding
+/// a long file takes seconds, which on Dispatch's pool would hold one of its few threads) and kept for the last few files asked for (a file's path, size
 /// and modification time name it: a file rewritten is computed afresh).
 final class Spectrograms: Sendable {
-    private let queue = DispatchQueue(label: "recd-web.spectrograms")
+    /// One computation at a time.
+    private let computing = NIOLock()
     private let cache = NIOLockedValueBox<[String: FileSpectrogram]>([:])
     private static let kept = 32
 
@@ -329,11 +327,14 @@ final class Spectrograms: Sendable {
         let key = "\(path)|\(status.st_size)|\(status.st_mtim.tv_sec).\(status.st_mtim.tv_nsec)|\(columns)"
         if let kept = cache.withLockedValue({ $0[key] }) { return kept }
         let result: Result<FileSpectrogram, RecorderError> = await withCheckedContinuation { continuation in
-            queue.async {
-                do throws(RecorderError) {
-                    continuation.resume(returning: .success(try FileSpectrogram.compute(path: path, columns: columns)))
-                } catch {
-                    continuation.resume(returning: .failure(error))
+            let computing = computing
+            DedicatedThread.spawn(name: "recd-web-spectrogram") {
+                computing.withLock {
+                    do throws(RecorderError) {
+                        continuation.resume(returning: .success(try FileSpectrogram.compute(path: path, columns: columns)))
+                    } catch {
+                        continuation.resume(returning: .failure(error))
+                    }
                 }
             }
         }
