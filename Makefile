@@ -88,18 +88,22 @@ build-info:
 	@h=Sources/CBuildInfo/commit.h; line='#define RECD_COMMIT "$(BUILD_COMMIT)"'; \
 	if [ "$$(cat $$h 2>/dev/null)" != "$$line" ]; then echo "$$line" >$$h; touch Sources/CBuildInfo/build_info.c; fi
 
+# The debug and TSan builds leave out the TLS trait (Package.swift): BoringSSL would cost each
+# 3-4 minutes; HTTPS is tested against the release binaries, which have it.
+TEST_BUILD_FLAGS = --disable-default-traits
+
 # One build per configuration, each in one folder with one set of flags, so that no target
 # builds what another built: the shipping release binaries in .build/release, which make
 # install, deb, demo, demo-shell, bench, soak and the release end-to-end tests all use; TSan
 # with the tests in .build-tsan (make test); debug with the tests in .build/debug (make check).
 build: deps build-info
-	$(SWIFT) build
+	$(SWIFT) build $(TEST_BUILD_FLAGS)
 
 build-tests: deps build-info
-	$(SWIFT) build --build-tests
+	$(SWIFT) build --build-tests $(TEST_BUILD_FLAGS)
 
 build-tsan: deps build-info
-	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan $(TEST_BUILD_FLAGS)
 
 # make test builds the release binaries once, first; the checks it runs beside the tests
 # (fuzz-smoke, check-units, check-install, test-deb) take them as they are, SKIP_RELEASE_BUILD=1: there
@@ -281,6 +285,8 @@ TMPFILESDIR = $(DESTDIR)$(PREFIX)/lib/tmpfiles.d
 CONFDIR     = $(DESTDIR)/etc/recd
 # Man pages, completions and units are generated here, then installed.
 GENERATED   = .build/install-files
+# systemd units, the same names in systemd/ and systemd/user/.
+UNITS       = recd.service recd.socket recd-web.service recd-web.socket recd-web-proxy.service
 # The man pages' date: the last commit's, so that installing twice gives the same files.
 MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 
@@ -322,7 +328,7 @@ install: release
 	  "$$bin/$$tool" --generate-completion-script zsh >$(GENERATED)/completions/_$$tool; \
 	  "$$bin/$$tool" --generate-completion-script fish >$(GENERATED)/completions/$$tool.fish; \
 	done; \
-	for unit in recd.service recd.socket recd-web.service; do \
+	for unit in $(UNITS); do \
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/$$unit >$(GENERATED)/system/$$unit; \
 	  sed 's|/usr/local/bin/recd|$(PREFIX)/bin/recd|g' systemd/user/$$unit >$(GENERATED)/user/$$unit; \
 	done; \
@@ -334,8 +340,8 @@ install: release
 	install -m 644 $(GENERATED)/completions/recd $(GENERATED)/completions/recctl $(GENERATED)/completions/recd-web $(BASHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/completions/_recd $(GENERATED)/completions/_recctl $(GENERATED)/completions/_recd-web $(ZSHCOMPDIR)/; \
 	install -m 644 $(GENERATED)/completions/recd.fish $(GENERATED)/completions/recctl.fish $(GENERATED)/completions/recd-web.fish $(FISHCOMPDIR)/; \
-	install -m 644 $(GENERATED)/system/recd.service $(GENERATED)/system/recd.socket $(GENERATED)/system/recd-web.service $(UNITDIR)/; \
-	install -m 644 $(GENERATED)/user/recd.service $(GENERATED)/user/recd.socket $(GENERATED)/user/recd-web.service $(USERUNITDIR)/; \
+	install -m 644 $(addprefix $(GENERATED)/system/,$(UNITS)) $(UNITDIR)/; \
+	install -m 644 $(addprefix $(GENERATED)/user/,$(UNITS)) $(USERUNITDIR)/; \
 	install -m 644 systemd/sysusers.d/recd.conf $(SYSUSERSDIR)/recd.conf; \
 	install -m 644 systemd/tmpfiles.d/recd.conf $(TMPFILESDIR)/recd.conf; \
 	if [ -e $(CONFDIR)/recd.toml ]; then \
@@ -352,8 +358,8 @@ uninstall:
 	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1 $(MAN1DIR)/recd-web.1 $(MAN5DIR)/recd.toml.5
 	rm -f $(BASHCOMPDIR)/recd $(BASHCOMPDIR)/recctl $(BASHCOMPDIR)/recd-web $(ZSHCOMPDIR)/_recd $(ZSHCOMPDIR)/_recctl $(ZSHCOMPDIR)/_recd-web
 	rm -f $(FISHCOMPDIR)/recd.fish $(FISHCOMPDIR)/recctl.fish $(FISHCOMPDIR)/recd-web.fish
-	rm -f $(UNITDIR)/recd.service $(UNITDIR)/recd.socket $(UNITDIR)/recd-web.service
-	rm -f $(USERUNITDIR)/recd.service $(USERUNITDIR)/recd.socket $(USERUNITDIR)/recd-web.service
+	rm -f $(addprefix $(UNITDIR)/,$(UNITS))
+	rm -f $(addprefix $(USERUNITDIR)/,$(UNITS))
 	rm -f $(SYSUSERSDIR)/recd.conf $(TMPFILESDIR)/recd.conf $(CONFDIR)/recd.toml.example
 	if cmp -s etc/recd.toml $(CONFDIR)/recd.toml; then rm -f $(CONFDIR)/recd.toml; \
 	elif [ -e $(CONFDIR)/recd.toml ]; then echo "kept $(CONFDIR)/recd.toml (changed since installed)"; fi

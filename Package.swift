@@ -30,6 +30,14 @@ let package = Package(
         .library(name: "RecdClient", targets: ["RecdClient", "RecdProtocol", "RecorderModel"]),
         .library(name: "RecorderCore", targets: ["RecorderCore", "RecorderModel"]),
     ],
+    traits: [
+        // HTTPS in recd-web when [web] tls_certificate is set (HummingbirdTLS: swift-nio-ssl and
+        // its BoringSSL, about 3.5 minutes to compile here). On by default and in the release
+        // binaries; `make` builds the debug and TSan configurations without it, so only the
+        // shipping build pays for it (doc/testing.md).
+        .trait(name: "TLS", description: "recd-web serves HTTPS when a certificate is configured."),
+        .default(enabledTraits: ["TLS"]),
+    ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
@@ -41,6 +49,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        // recd-web's HTTPS (the TLS trait), under HummingbirdTLS.
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
     ],
     targets: [
         // C libraries, found through pkg-config.
@@ -165,7 +175,10 @@ let package = Package(
         .executableTarget(name: "recd-web", dependencies: [
             "RecdClient", "RecdProtocol", "RecorderModel", "RecorderCore", "RecdConfiguration", "CBuildInfo", "Systemd",
             .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "HummingbirdCore", package: "hummingbird"),
             .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+            .product(name: "HummingbirdTLS", package: "hummingbird", condition: .when(traits: ["TLS"])),
+            .product(name: "NIOSSL", package: "swift-nio-ssl", condition: .when(traits: ["TLS"])),
             .product(name: "HTTPTypes", package: "swift-http-types"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "SystemPackage", package: "swift-system"),

@@ -20,6 +20,11 @@ public struct WebSettings: Equatable, Sendable {
     public var tokensFile = ""
     /// Pages open at once (each holds a subscription, and a listener a tap, on recd's socket).
     public var maxViewers = 16
+    /// HTTPS: the certificate chain and its private key, PEM files; both or neither. Empty:
+    /// plain HTTP (a reverse proxy may add TLS in front).
+    public var tlsCertificate = ""
+    public var tlsKey = ""
+    public var usesTLS: Bool { !tlsCertificate.isEmpty }
 }
 
 extension DaemonConfiguration {
@@ -37,6 +42,17 @@ extension DaemonConfiguration {
             web.tokensFile = value
         }
         try reader.read("web.max_viewers", in: 1...256) { (value: Int) in web.maxViewers = value }
+        for key in ["web.tls_certificate", "web.tls_key"] {
+            try reader.read(key) { (value: String) throws(ConfigurationError) in
+                guard value.hasPrefix("/") else { throw reader.invalid(key, "must be an absolute path") }
+                if key == "web.tls_key" { web.tlsKey = value } else { web.tlsCertificate = value }
+            }
+        }
+        if web.tlsCertificate.isEmpty != web.tlsKey.isEmpty {
+            let missing = web.tlsKey.isEmpty ? "web.tls_key" : "web.tls_certificate"
+            let given = web.tlsKey.isEmpty ? "web.tls_certificate" : "web.tls_key"
+            throw reader.invalid(given, "needs \(missing) too: HTTPS takes a certificate and its private key")
+        }
     }
 
     /// Where the tokens are read from: `web.tokens_file`, else beside the mode's recd.toml.

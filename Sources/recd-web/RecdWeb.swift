@@ -25,7 +25,7 @@ struct RecdWeb: AsyncParsableCommand {
             Exit status: 0 after SIGTERM or SIGINT; 1 an unexpected failure; 78 the configuration \
             or the tokens file is invalid.
             """,
-        version: RecdVersion.withCommit(String(cString: recd_build_commit())))
+        version: RecdVersion.withCommit(String(cString: recd_build_commit())) + WebServerKind.builtWith)
 
     @Option(help: ArgumentHelp("recd's configuration file.", discussion: "Default: /etc/recd/recd.toml (--system) or $XDG_CONFIG_HOME/recd/recd.toml (--user).", valueName: "path"))
     var config: String?
@@ -45,6 +45,12 @@ struct RecdWeb: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The tokens file (web.tokens_file).", valueName: "path"))
     var tokensFile: String?
 
+    @Option(help: ArgumentHelp(
+        "Listen on this Unix socket instead of web.address and web.port.",
+        discussion: "For socket activation: systemd-socket-proxyd holds the TCP port (recd-web.socket) and forwards each connection here, so recd-web itself needs no network (doc/web.md).",
+        valueName: "path"))
+    var unixSocket: String?
+
     @Flag(help: "Use the system instance's paths. The default for root.")
     var system = false
 
@@ -54,27 +60,39 @@ struct RecdWeb: AsyncParsableCommand {
     func validate() throws {
         if system && user { throw ValidationError("--system and --user exclude each other") }
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be between 0 and 65535, not \(port)") }
+        if let unixSocket {
+            if unixSocket.isEmpty || !unixSocket.hasPrefix("/") { throw ValidationError("--unix-socket must be an absolute path") }
+            // sockaddr_un's sun_path holds 108 bytes with the terminating NUL.
+            if unixSocket.utf8.count > 107 { throw ValidationError("--unix-socket must be at most 107 bytes long") }
+            if address != nil || port != nil { throw ValidationError("--unix-socket excludes --address and --port") }
+        }
     }
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
         let logger = Logger(label: "recd-web")
-        let site: WebSite
+        let site: WebSite, serverKind: WebServerKind
         do {
-            site = try loadSite()
+            (site, serverKind) = try loadSite()
         } catch {
             _ = try? FileDescriptor.standardError.writeAll("recd-web: \(error)\n".utf8)
             throw ExitCode(78)
         }
         let router = Router(context: BasicWebSocketRequestContext.self)
         site.addRoutes(to: router)
+        let bindAddress: BindAddress = unixSocket.map { .unixDomainSocket(path: $0) }
+            ?? .hostname(site.access.settings.address, port: site.access.settings.port)
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(webSocketRouter: router),
-            configuration: .init(address: .hostname(site.access.settings.address, port: site.access.settings.port), serverName: "recd-web"),
+            server: try serverKind.builder(router),
+            configuration: .init(address: bindAddress, serverName: "recd-web"),
             onServerRunning: { channel in
-                logger.info("serving", metadata: ["address": "\(channel.localAddress?.ipAddress ?? "?")",
-                                                  "port": "\(channel.localAddress?.port ?? 0)", "recd": "\(site.socketPath)"])
+                if let unixSocket {
+                    logger.info("serving", metadata: ["socket": "\(unixSocket)", "tls": "\(site.access.settings.usesTLS)", "recd": "\(site.socketPath)"])
+                } else {
+                    logger.info("serving", metadata: ["address": "\(channel.localAddress?.ipAddress ?? "?")", "tls": "\(site.access.settings.usesTLS)",
+                                                      "port": "\(channel.localAddress?.port ?? 0)", "recd": "\(site.socketPath)"])
+                }
                 // systemd's Type=notify, when run by it.
                 Systemd.notify("READY=1")
             },
@@ -82,8 +100,8 @@ struct RecdWeb: AsyncParsableCommand {
         try await app.runService()
     }
 
-    /// recd's configuration, the options over it, and the tokens.
-    func loadSite() throws -> WebSite {
+    /// recd's configuration, the options over it, the tokens, and TLS's files.
+    func loadSite() throws -> (WebSite, WebServerKind) {
         let environment = ProcessInfo.processInfo.environment
         let mode = DaemonConfiguration.mode(system: system, user: user)
         let configuration = try DaemonConfiguration.load(mode: mode, path: config, environment: environment)
@@ -97,10 +115,12 @@ struct RecdWeb: AsyncParsableCommand {
         if needsTokens, FileManager.default.fileExists(atPath: tokensPath) || tokensFile != nil || !settings.tokensFile.isEmpty {
             tokens = try WebTokens.read(path: tokensPath)
         }
-        return WebSite(access: WebAccess(settings: settings, tokens: tokens),
-                       socketPath: socket ?? configuration.socketPath,
-                       recordingsDirectory: recordingsDir ?? configuration.recordingsDirectory,
-                       schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude)
+        let serverKind = try WebServerKind(settings, configFile: config ?? DaemonConfiguration.defaultConfigPath(for: mode, environment: environment))
+        return (WebSite(access: WebAccess(settings: settings, tokens: tokens),
+                        socketPath: socket ?? configuration.socketPath,
+                        recordingsDirectory: recordingsDir ?? configuration.recordingsDirectory,
+                        schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude),
+                serverKind)
     }
 }
 

@@ -85,7 +85,7 @@ struct WebAccess: Sendable {
         }
         if let origin = request.headers[.origin] {
             let host = request.head.authority ?? request.headers[HTTPField.Name("Host")!] ?? ""
-            guard origin == "http://" + host || origin == "https://" + host else {
+            guard origin == (settings.usesTLS ? "https://" : "http://") + host else {
                 throw HTTPError(.forbidden, message: "a request from \(origin) is refused: only this station's own page may do this")
             }
         }

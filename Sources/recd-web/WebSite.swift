@@ -45,6 +45,7 @@ struct WebSite: Sendable {
     func addRoutes(to router: Router<Context>) {
         router.middlewares.add(SecurityHeaders())
         let access = access, recd = recd, recordingsDirectory = recordingsDirectory
+        let secure = access.settings.usesTLS ? "; Secure" : ""
 
         // The page itself needs no role: without one it asks for a token.
         router.get("/") { _, _ in Self.asset(PackageResources.index_html, "text/html; charset=utf-8") }
@@ -65,14 +66,15 @@ struct WebSite: Sendable {
             var response = try Self.json(SessionAnswer(roles: access.openRoles.union(roles).sorted().map(\.rawValue),
                                                        open: access.openRoles.sorted().map(\.rawValue),
                                                        tokenRoles: WebTokens.Role.allCases.filter { access.access($0) == .token }.map(\.rawValue)))
-            // HttpOnly: no script reads it; SameSite=Strict: no other site's page sends it.
-            response.headers[.setCookie] = "\(WebAccess.cookieName)=\(login.token); Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000"
+            // HttpOnly: no script reads it; SameSite=Strict: no other site's page sends it;
+            // Secure over HTTPS: never sent in the clear.
+            response.headers[.setCookie] = "\(WebAccess.cookieName)=\(login.token); Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000\(secure)"
             return response
         }
         router.post("/api/logout") { request, _ in
             try access.requireSameOrigin(request)
             var response = Response(status: .noContent)
-            response.headers[.setCookie] = "\(WebAccess.cookieName)=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+            response.headers[.setCookie] = "\(WebAccess.cookieName)=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0\(secure)"
             return response
         }
 

@@ -26,16 +26,18 @@ struct WebTests {
 
         """
 
-    /// A recd-web process on a free port of the loopback.
+    /// A recd-web process on a free port of the loopback, or on a Unix socket (`unixSocket`:
+    /// then `port` is set by whoever forwards to it).
     final class WebServer {
         let directory = TemporaryDirectory()
         let process: ChildProcess
-        private(set) var port = 0
-        var url: String { "http://127.0.0.1:\(port)" }
+        var port = 0
+        var scheme = "http"
+        var url: String { "\(scheme)://127.0.0.1:\(port)" }
         var log: String { (try? String(contentsOfFile: directory.file("web.log"), encoding: .utf8)) ?? "" }
 
         init(daemon: Daemon, web: String = "", schedule: String = "", tokens: String? = WebTests.tokens, tokensMode: mode_t = 0o600,
-             environment: [String: String] = [:], wait: Bool = true) throws {
+             environment: [String: String] = [:], unixSocket: String? = nil, wait: Bool = true) throws {
             try "\(schedule)\n[web]\naddress = \"127.0.0.1\"\n\(web)\n".write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
             if let tokens {
                 try tokens.write(toFile: directory.file("tokens"), atomically: true, encoding: .utf8)
@@ -43,10 +45,17 @@ struct WebTests {
             }
             process = try ChildProcess(Binaries.directory + "/recd-web",
                                        ["--user", "--config", directory.file("recd.toml"), "--socket", daemon.socket,
-                                        "--recordings-dir", daemon.recordings, "--port", "0", "--tokens-file", directory.file("tokens")],
+                                        "--recordings-dir", daemon.recordings, "--tokens-file", directory.file("tokens")]
+                                       + (unixSocket.map { ["--unix-socket", $0] } ?? ["--port", "0"]),
                                        environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
                                        output: directory.file("web.log"))
             guard wait else { return }
+            if let unixSocket {
+                guard waitUntil(timeout: 60, { log.contains("socket=\(unixSocket)") || !process.isRunning }), process.isRunning else {
+                    throw TestFailure("recd-web did not start: \(log)")
+                }
+                return
+            }
             var found = 0
             _ = waitUntil(timeout: 60) {
                 if let range = log.range(of: #"port=(\d+)"#, options: .regularExpression) {
@@ -347,6 +356,125 @@ struct WebTests {
         #expect(daemon.terminate() == 0)
         let gone = try web.curl("/api/status")
         #expect(gone.status == 503 && gone.body.contains("recd is not running"), "\(gone)")
+        #expect(web.process.isRunning)
+    }
+
+    /// HTTPS when [web] names a certificate and its key (the release binaries have the TLS
+    /// trait; the debug and TSan builds leave it out and must say so). curl checks the
+    /// certificate chain itself; the login cookie is then Secure and only an https:// page
+    /// may change anything.
+    @Test func httpsWhenACertificateIsConfigured() throws {
+        let version = try run(Binaries.directory + "/recd-web", ["--version"]).stdout
+        if ProcessInfo.processInfo.environment["RECD_TEST_BINARIES"] != nil {
+            #expect(version.contains(", with TLS"), "the shipping recd-web has TLS: \(version)")
+        }
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let keys = TemporaryDirectory()
+        func makeCertificate(_ name: String) throws {
+            let made = try run("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                                                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                                                    "-keyout", keys.file(name + ".key"), "-out", keys.file(name + ".pem")])
+            guard made.status == 0 else { throw TestFailure("openssl: \(made.stderr)") }
+            chmod(keys.file(name + ".key"), 0o600)
+        }
+        try makeCertificate("station")
+        try makeCertificate("other")
+        func tls(_ certificate: String, _ key: String) -> String {
+            "tls_certificate = \"\(keys.file(certificate + ".pem"))\"\ntls_key = \"\(keys.file(key + ".key"))\""
+        }
+        guard version.contains(", with TLS") else {
+            let refused = try WebServer(daemon: daemon, web: tls("station", "station"), wait: false)
+            #expect(refused.process.wait(timeout: 30) == 78)
+            #expect(refused.log.contains("web.tls_certificate") && refused.log.contains("built without TLS"), "\(refused.log)")
+            return
+        }
+        // A key everyone may read, and a key that is not the certificate's: refused (78).
+        chmod(keys.file("station.key"), 0o644)
+        let readable = try WebServer(daemon: daemon, web: tls("station", "station"), wait: false)
+        #expect(readable.process.wait(timeout: 30) == 78)
+        #expect(readable.log.contains("may be read by everyone (mode 644)"), "\(readable.log)")
+        chmod(keys.file("station.key"), 0o640)
+        let mismatched = try WebServer(daemon: daemon, web: tls("station", "other"), wait: false)
+        #expect(mismatched.process.wait(timeout: 30) == 78)
+        #expect(mismatched.log.contains("does not go with web.tls_certificate"), "\(mismatched.log)")
+
+        let web = try WebServer(daemon: daemon, web: tls("station", "station"))
+        web.scheme = "https"
+        let trust = ["--cacert", keys.file("station.pem")]
+        let status = try web.curl("/api/status", trust)
+        #expect(status.status == 200 && status.body.contains("\"state\""), "\(status)")
+        // The same port in plain HTTP gets no page, and a client that does not trust the
+        // certificate refuses it (curl's own check: status 0).
+        web.scheme = "http"
+        #expect(try web.curl("/api/status").status != 200)
+        web.scheme = "https"
+        #expect(try web.curl("/api/status").status == 0)
+        #expect(try web.upgrade("/api/live", trust) == .text)
+        let login = ["-X", "POST", "-H", "Content-Type: application/json", "--data", "{\"token\":\"\(Self.ownerToken)\"}"]
+        let signedIn = try web.curl("/api/login", trust + login + ["-H", "Origin: https://127.0.0.1:\(web.port)"], headers: true)
+        #expect(signedIn.status == 200, "\(signedIn)")
+        let cookie = signedIn.body.split(separator: "\r\n").first { $0.lowercased().hasPrefix("set-cookie:") } ?? ""
+        #expect(cookie.contains("HttpOnly") && cookie.contains("; Secure"), "\(cookie)")
+        // A page served over plain HTTP under this name is not this station's page.
+        let downgraded = try web.curl("/api/login", trust + login + ["-H", "Origin: http://127.0.0.1:\(web.port)"])
+        #expect(downgraded.status == 403, "\(downgraded)")
+    }
+
+    /// Socket activation as recd-web.socket and recd-web-proxy.service do it, with systemd's
+    /// own tools: the port is held by systemd-socket-proxyd (here handed its listening socket
+    /// by systemd-socket-activate, as PID 1 would), which forwards each connection to
+    /// recd-web's Unix socket, and exits once no connection has been open for its idle time.
+    @Test func socketActivatedBehindSystemdsProxy() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        // --unix-socket excludes a TCP address (a usage error, 64).
+        let both = try run(Binaries.directory + "/recd-web", ["--unix-socket", "/tmp/x.sock", "--port", "8090"])
+        #expect(both.status == 64 && both.stderr.contains("--unix-socket excludes --address and --port"), "\(both)")
+        let path = TemporaryDirectory()
+        let socket = path.file("http.sock")
+        let web = try WebServer(daemon: daemon, unixSocket: socket)
+        var status = stat()
+        #expect(stat(socket, &status) == 0 && status.st_mode & S_IFMT == S_IFSOCK, "no socket at \(socket)")
+        // Straight to the socket, as the proxy connects.
+        let direct = try run("/usr/bin/curl", ["-s", "--max-time", "10", "--unix-socket", socket, "http://station/api/status"], timeout: 30)
+        #expect(direct.stdout.contains("\"state\""), "\(direct.stdout)")
+
+        let idle = 3.0
+        web.port = try Self.freePort()
+        let proxy = try ChildProcess("/usr/bin/systemd-socket-activate",
+                                     ["-l", "127.0.0.1:\(web.port)", "/lib/systemd/systemd-socket-proxyd",
+                                      "--exit-idle-time=\(Int(idle))", socket],
+                                     environment: ProcessInfo.processInfo.environment, output: path.file("proxy.log"))
+        defer { proxy.signal(SIGTERM); _ = proxy.wait(timeout: 10) }
+        #expect(waitUntil(timeout: 30) { (try? web.curl("/"))?.status == 200 }, "the page through the proxy: \((try? String(contentsOfFile: path.file("proxy.log"), encoding: .utf8)) ?? "")")
+        #expect(try web.curl("/api/status").body.contains("\"state\""))
+        #expect(try web.upgrade("/api/live") == .text)
+        // A page left open holds the proxy (and so recd-web.service) past the idle time; a
+        // recording's time goes to it all the while.
+        let _: Recording = try daemon.connect().call(.start, StartParams(name: "proxied"))
+        let frames = path.file("frames")
+        let page = try ChildProcess("/usr/bin/curl", ["-s", "-N", "-o", frames, "--max-time", "\(Int(idle * 3))", "--http1.1",
+                                                      "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
+                                                      "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                                                      web.url + "/api/live"], environment: ProcessInfo.processInfo.environment)
+        #expect(waitUntil(timeout: 30) { ((try? FileManager.default.attributesOfItem(atPath: frames)[.size] as? Int) ?? 0) > 0 }, "the live page did not begin")
+        func frameBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: frames)[.size] as? Int) ?? 0 }
+        // Past the idle time with the page open (a wait for time itself: the point is that
+        // the idle time passes), the proxy is still there and frames still come through it.
+        let opened = Date()
+        usleep(UInt32((idle + 1.5) * 1_000_000))
+        #expect(Date().timeIntervalSince(opened) > idle && page.isRunning, "the page's curl ended early: the check below means nothing")
+        #expect(proxy.isRunning, "the proxy exited while a page was open")
+        let bytes = frameBytes()
+        #expect(waitUntil(timeout: 10) { frameBytes() > bytes }, "no frame came through the proxy after its idle time")
+        #expect(page.wait(timeout: idle * 3 + 30) != nil)
+        // No connection: it exits by itself within its idle time (and systemd would stop
+        // recd-web.service, StopWhenUnneeded=yes).
+        let exit = proxy.wait(timeout: idle + 30)
+        #expect(exit == 0, "the idle proxy: \(String(describing: exit))")
         #expect(web.process.isRunning)
     }
 

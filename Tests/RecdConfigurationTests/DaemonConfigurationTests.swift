@@ -111,6 +111,11 @@ struct DaemonConfigurationTests {
         #expect(error("[web]\ntokens_file = \"web-tokens\"\n") == "recd.toml:2: web.tokens_file: must be an absolute path")
         #expect(error("[web]\nmax_viewers = 1000\n")?.hasPrefix("recd.toml:2: web.max_viewers: must be between 1 and 256") == true)
         #expect(error("[web]\ntls = true\n") == "recd.toml:2: web.tls: unknown key")
+        let tls = try read("[web]\ntls_certificate = \"/etc/recd/web.pem\"\ntls_key = \"/etc/recd/web.key\"\n").web
+        #expect(tls.usesTLS && tls.tlsCertificate == "/etc/recd/web.pem" && tls.tlsKey == "/etc/recd/web.key")
+        #expect(error("[web]\ntls_certificate = \"web.pem\"\ntls_key = \"/k\"\n") == "recd.toml:2: web.tls_certificate: must be an absolute path")
+        #expect(error("[web]\ntls_certificate = \"/etc/recd/web.pem\"\n")?.hasPrefix("recd.toml:2: web.tls_certificate: needs web.tls_key too") == true)
+        #expect(error("[web]\nport = 8443\ntls_key = \"/etc/recd/web.key\"\n")?.hasPrefix("recd.toml:3: web.tls_key: needs web.tls_certificate too") == true)
         #expect(DaemonConfiguration.defaultTokensPath(for: .user, environment: ["HOME": "/home/test"]) == "/home/test/.config/recd/web-tokens")
         #expect(DaemonConfiguration.defaultTokensPath(for: .system, environment: [:]) == "/etc/recd/web-tokens")
     }

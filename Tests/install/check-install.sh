@@ -33,10 +33,14 @@ expected=(
     usr/bin/recctl
     usr/bin/recd
     usr/bin/recd-web
+    usr/lib/systemd/system/recd-web-proxy.service
     usr/lib/systemd/system/recd-web.service
+    usr/lib/systemd/system/recd-web.socket
     usr/lib/systemd/system/recd.service
     usr/lib/systemd/system/recd.socket
+    usr/lib/systemd/user/recd-web-proxy.service
     usr/lib/systemd/user/recd-web.service
+    usr/lib/systemd/user/recd-web.socket
     usr/lib/systemd/user/recd.service
     usr/lib/systemd/user/recd.socket
     usr/lib/sysusers.d/recd.conf
@@ -98,7 +102,7 @@ MANWIDTH=200 man -l "$stage/usr/share/man/man5/recd.toml.5" 2>/dev/null | grep -
 
 # 3. The units run the installed binary.
 for unit in system/recd.service user/recd.service system/recd-web.service user/recd-web.service; do
-    grep -qx "ExecStart=$prefix/bin/recd\(-web\)\? --\(system\|user\)" "$stage/usr/lib/systemd/$unit" ||
+    grep -qx "ExecStart=$prefix/bin/recd\(-web\)\? --\(system\|user\)\( --unix-socket .*/recd-web/http.sock\)\?" "$stage/usr/lib/systemd/$unit" ||
         fail "$unit: $(grep ExecStart= "$stage/usr/lib/systemd/$unit")"
 done
 ! grep -rq /usr/local "$stage/usr/lib/systemd" || fail "a unit still names /usr/local"

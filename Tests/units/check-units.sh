@@ -3,8 +3,9 @@
 #   1. `systemd-analyze verify` accepts each unit pair (service + socket) of the system and
 #      the user instance without printing anything on stderr;
 #   2. the system service's exposure level (`systemd-analyze security`) is at most 1.5;
-#   3. the same for recd-web.service (the web page, beside recd in the same directory), whose
-#      exposure is at most 1.5 too, though it must speak TCP (AF_INET, no PrivateNetwork=).
+#   3. the same for the web page's units (recd-web.socket, recd-web-proxy.service, which holds the
+#      port, and recd-web.service, beside recd in the same directory): both services' exposure is
+#      at most 1.5 too.
 # The user services' exposure is printed for information only.
 #
 # Usage: Tests/units/check-units.sh PATH-TO-RECD
@@ -48,7 +49,7 @@ ln -s "$(realpath "$web_binary")" "$work/bin/recd-web"
 copy_units() {
     local source=$1 dest=$2 unit
     mkdir -p "$dest"
-    cp "$source/recd.socket" "$dest/"
+    cp "$source/recd.socket" "$source/recd-web.socket" "$source/recd-web-proxy.service" "$dest/"
     unit=$(<"$source/recd.service")
     grep -q "^ExecStart=$unit_binary " <<<"$unit" ||
         fail "$source/recd.service: no 'ExecStart=$unit_binary ...' line to rewrite"
@@ -68,6 +69,7 @@ verify_pair() {
     local label=$1 dir=$2 status=0
     shift 2
     systemd-analyze "$@" verify --man=no "$dir/recd.service" "$dir/recd.socket" "$dir/recd-web.service" \
+        "$dir/recd-web.socket" "$dir/recd-web-proxy.service" \
         2>"$work/verify.err" >/dev/null || status=$?
     if [[ -s $work/verify.err || $status -ne 0 ]]; then
         cat "$work/verify.err" >&2
@@ -94,10 +96,12 @@ exposure() {
 
 system_level=$(exposure "$work/system" recd)
 user_level=$(XDG_RUNTIME_DIR="$work/runtime" exposure "$work/user" recd --user)
-web_level=$(exposure "$work/system" recd-web)
-printf 'check-units: exposure of the system recd-web.service: %s (maximum %s)\n' "$web_level" "$max_web_exposure"
-awk -v level="$web_level" -v max="$max_web_exposure" 'BEGIN { exit !(level + 0 <= max + 0) }' ||
-    fail "system recd-web.service exposure $web_level is above $max_web_exposure"
+for service in recd-web recd-web-proxy; do
+    web_level=$(exposure "$work/system" "$service")
+    printf 'check-units: exposure of the system %s.service: %s (maximum %s)\n' "$service" "$web_level" "$max_web_exposure"
+    awk -v level="$web_level" -v max="$max_web_exposure" 'BEGIN { exit !(level + 0 <= max + 0) }' ||
+        fail "system $service.service exposure $web_level is above $max_web_exposure"
+done
 printf 'check-units: exposure of the system recd.service: %s (maximum %s)\n' \
     "$system_level" "$max_exposure"
 printf 'check-units: exposure of the user recd.service: %s (information only)\n' \

@@ -168,7 +168,7 @@ Description: audio recorder daemon controlled over a Unix socket
  Segments by length or on the clock, retention, an MQTT bridge with Home
  Assistant discovery, and upload hooks for finished files.
  .
- recd-web, a separate service (not enabled by default), serves a web page for
+ recd-web, a socket-activated service (not enabled by default), serves a page for
  phones and desktops on the LAN (meters, a live spectrogram, listening live,
  the day's recordings with players, controls behind tokens) and Prometheus
  metrics; recd itself stays off the network.
