@@ -168,10 +168,10 @@ Description: audio recorder daemon controlled over a Unix socket
  Segments by length or on the clock, retention, an MQTT bridge with Home
  Assistant discovery, and upload hooks for finished files.
  .
- recd-web, a socket-activated service (not enabled by default), serves a page for
+ recd-web, socket-activated (not enabled by default), serves a page for
  phones and desktops on the LAN (meters, a live spectrogram, listening live,
- the day's recordings with players, controls behind tokens) and Prometheus
- metrics; recd itself stays off the network.
+ the day's recordings with players, controls behind tokens, HTTPS) and
+ Prometheus metrics; recd itself stays off the network.
 CONTROL
 echo "make deb: 4/4 dpkg-deb (xz) and lintian"
 dpkg-deb --root-owner-group -Zxz --build "$root" "$repo/$output" >/dev/null || fail "dpkg-deb failed"
