@@ -262,7 +262,9 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         timer.setEventHandler { [weak self] in self?.publishTelemetry() }
         timer.resume()
         telemetryTimer = timer
-        recorder.setLevelsWanted(true, by: "mqtt")
+        // Levels are read at each telemetry tick: metered over the whole period, published no
+        // more often (unless a client of the socket asks for more).
+        recorder.setLevelsWanted(true, by: "mqtt", every: configuration.telemetryInterval)
     }
 
     private func stopTelemetry() {

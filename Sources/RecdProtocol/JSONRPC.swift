@@ -269,13 +269,14 @@ extension Spectrum {
             json.append(UInt8(ascii: "-"))
             tenths = -tenths
         }
-        var digits: [UInt8] = []
-        var whole = tenths / 10
-        repeat {
-            digits.append(UInt8(ascii: "0") + UInt8(whole % 10))
-            whole /= 10
-        } while whole > 0
-        json += digits.reversed()
+        // Digits without an array of their own: 513 levels a column, 20 columns a second.
+        let whole = tenths / 10
+        var scale = 1
+        while scale * 10 <= whole { scale *= 10 }
+        while scale > 0 {
+            json.append(UInt8(ascii: "0") + UInt8(whole / scale % 10))
+            scale /= 10
+        }
         json.append(UInt8(ascii: "."))
         json.append(UInt8(ascii: "0") + UInt8(tenths % 10))
     }

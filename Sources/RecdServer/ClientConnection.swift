@@ -457,7 +457,8 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
             let subscription = Subscription(id: id, topics: topics, interval: .interval(seconds: interval))
             let allTopics = state.subscriptions.values.reduce(topics) { $0.union($1.topics) }
             // Registered and snapshotted at once; changes after it wait for this answer.
-            let snapshot = context.hub.add(self, topics: allTopics).filter { topics.contains($0.update.topic) }
+            let snapshot = context.hub.add(self, topics: allTopics, levelsEvery: Self.levelsInterval(state.subscriptions.values, subscription))
+                .filter { topics.contains($0.update.topic) }
             let now = NIODeadline.now()
             for publication in snapshot {
                 subscription.lastSeq[publication.topic] = publication.seq
@@ -472,16 +473,24 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
     }
 
     func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult {
-        let remaining = state.withLockedValue { state -> Set<Topic>? in
+        let remaining = state.withLockedValue { state -> (topics: Set<Topic>, levelsEvery: Double?)? in
             guard state.subscriptions.removeValue(forKey: request.subscription) != nil else { return nil }
             state.heldBack?.removeAll { $0.subscription == request.subscription }
-            return state.subscriptions.values.reduce([]) { $0.union($1.topics) }
+            return (state.subscriptions.values.reduce([]) { $0.union($1.topics) }, Self.levelsInterval(state.subscriptions.values))
         }
         guard let remaining else {
             throw .invalidParams("no subscription '\(request.subscription)' on this connection")
         }
-        context.hub.update(self, topics: remaining)
+        context.hub.update(self, topics: remaining.topics, levelsEvery: remaining.levelsEvery)
         return UnsubscribeResult(subscription: request.subscription)
+    }
+
+    /// How often this connection's subscriptions want `levels`: the shortest interval of
+    /// those that follow it (seconds; nil: none does). The recorder publishes them as often
+    /// as its most demanding subscriber asks (doc/protocol.md).
+    private static func levelsInterval(_ subscriptions: some Sequence<Subscription>, _ added: Subscription? = nil) -> Double? {
+        let intervals = (Array(subscriptions) + (added.map { [$0] } ?? [])).filter { $0.follows(.levels) }.map(\.interval.nanoseconds)
+        return intervals.min().map { Double($0) / 1e9 }
     }
 
     /// Called by the hub on the connection's event loop.

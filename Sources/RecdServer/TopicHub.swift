@@ -72,7 +72,8 @@ final class TopicHub: Sendable {
         /// client subscribes (its snapshot), not at every tick.
         var unencoded: [Topic: (update: TopicUpdate, published: NIODeadline, period: TimeAmount?)] = [:]
         var seq: [Topic: UInt64] = [:]
-        var receivers: [ObjectIdentifier: (receiver: any PublicationReceiver, topics: Set<Topic>)] = [:] {
+        /// `levelsEvery`: how often the receiver wants `levels` (seconds), when it follows them.
+        var receivers: [ObjectIdentifier: (receiver: any PublicationReceiver, topics: Set<Topic>, levelsEvery: Double?)] = [:] {
             didSet { routes = [:] }
         }
         /// Each topic's receivers, by event loop: built on the first publication after
@@ -82,7 +83,7 @@ final class TopicHub: Sendable {
         mutating func route(_ topic: Topic) -> [Batch] {
             if let batches = routes[topic] { return batches }
             var batches: [ObjectIdentifier: Batch] = [:]
-            for (receiver, topics) in receivers.values where topics.contains(topic) {
+            for (receiver, topics, _) in receivers.values where topics.contains(topic) {
                 batches[ObjectIdentifier(receiver.eventLoop), default: Batch(loop: receiver.eventLoop)].receivers.append(receiver)
             }
             routes[topic] = Array(batches.values)
@@ -199,12 +200,13 @@ final class TopicHub: Sendable {
 
     /// Registers `receiver` for `topics` and returns their current values. No publication can
     /// fall between the snapshot and the registration.
-    func add(_ receiver: any PublicationReceiver, topics: Set<Topic>) -> [Publication] {
+    func add(_ receiver: any PublicationReceiver, topics: Set<Topic>, levelsEvery: Double? = nil) -> [Publication] {
         defer { updateDemand() }
         return state.withLockedValue { state in
             let id = ObjectIdentifier(receiver)
-            let existing = state.receivers[id]?.topics ?? []
-            state.receivers[id] = (receiver, existing.union(topics))
+            let all = (state.receivers[id]?.topics ?? []).union(topics)
+            // `levelsEvery` covers all of the receiver's subscriptions (nil: as often as configured).
+            state.receivers[id] = (receiver, all, all.contains(.levels) ? levelsEvery ?? 0 : nil)
             return topics.sorted().compactMap { topic in
                 if let (update, published, period) = state.unencoded.removeValue(forKey: topic) {
                     state.latest[topic] = Publication(update: update, published: published, period: period,
@@ -216,10 +218,10 @@ final class TopicHub: Sendable {
     }
 
     /// Sets the topics `receiver` gets (removing it when empty).
-    func update(_ receiver: any PublicationReceiver, topics: Set<Topic>) {
+    func update(_ receiver: any PublicationReceiver, topics: Set<Topic>, levelsEvery: Double? = nil) {
         state.withLockedValue { state in
             let id = ObjectIdentifier(receiver)
-            if topics.isEmpty { state.receivers[id] = nil } else { state.receivers[id] = (receiver, topics) }
+            if topics.isEmpty { state.receivers[id] = nil } else { state.receivers[id] = (receiver, topics, topics.contains(.levels) ? levelsEvery ?? 0 : nil) }
         }
         updateDemand()
     }
@@ -229,15 +231,17 @@ final class TopicHub: Sendable {
         updateDemand()
     }
 
-    /// Tells the recorder whether a client of the socket wants `levels` and `spectrum`: it
-    /// computes and publishes them only while someone does.
+    /// Tells the recorder whether a client of the socket wants `levels` (and how often: the
+    /// shortest interval asked) and `spectrum`: it computes and publishes them only while
+    /// someone does, levels no more often than someone asks.
     ///
     /// Told under the hub's lock: two connections changing at once (one subscribing, one
     /// leaving) must not tell it in the opposite order of what they saw. The recorder's side
     /// only records it and posts the change to its queue.
     private func updateDemand() {
         state.withLockedValue { state in
-            recorder.setLevelsWanted(state.receivers.values.contains { $0.topics.contains(.levels) }, by: "socket")
+            let levels = state.receivers.values.compactMap { $0.topics.contains(.levels) ? $0.levelsEvery ?? 0 : nil }
+            recorder.setLevelsWanted(!levels.isEmpty, by: "socket", every: levels.min() ?? 0)
             recorder.setSpectrumWanted(state.receivers.values.contains { $0.topics.contains(.spectrum) }, by: "socket")
         }
     }
@@ -248,19 +252,18 @@ final class TopicHub: Sendable {
 
     private static func notificationTail(of update: TopicUpdate) -> ByteBuffer {
         // sortedKeys: {"seq":…,"timestamp":…,"topic":…,"value":…}; its members follow the id.
-        // A spectrum column is written by hand (`Spectrum.wireJSON`) in place of the null.
-        var column: Spectrum?
-        var encoded = update
-        if case .spectrum(let value?) = update.value {
-            column = value
-            encoded.value = .spectrum(nil)
+        // A spectrum column, 20 a second to every viewer, is written by hand, envelope and
+        // all (`Spectrum.wireJSON`; SpectrumWireTests decodes it as the encoder's).
+        if case .spectrum(let column?) = update.value {
+            let column = column.wireJSON
+            var tail = ByteBuffer()
+            tail.reserveCapacity(column.count + 100)
+            tail.writeString("\",\"seq\":\(update.seq),\"timestamp\":\(update.timestamp),\"topic\":\"spectrum\",\"value\":")
+            tail.writeBytes(column)
+            tail.writeStaticString("}}\n")
+            return tail
         }
-        var json = (try? encoder.encode(encoded)) ?? Data("{}".utf8)
-        if let column, json.suffix(5).elementsEqual("null}".utf8) {
-            json.removeLast(5)  // null}
-            json.append(contentsOf: column.wireJSON)
-            json.append(UInt8(ascii: "}"))
-        }
+        let json = (try? encoder.encode(update)) ?? Data("{}".utf8)
         var tail = ByteBuffer()
         tail.reserveCapacity(json.count + 4)
         tail.writeStaticString("\",")

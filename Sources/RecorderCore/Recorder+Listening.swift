@@ -136,7 +136,7 @@ extension Recorder {
         guard let listenPlan else { return }
         let old = listeningParts.withLock { $0 }
         let ring = listenPlan.preRoll > 0 ? PreRollRing(seconds: listenPlan.preRoll, configuration: engine.configuration) : nil
-        let meter = listenPlan.configuration.meteringEnabled && levelsAreWanted ? InputMeter(configuration: engine.configuration, levelsInterval: listenPlan.configuration.levelsInterval) : nil
+        let meter = listenPlan.configuration.meteringEnabled && levelsAreWanted ? InputMeter(configuration: engine.configuration, levelsInterval: levelsPeriod) : nil
         for consumer in [old.ring as (any CaptureConsumer)?, old.meter].compactMap({ $0 }) {
             engine.detach(consumer, timeout: listenPlan.configuration.stopTimeout)
         }
@@ -159,8 +159,12 @@ extension Recorder {
         guard let listenPlan else { return }
         let wanted = listenPlan.configuration.meteringEnabled && levelsAreWanted
         let current = listeningParts.withLock { $0.meter }
-        if wanted, current == nil {
-            let meter = InputMeter(configuration: engine.configuration, levelsInterval: listenPlan.configuration.levelsInterval)
+        if wanted, let current {
+            // The capture thread wakes as often as the levels' period needs, which follows
+            // who wants them; the meter (and its clip count) stays.
+            current.levelsInterval = levelsPeriod
+        } else if wanted {
+            let meter = InputMeter(configuration: engine.configuration, levelsInterval: levelsPeriod)
             listeningParts.withLock { $0.meter = meter }
             try? engine.attach(meter, timeout: listenPlan.configuration.stopTimeout)
         } else if !wanted, let current {
@@ -187,7 +191,9 @@ extension Recorder {
         listenTimer?.cancel()
         listenTimer = nil
         guard configuration.meteringEnabled, levelsAreWanted, listenPlan != nil else { return }
-        listenTimer = makeTimer(interval: configuration.levelsInterval) { [weak self] in
+        let period = levelsPeriod
+        if !recordingPublishes.load(ordering: .acquiring) { periods.withLock { $0.levels = period } }
+        listenTimer = makeTimer(interval: period) { [weak self] in
             guard let self, let meter = listeningParts.withLock({ $0.meter }) else { return }
             let measured = meter.meter.takeLevels()
             if !recordingPublishes.load(ordering: .acquiring) { levels.send(measured) }

@@ -19,8 +19,9 @@ extension Recorder {
         let meter = levelsAreWanted ? session.meter : nil
         recordingPublishes.store(meter != nil, ordering: .releasing)
         let levels = self.levels
-        periods.withLock { $0 = (configuration.timeInterval, configuration.levelsInterval) }
-        if let meter, configuration.levelsInterval == configuration.timeInterval {
+        let levelsPeriod = self.levelsPeriod
+        periods.withLock { $0 = (configuration.timeInterval, levelsPeriod) }
+        if let meter, levelsPeriod == configuration.timeInterval {
             // One timer for both, sent together: they reach a subscriber of both in one turn of
             // its queue, and a client of the socket in one write.
             timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
@@ -35,20 +36,33 @@ extension Recorder {
             self?.publishTime(of: session, rate: rate)
         }]
         if let meter {
-            timers.append(makeTimer(interval: configuration.levelsInterval) { levels.send(meter.takeLevels()) })
+            timers.append(makeTimer(interval: levelsPeriod) { levels.send(meter.takeLevels()) })
         }
     }
 
     /// Whether anyone wants `levels` now (`setLevelsWanted`).
     var levelsAreWanted: Bool { !configuration.levelsOnDemand || levelsWanted.withLock { !$0.isEmpty } }
 
-    /// `source` (the socket server, the MQTT bridge) wants levels, or no longer does. Any thread.
-    public func setLevelsWanted(_ wanted: Bool, by source: String) {
+    /// Seconds between two publications of `levels`: as often as the most demanding of those
+    /// who want them asks, never more often than `levelsInterval` ([metering] levels_interval).
+    /// A page that draws meters ten times a second costs the capture thread and every hop
+    /// after it half of what twenty would.
+    var levelsPeriod: Double { Self.levelsPeriod(configuration, wanted: levelsWanted.withLock { $0.values.min() }) }
+
+    static func levelsPeriod(_ configuration: RecorderConfiguration, wanted fastest: Double?) -> Double {
+        guard configuration.levelsOnDemand, let fastest else { return configuration.levelsInterval }
+        return Swift.max(configuration.levelsInterval, fastest)
+    }
+
+    /// `source` (the socket server, the MQTT bridge) wants levels every `interval` seconds
+    /// (0: as often as configured), or no longer wants them. Any thread.
+    public func setLevelsWanted(_ wanted: Bool, by source: String, every interval: Double = 0) {
+        let configuration = self.configuration
         guard configuration.levelsOnDemand else { return }
         let changed = levelsWanted.withLock { sources -> Bool in
-            let before = !sources.isEmpty
-            if wanted { sources.insert(source) } else { sources.remove(source) }
-            return before != !sources.isEmpty
+            let before = sources.isEmpty ? nil : Self.levelsPeriod(configuration, wanted: sources.values.min())
+            sources[source] = wanted ? interval : nil
+            return before != (sources.isEmpty ? nil : Self.levelsPeriod(configuration, wanted: sources.values.min()))
         }
         guard changed else { return }
         control.async { [self] in levelsDemandChanged() }

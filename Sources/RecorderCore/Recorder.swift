@@ -79,10 +79,11 @@ public final class Recorder: @unchecked Sendable {
     let listeningParts = NIOLockedValueBox<(ring: PreRollRing?, meter: InputMeter?)>((nil, nil))
     /// A recording's timers publish levels (its file's): the listening meter stays quiet.
     let recordingPublishes = Atomic<Bool>(false)
-    /// Who wants `levels` now (a socket subscriber, MQTT's telemetry): the input is metered
-    /// and levels are published only while someone does. Nobody: no meter on the capture
+    /// Who wants `levels` now (a socket subscriber, MQTT's telemetry), and how often, in
+    /// seconds: the input is metered and levels are published only while someone does, as
+    /// often as the most demanding asks (`levelsPeriod`). Nobody: no meter on the capture
     /// thread while listening, no levels timer, nothing encoded.
-    let levelsWanted = NIOLockedValueBox<Set<String>>([])
+    let levelsWanted = NIOLockedValueBox<[String: Double]>([:])
     /// Who wants `spectrum` now, and the node computing it (control queue).
     let spectrumWanted = NIOLockedValueBox<Set<String>>([])
     var spectrumNode: (node: SpectrumNode, engine: UInt64)?

@@ -205,6 +205,44 @@ struct ProtocolTests {
         #expect(states.map(\.seq) == Array((snapshotSeq + 1)...(snapshotSeq + 3)))
     }
 
+    /// Levels are published as often as the most demanding subscriber asks, never more often
+    /// than [metering] levels_interval: a subscriber at 0.5 s alone gets every publication
+    /// (each `seq` one more than the last); beside one at 0.05 s, it gets one of about ten;
+    /// once that one is gone, every one again. Sequence numbers count publications exactly,
+    /// whatever the machine's load.
+    @Test func levelsComeAsOftenAsTheMostDemandingSubscriberAsks() throws {
+        let server = try PulseServer()
+        // A changing signal, so that levels change (equal levels are not re-sent).
+        let input = writeCounterInput(inputs, seconds: 120)
+        let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
+        let _: ListenResult = try daemon.connect().call(.listen, ListenParams(preRoll: 0))
+        let slow = try daemon.connect()
+        let _: SubscribeResult = try slow.call(.subscribe, SubscribeParams(topics: [.levels], interval: 0.5))
+        /// How far `seq` moved between consecutive levels notifications, over `count` of them.
+        func steps(_ count: Int) throws -> [Int] {
+            var seqs: [UInt64] = []
+            while seqs.count < count + 1 {
+                let notification = try slow.nextNotification(timeout: 30)
+                if notification.topic == .levels { seqs.append(notification.seq) }
+            }
+            return zip(seqs, seqs.dropFirst()).map { Int($0.1) - Int($0.0) }
+        }
+        _ = try steps(1)  // levels running at the slow subscriber's period
+        let alone = try steps(4)
+        #expect(alone.allSatisfy { $0 == 1 }, "alone at 0.5 s, every publication reaches it: \(alone)")
+
+        let fast = try daemon.connect()
+        let fastSubscription: SubscribeResult = try fast.call(.subscribe, SubscribeParams(topics: [.levels], interval: 0.05))
+        _ = try steps(2)  // the change takes effect
+        let beside = try steps(4)
+        #expect(beside.allSatisfy { $0 >= 5 }, "beside a subscriber at 0.05 s, publications come ten times as often: \(beside)")
+
+        let _: UnsubscribeResult = try fast.call(.unsubscribe, UnsubscribeParams(subscription: fastSubscription.subscription))
+        _ = try steps(2)
+        let again = try steps(4)
+        #expect(again.allSatisfy { $0 == 1 }, "alone again: \(again)")
+    }
+
     @Test func continuousTopicsAreCoalescedToTheInterval() throws {
         let server = try PulseServer()
         try server.tone()
