@@ -28,15 +28,15 @@ struct RecdBridge: Sendable {
         }
     }
 
-    /// A subscription's lines as recd writes them: the `subscribe` response (with its
-    /// snapshot) first, then `changed` notifications, those that came within `batch` seconds
+    /// Subscriptions' lines as recd writes them, on one connection: each `subscribe` response
+    /// (with its snapshot) first, one per element of `paramsJSON`, then `changed` notifications, those that came within `batch` seconds
     /// of the first joined by line breaks, until the page goes. A page that reads
     /// too slowly loses the oldest lines, never recd's time.
     ///
     /// Batched because every message costs the same hops whatever its size (this thread, the
     /// cooperative pool, NIO's event loop, a TCP send): the page's levels and spectrum
     /// columns, 30 lines a second, go as 10 messages, and a viewer costs half as much.
-    func subscription(paramsJSON: [UInt8], batch: Double) -> AsyncThrowingStream<Data, any Error> {
+    func subscription(paramsJSON: [[UInt8]], batch: Double) -> AsyncThrowingStream<Data, any Error> {
         let socketPath = socketPath
         return AsyncThrowingStream(bufferingPolicy: .bufferingNewest(256)) { continuation in
             let connection: RecdConnection
@@ -48,7 +48,7 @@ struct RecdBridge: Sendable {
             continuation.onTermination = { _ in shared.interrupt() }
             DedicatedThread.spawn(name: "recd-web-live") {
                 do throws(ClientError) {
-                    continuation.yield(try shared.connection.call(.subscribe, paramsJSON: paramsJSON))
+                    for params in paramsJSON { continuation.yield(try shared.connection.call(.subscribe, paramsJSON: params)) }
                     while true {
                         var lines = try shared.connection.readLine(timeout: nil)
                         let until = Date().addingTimeInterval(batch)

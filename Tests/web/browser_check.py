@@ -202,6 +202,14 @@ def main():
         # A 3 kHz burst: the spectrogram's newest column has its brightest row where 3 kHz is.
         height = run_script(driver, "return document.getElementById('spectrogram').height")
         wait_for(driver, "recdPage.spectrum.columns > 10", 10, "spectrum columns")
+        # Every column reaches the page: as many drawn as their capture times span.
+        first_count, first_time = run_script(driver, "return [recdPage.spectrum.columns, recdPage.spectrum.lastTime]")
+        wait_for(driver, f"recdPage.spectrum.columns > {first_count + 40}", 30, "40 more spectrum columns")
+        count, last_time, period = run_script(driver, "return [recdPage.spectrum.columns, recdPage.spectrum.lastTime, recdPage.spectrum.period]")
+        spanned = round((last_time - first_time) / period)
+        RESULT["spectrumColumns"] = [count - first_count, spanned]
+        if abs((count - first_count) - spanned) > 1:
+            fail(f"{count - first_count} spectrum columns drawn over {spanned} periods of capture: columns were lost")
         rate, size = run_script(driver, "return [recdPage.spectrum.sampleRate, recdPage.spectrum.size]")
         bins = size // 2 + 1
         expected_row = height - 1 - (round(3000 * size / rate) * height) // bins

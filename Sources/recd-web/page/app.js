@@ -221,6 +221,9 @@ function drawColumn(column) {
   }
   context.putImageData(image, width - 1, 0);
   page.spectrum.columns += 1;
+  // The last column's capture time: with `columns`, it tells a test whether any was lost.
+  page.spectrum.lastTime = column.time;
+  page.spectrum.period = column.period;
   page.spectrum.sampleRate = column.sampleRate;
   page.spectrum.size = column.size;
   page.spectrum.height = height;
