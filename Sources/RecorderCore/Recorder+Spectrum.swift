@@ -30,7 +30,10 @@ extension Recorder {
         let spectrum = self.spectrum
         let node: SpectrumNode
         do throws(RealFFTError) {
-            node = try SpectrumNode(configuration: engine.configuration) { spectrum.send($0) }
+            // Sent together: the hub hands both columns to each client in one write.
+            node = try SpectrumNode(configuration: engine.configuration) { columns in
+                Observations.together { for column in columns { spectrum.send(column) } }
+            }
         } catch {
             return logger.error("no spectrum", metadata: ["error.message": "\(error.message)"])
         }

@@ -12,6 +12,11 @@ import RecorderModel
 /// conversion, the FFTs and the publishing run on the node's own thread (`recd-spectrum`).
 /// A worker that falls behind loses chunks, not the capture thread's time: the next column
 /// starts afresh after the jump.
+///
+/// Columns are handed on `columnsPerPublication` at a time (two: every 0.1 s), and the capture
+/// thread wakes for the node as seldom: each hand-over costs the same thread hops after it
+/// (the hub, the event loop, a client's write) whether it carries one column or two, and a
+/// viewer of the web page paid more for those hops than for the FFTs.
 final class SpectrumNode: CaptureConsumer, @unchecked Sendable {
     // @unchecked: everything but `worker` is used by the worker thread only.
 
@@ -19,7 +24,9 @@ final class SpectrumNode: CaptureConsumer, @unchecked Sendable {
     static let period = Spectrum.columnPeriod
 
     private let configuration: PCMConfiguration
-    private let publish: (Spectrum) -> Void
+    private let publish: ([Spectrum]) -> Void
+    private let columnsPerPublication: Int
+    private var pending: [Spectrum] = []
     private let spectrum: PowerSpectrum
     private var worker: ChunkWorker!
 
@@ -37,9 +44,12 @@ final class SpectrumNode: CaptureConsumer, @unchecked Sendable {
     /// The position the next chunk should have (a jump starts afresh).
     private var expectedPosition: Int64?
 
-    init(configuration: PCMConfiguration, publish: @escaping (Spectrum) -> Void) throws(RealFFTError) {
+    init(configuration: PCMConfiguration, columnsPerPublication: Int = 2,
+         publish: @escaping ([Spectrum]) -> Void) throws(RealFFTError) {
         self.configuration = configuration
         self.publish = publish
+        self.columnsPerPublication = Swift.max(1, columnsPerPublication)
+        pending.reserveCapacity(self.columnsPerPublication)
         spectrum = try PowerSpectrum()
         history = .allocate(capacity: Self.size)
         history.initialize(repeating: 0, count: Self.size)
@@ -65,8 +75,8 @@ final class SpectrumNode: CaptureConsumer, @unchecked Sendable {
 
     func engineFailed(_ error: RecorderError) { worker.stop() }
 
-    /// A column every 50 ms: chunks at least as often.
-    var wakeInterval: Double { Self.period }
+    /// A hand-over every `columnsPerPublication` columns: chunks at least as often.
+    var wakeInterval: Double { Self.period * Double(columnsPerPublication) }
 
     /// Ends the worker (after the node is detached).
     func stop() { worker.stop() }
@@ -75,6 +85,8 @@ final class SpectrumNode: CaptureConsumer, @unchecked Sendable {
 
     private func take(_ chunk: CaptureChunk) {
         if chunk.position != expectedPosition {
+            // What was measured before the jump goes now, on its own.
+            if !pending.isEmpty { handOver() }
             historyFilled = 0
             sinceWindow = 0
             sincePeriod = 0
@@ -130,7 +142,13 @@ final class SpectrumNode: CaptureConsumer, @unchecked Sendable {
     }
 
     private func publishColumn(time: Double) {
-        publish(Spectrum(time: time, sampleRate: configuration.sampleRate, size: Self.size,
-                         period: Double(periodFrames) / Double(configuration.sampleRate), dBFS: spectrum.takeDecibels()))
+        pending.append(Spectrum(time: time, sampleRate: configuration.sampleRate, size: Self.size,
+                                period: Double(periodFrames) / Double(configuration.sampleRate), dBFS: spectrum.takeDecibels()))
+        if pending.count >= columnsPerPublication { handOver() }
+    }
+
+    private func handOver() {
+        publish(pending)
+        pending.removeAll(keepingCapacity: true)
     }
 }

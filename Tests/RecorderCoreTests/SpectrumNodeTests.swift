@@ -17,8 +17,11 @@ struct SpectrumNodeTests {
     final class Columns: @unchecked Sendable {
         private let lock = NSLock()
         private var columns: [Spectrum] = []
-        func add(_ column: Spectrum) { lock.withLock { columns.append(column) } }
+        private var handOvers: [Int] = []
+        func add(_ group: [Spectrum]) { lock.withLock { columns += group; handOvers.append(group.count) } }
         var all: [Spectrum] { lock.withLock { columns } }
+        /// How many columns each hand-over carried.
+        var groups: [Int] { lock.withLock { handOvers } }
     }
 
     /// A 3 kHz sine (exactly bin 64 at 48 kHz) at half scale on the first channel, noise at
@@ -62,7 +65,7 @@ struct SpectrumNodeTests {
             }
         }
         let collected = Columns()
-        let node = try SpectrumNode(configuration: configuration) { collected.add($0) }
+        let node = try SpectrumNode(configuration: configuration, columnsPerPublication: 1) { collected.add($0) }
         defer { node.stop() }
         let bytesPerFrame = configuration.bytesPerFrame
         var position = 0
@@ -115,12 +118,37 @@ struct SpectrumNodeTests {
         if rate == 48000 { #expect(abs(Double(last.dBFS[bin]) - expectedLevel) < 0.2, "\(last.dBFS[bin]) dBFS") }
     }
 
+    /// Columns go two at a time (every 0.1 s), and the capture thread need wake for the node
+    /// only as often; a jump hands over what came before it at once, alone.
+    @Test func columnsGoTwoAtATime() throws {
+        let configuration = PCMConfiguration(sampleFormat: .int16, sampleRate: 48000, channels: 1, periodFrames: 480, bufferFrames: 4800)
+        let collected = Columns()
+        let node = try SpectrumNode(configuration: configuration) { collected.add($0) }
+        defer { node.stop() }
+        #expect(abs(node.wakeInterval - 0.1) < 1e-9)
+        let chunk = [Int16](repeating: 1000, count: 480)
+        // 5 × 2400 frames: five columns, four handed over in two pairs; then a jump, which
+        // hands over the fifth on its own.
+        let positions = (0..<25).map { $0 * 480 } + [1_000_000]
+        chunk.withUnsafeBytes { raw in
+            for position in positions {
+                _ = node.receive(CaptureChunk(samples: raw.baseAddress!, frames: 480, position: Int64(position),
+                                              captureTime: Double(position) / 48000, readUptime: 0, overruns: 0, framesLost: 0))
+            }
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while collected.all.count < 5, Date() < deadline { usleep(10_000) }
+        #expect(collected.groups == [2, 2, 1], "\(collected.groups)")
+        let times = collected.all.map(\.time)
+        #expect(zip(times, (1...5).map { Double($0 * 2400) / 48000 }).allSatisfy { abs($0 - $1) < 1e-9 }, "\(times)")
+    }
+
     /// Frames lost before a chunk (a jump in positions) start the next column afresh: its
     /// period counts from the jump, and no window spans it.
     @Test func aJumpStartsAfresh() throws {
         let configuration = PCMConfiguration(sampleFormat: .int16, sampleRate: 48000, channels: 1, periodFrames: 480, bufferFrames: 4800)
         let collected = Columns()
-        let node = try SpectrumNode(configuration: configuration) { collected.add($0) }
+        let node = try SpectrumNode(configuration: configuration, columnsPerPublication: 1) { collected.add($0) }
         defer { node.stop() }
         let chunk = [Int16](repeating: 1000, count: 480)
         // 1920 frames (two windows, no column yet), a jump, then 2400 frames: one column, at
