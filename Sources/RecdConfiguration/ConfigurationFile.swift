@@ -29,6 +29,24 @@ public enum ConfigurationFile {
         }
         return text
     }
+
+    /// Checks a file that holds secrets (the web's tokens, its TLS key), as ssh checks a
+    /// private key: refused when any of the `forbidden` mode bits is set (`advice` says what
+    /// to do), or when `ownedByReader` and it belongs to someone else than the reader or root.
+    public static func checkSecret(_ path: String, key: String, forbidden: mode_t, who: String, advice: String,
+                                   ownedByReader: Bool) throws(ConfigurationError) {
+        var status = stat()
+        guard stat(path, &status) == 0 else {
+            throw ConfigurationError(file: path, line: nil, key: key, message: "cannot be read: \(Errno(rawValue: errno))")
+        }
+        if status.st_mode & forbidden != 0 {
+            throw ConfigurationError(file: path, line: nil, key: key,
+                                     message: "may be read by \(who) (mode \(String(status.st_mode & 0o777, radix: 8))): \(advice)")
+        }
+        if ownedByReader, status.st_uid != 0, status.st_uid != geteuid() {
+            throw ConfigurationError(file: path, line: nil, key: key, message: "belongs to uid \(status.st_uid), not to this user or root")
+        }
+    }
 }
 
 extension DaemonConfiguration {

@@ -77,18 +77,8 @@ public struct WebTokens: Equatable, Sendable {
     /// refused when others than its owner may read it, or when it belongs to someone else
     /// than the reader or root, as ssh refuses a private key.
     public static func read(path: String) throws(ConfigurationError) -> WebTokens {
-        var status = stat()
-        guard stat(path, &status) == 0 else {
-            throw ConfigurationError(file: path, line: nil, key: "web.tokens_file", message: "cannot be read: \(Errno(rawValue: errno))")
-        }
-        if status.st_mode & 0o077 != 0 {
-            throw ConfigurationError(file: path, line: nil, key: "web.tokens_file",
-                                     message: "may be read by others (mode \(String(status.st_mode & 0o777, radix: 8))): chmod 600 it")
-        }
-        if status.st_uid != 0, status.st_uid != geteuid() {
-            throw ConfigurationError(file: path, line: nil, key: "web.tokens_file",
-                                     message: "belongs to uid \(status.st_uid), not to this user or root")
-        }
+        try ConfigurationFile.checkSecret(path, key: "web.tokens_file", forbidden: 0o077, who: "others", advice: "chmod 600 it",
+                                          ownedByReader: true)
         return try parse(try ConfigurationFile.readText(path, key: "web.tokens_file"), file: path)
     }
 

@@ -1,4 +1,3 @@
-import Glibc
 import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
@@ -42,16 +41,10 @@ struct WebServerKind {
 
     #if TLS
     private static func tlsConfiguration(certificate: String, key: String) throws(ConfigurationError) -> TLSConfiguration {
-        // The key is a secret: refused when everyone may read it (as ssh refuses a private key);
-        // its group may (root:recd-web 0640, as Debian's ssl-cert group does).
-        var status = stat()
-        guard stat(key, &status) == 0 else {
-            throw ConfigurationError(file: key, line: nil, key: "web.tls_key", message: "cannot be read: \(String(cString: strerror(errno)))")
-        }
-        if status.st_mode & 0o007 != 0 {
-            throw ConfigurationError(file: key, line: nil, key: "web.tls_key",
-                                     message: "may be read by everyone (mode \(String(status.st_mode & 0o777, radix: 8))): chmod 640 or 600 it")
-        }
+        // The key is a secret: refused when everyone may read it; its group may (root:recd-web
+        // 0640, as Debian's ssl-cert group does).
+        try ConfigurationFile.checkSecret(key, key: "web.tls_key", forbidden: 0o007, who: "everyone", advice: "chmod 640 or 600 it",
+                                          ownedByReader: false)
         let chain: [NIOSSLCertificate]
         do { chain = try NIOSSLCertificate.fromPEMFile(certificate) } catch {
             throw ConfigurationError(file: certificate, line: nil, key: "web.tls_certificate", message: "is not a readable PEM certificate chain (\(error))")

@@ -545,9 +545,14 @@ struct WebTests {
                   let pair = result.first?["value"] as? [Any], let text = pair.last as? String else { return nil }
             return Double(text)
         }
+        /// What Prometheus answered, printed at the end (the closing notes quote it).
+        var answered: [String] = []
         func waitFor(_ query: String, _ expected: Double, timeout: Double = 30) -> Bool {
-            waitUntil(timeout: timeout) { value(query) == expected }
+            let met = waitUntil(timeout: timeout) { value(query) == expected }
+            answered.append("\(query) = \(value(query).map { String($0) } ?? "nothing")")
+            return met
         }
+        defer { print("Prometheus answered, in order: " + answered.joined(separator: "; ")) }
         let log = { (try? String(contentsOfFile: directory.file("prometheus.log"), encoding: .utf8))?.suffix(2000) ?? "" }
         #expect(waitFor(#"up{job="recd"}"#, 1, timeout: 60), "Prometheus does not scrape recd-web: \(log())")
         #expect(waitFor("recd_files_total", 0), "\(String(describing: value("recd_files_total")))")
