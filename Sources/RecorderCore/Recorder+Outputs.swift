@@ -51,8 +51,12 @@ extension Recorder {
 
     static func levelsPeriod(_ configuration: RecorderConfiguration, wanted fastest: Double?) -> Double {
         guard configuration.levelsOnDemand, let fastest else { return configuration.levelsInterval }
-        return Swift.max(configuration.levelsInterval, fastest)
+        // At least once a second whatever a subscriber's interval (one may ask for an hour):
+        // `status` and a new subscriber's snapshot show levels a second old at most.
+        return Swift.max(configuration.levelsInterval, Swift.min(fastest, Self.slowestLevelsPeriod))
     }
+
+    static let slowestLevelsPeriod = 1.0
 
     /// `source` (the socket server, the MQTT bridge) wants levels every `interval` seconds
     /// (0: as often as configured), or no longer wants them. Any thread.
@@ -74,9 +78,14 @@ extension Recorder {
             if let engine { attachListeningMeter(to: engine) }
             startListeningTimer(configuration)
         }
-        if case .recording(let recording) = state.value, let session {
-            stopTimers()
-            startTimers(for: session, rate: recording.sampleRate)
+        // Paused too: its timers run on (the time stands still), and resume keeps them.
+        switch state.value {
+        case .recording(let recording), .paused(let recording):
+            if let session {
+                stopTimers()
+                startTimers(for: session, rate: recording.sampleRate)
+            }
+        default: break
         }
         if !levelsAreWanted { levels.send(.none) }
     }

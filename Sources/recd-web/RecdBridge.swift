@@ -51,9 +51,12 @@ struct RecdBridge: Sendable {
                     for params in paramsJSON { continuation.yield(try shared.connection.call(.subscribe, paramsJSON: params)) }
                     while true {
                         var lines = try shared.connection.readLine(timeout: nil)
-                        let until = Date().addingTimeInterval(batch)
+                        // The monotonic clock: a step of the wall clock (NTP on a board without
+                        // a real-time clock) must not stretch the batch.
+                        let until = ContinuousClock.now.advanced(by: .milliseconds(Int(batch * 1000)))
                         while true {
-                            let remaining = until.timeIntervalSinceNow
+                            let left = ContinuousClock.now.duration(to: until).components
+                            let remaining = Double(left.seconds) + Double(left.attoseconds) / 1e18
                             guard shared.connection.hasBufferedLine || remaining > 0 else { break }
                             let next: Data
                             do throws(ClientError) {

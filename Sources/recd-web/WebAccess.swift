@@ -85,7 +85,8 @@ struct WebAccess: Sendable {
         }
         if let origin = request.headers[.origin] {
             let host = request.head.authority ?? request.headers[HTTPField.Name("Host")!] ?? ""
-            guard origin == (settings.usesTLS ? "https://" : "http://") + host else {
+            // Over TLS only an https:// page; without, either (a reverse proxy may add TLS).
+            guard origin == "https://" + host || !settings.usesTLS && origin == "http://" + host else {
                 throw HTTPError(.forbidden, message: "a request from \(origin) is refused: only this station's own page may do this")
             }
         }

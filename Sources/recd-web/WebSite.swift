@@ -170,11 +170,15 @@ struct WebSite: Sendable {
             // input only as often as its most demanding subscriber asks: half the work. The
             // spectrum, which the page asks for only while it draws one (recd computes it only
             // while someone subscribes), in a subscription of its own: every column, 0.05 s.
+            // The spectrum first: a notification that comes before the next subscription's answer
+            // is not passed on (RecdConnection keeps it aside), and a column may go where a state
+            // change may not.
             let topics = ["state", "currentTime", "error", "levels", "recording", "segment", "warning", "listening", "trigger"]
-            var subscriptions = [Array(("{\"topics\":[" + topics.map { "\"\($0)\"" }.joined(separator: ",") + "],\"interval\":0.1}").utf8)]
+            var subscriptions: [[UInt8]] = []
             if context.request.uri.queryParameters.get("spectrum") == "1" {
                 subscriptions.append(Array(#"{"topics":["spectrum"],"interval":0.05}"#.utf8))
             }
+            subscriptions.append(Array(("{\"topics\":[" + topics.map { "\"\($0)\"" }.joined(separator: ",") + "],\"interval\":0.1}").utf8))
             let lines = recd.subscription(paramsJSON: subscriptions, batch: 0.1)
             try await Self.relay(until: inbound) {
                 for try await line in lines { try await outbound.write(.text(String(decoding: line, as: UTF8.self))) }

@@ -193,6 +193,11 @@ struct WebTests {
         let sameOrigin = try web.curl("/api/control/listen", ["-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"preRoll":2}"#,
                                                               "-H", "Origin: \(web.url)", "-H", "Sec-Fetch-Site: same-origin", "-H", "Cookie: \(value)"])
         #expect(sameOrigin.status == 200 && sameOrigin.body.contains(#""state":{"name":"listening"}"#), "\(sameOrigin)")
+        // The same page served over HTTPS by a reverse proxy in front: its own origin too.
+        let proxied = try web.curl("/api/control/unlisten", ["-X", "POST", "-H", "Content-Type: application/json", "-d", "{}",
+                                                             "-H", "Origin: https://127.0.0.1:\(web.port)", "-H", "Sec-Fetch-Site: same-origin",
+                                                             "-H", "Cookie: \(value)"])
+        #expect(proxied.status == 200, "\(proxied)")
         // recd checks what the page sends: a number out of range is recd's own error.
         let bad = try web.curl("/api/control/listen", ["-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"preRoll":600}"#] + Self.bearer(Self.controlToken))
         #expect(bad.status == 400 && bad.body.contains("'preRoll' must be between 0 and 60"), "\(bad)")
