@@ -206,7 +206,7 @@ final class TopicHub: Sendable {
             let id = ObjectIdentifier(receiver)
             let all = (state.receivers[id]?.topics ?? []).union(topics)
             // `levelsEvery` covers all of the receiver's subscriptions (nil: as often as configured).
-            state.receivers[id] = (receiver, all, all.contains(.levels) ? levelsEvery ?? 0 : nil)
+            state.receivers[id] = (receiver, all, Self.levelsDemand(all, levelsEvery))
             return topics.sorted().compactMap { topic in
                 if let (update, published, period) = state.unencoded.removeValue(forKey: topic) {
                     state.latest[topic] = Publication(update: update, published: published, period: period,
@@ -221,7 +221,7 @@ final class TopicHub: Sendable {
     func update(_ receiver: any PublicationReceiver, topics: Set<Topic>, levelsEvery: Double? = nil) {
         state.withLockedValue { state in
             let id = ObjectIdentifier(receiver)
-            if topics.isEmpty { state.receivers[id] = nil } else { state.receivers[id] = (receiver, topics, topics.contains(.levels) ? levelsEvery ?? 0 : nil) }
+            if topics.isEmpty { state.receivers[id] = nil } else { state.receivers[id] = (receiver, topics, Self.levelsDemand(topics, levelsEvery)) }
         }
         updateDemand()
     }
@@ -244,6 +244,12 @@ final class TopicHub: Sendable {
             recorder.setLevelsWanted(!levels.isEmpty, by: "socket", every: levels.min() ?? 0)
             recorder.setSpectrumWanted(state.receivers.values.contains { $0.topics.contains(.spectrum) }, by: "socket")
         }
+    }
+
+    /// How often a receiver of `topics` wants levels: `levelsEvery`, 0 (as often as
+    /// configured) when it did not say, nil when it does not follow them.
+    private static func levelsDemand(_ topics: Set<Topic>, _ levelsEvery: Double?) -> Double? {
+        topics.contains(.levels) ? levelsEvery ?? 0 : nil
     }
 
     var receiverCount: Int { state.withLockedValue { $0.receivers.count } }

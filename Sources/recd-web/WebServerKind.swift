@@ -11,7 +11,9 @@ import NIOSSL
 /// certificate. The files are read and checked before the server starts, so that a bad one
 /// is a configuration error (exit status 78), said with its key, as every other.
 struct WebServerKind {
-    private let tls: Any?
+    #if TLS
+    private let tls: TLSConfiguration?
+    #endif
 
     /// For --version: whether this build can serve HTTPS.
     #if TLS
@@ -22,10 +24,10 @@ struct WebServerKind {
 
     /// `configFile`: where [web] was read, named by an error about it.
     init(_ settings: WebSettings, configFile: String) throws(ConfigurationError) {
-        guard settings.usesTLS else { tls = nil; return }
         #if TLS
-        tls = try Self.tlsConfiguration(certificate: settings.tlsCertificate, key: settings.tlsKey)
+        tls = settings.usesTLS ? try Self.tlsConfiguration(certificate: settings.tlsCertificate, key: settings.tlsKey) : nil
         #else
+        guard settings.usesTLS else { return }
         throw ConfigurationError(file: configFile, line: nil, key: "web.tls_certificate",
                                  message: "this recd-web was built without TLS (the package's TLS trait): serve it behind a reverse proxy for HTTPS, or build it with TLS")
         #endif
@@ -34,7 +36,7 @@ struct WebServerKind {
     func builder(_ router: Router<BasicWebSocketRequestContext>) throws -> HTTPServerBuilder {
         let plain = HTTPServerBuilder.http1WebSocketUpgrade(webSocketRouter: router)
         #if TLS
-        if let tls = tls as? TLSConfiguration { return try .tls(plain, tlsConfiguration: tls) }
+        if let tls { return try .tls(plain, tlsConfiguration: tls) }
         #endif
         return plain
     }
