@@ -32,11 +32,12 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private let discovery: HomeAssistantDiscovery
     /// recd's version, for the `version` command.
     private let version: String
-    /// Where `stop` waits for libmosquitto's thread to end.
+    /// Where the bridge's start and stop wait (libmosquitto's thread, the queue's first turn).
     private let blocking: BlockingCalls
+    /// Where commands run, in the order they arrived: they make blocking Recorder calls.
+    private let commands: SerialLane
     private let logger: Logger
     private let queue = DispatchQueue(label: "recd.mqtt.bridge")
-    private let commandQueue = DispatchQueue(label: "recd.mqtt.commands")
     private var client: MQTTClient!
 
     private var retained: [String: [UInt8]] = [:]
@@ -69,6 +70,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     public init(recorder: Recorder, configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil, version: String,
                 blocking: BlockingCalls, logger: Logger) throws(MosquittoError) {
         self.blocking = blocking
+        self.commands = blocking.serialLane()
         self.recorder = recorder
         self.configuration = configuration
         self.hooks = hooks
@@ -86,7 +88,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     // MARK: Service
 
     public func run() async throws {
-        start()
+        // `start` waits for the bridge's queue: not on the cooperative pool.
+        _ = try? await blocking.run { [self] in start() }
         try? await gracefulShutdown()
         await stop()
     }
@@ -151,7 +154,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                 if String(decoding: payload, as: UTF8.self) == "online" { queue.async { self.announce() } }
             } else if topic.hasPrefix(topics.prefix + "/command/") {
                 let name = String(topic.dropFirst((topics.prefix + "/command/").count))
-                commandQueue.async { self.execute(command: name, payload: payload) }
+                commands.submit { self.execute(command: name, payload: payload) }
             }
         case .connected:
             queue.async { self.connectionUp() }
@@ -293,7 +296,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         }
     }
 
-    // MARK: Commands (on commandQueue)
+    // MARK: Commands (on the blocking calls' serial lane)
 
     /// The methods MQTT takes as commands: every one of the socket's but those that act on a
     /// connection (MQTT publishes the recorder's topics itself; a tap's audio needs a socket).

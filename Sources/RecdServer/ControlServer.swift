@@ -86,6 +86,8 @@ public final class ControlServer: Sendable {
 
     /// Starts listening; returns once connections can be accepted (`serve` accepts them).
     public func listen(_ target: ListenTarget) async throws {
+        // Every topic's snapshot first: the first client's `subscribe` answers with them.
+        await context.hub.drain()
         // What a client leaves unread is counted by its connection's outbox (Outbox), against
         // `outboundLimit` plus NIO's share.
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 256)
@@ -246,7 +248,7 @@ public final class ControlServer: Sendable {
         let directory = FilePath(path).removingLastComponent().string
         if let refusal = SocketLocation.prepareFallback(for: path) { throw ServerError.cannotBind(path, refusal) }
         // Said here, in words, rather than by NIO's bind ("stat(pathname:outStat:): Permission denied").
-        if let error = Recorder.makeDirectory(directory) {
+        if let error = Directories.make(directory) {
             throw ServerError.cannotBind(path, "cannot create the directory \(directory): \(Errno(rawValue: error))")
         }
         if access(directory, W_OK | X_OK) != 0 {

@@ -116,9 +116,8 @@ final class TopicHub: Sendable {
             recorder.spectrum.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.spectrum($0)) },
         ]
         tokens.withLockedValue { $0 = observations }
-        // Each subscription delivers its current value first; wait for those so that every
-        // topic has a snapshot before the first client asks.
-        queue.sync {}
+        // Each subscription delivers its current value first: the server awaits them
+        // (`drain`) before it accepts a client, so that every topic has a snapshot.
     }
 
     /// Waits until every publication already observed has been received by every receiver.

@@ -299,22 +299,3 @@ extension RecordingConsumer {
                             firstFrame: event.firstFrame, onsetFrame: event.onset, duration: segment.duration, soundDuration: sound, peak: peak, reason: reason)
     }
 }
-
-extension Recorder {
-    /// The triggered recording's detector now (level, floor, thresholds, counts); nil when
-    /// the recording (if any) is not triggered. Any thread, without waiting for the
-    /// recorder's queue.
-    public func currentTriggerStatus() -> TriggerStatus? {
-        guard let recording = recording.value, let settings = recording.trigger, state.value.isActive else { return nil }
-        let session = activeSession.withLock { $0 }
-        let trigger = session?.gate?.trigger
-        let counters = activeTrigger.withLock { $0 }
-        let floor = trigger?.currentFloor
-        let levels = trigger?.currentThresholds ?? settings.levels(floor: floor)
-        return TriggerStatus(
-            settings: settings, state: counters?.onset == nil ? "armed" : "open",
-            events: counters?.events.load(ordering: .relaxed) ?? 0, discarded: counters?.discarded.load(ordering: .relaxed) ?? 0,
-            level: trigger?.currentLevel ?? -160, floor: floor, openLevel: levels?.open, closeLevel: levels?.close,
-            eventOnset: counters?.onset.map { Date(timeIntervalSince1970: $0) })
-    }
-}

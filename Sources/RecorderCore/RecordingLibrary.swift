@@ -71,7 +71,7 @@ public struct RecordingLibrary: Sendable {
     /// Appends `segment` to its session's log (best effort: the file itself is what matters).
     public func log(_ segment: Segment) {
         let logDirectory = directory + "/" + Self.sessionLogDirectory
-        guard Recorder.makeDirectory(logDirectory) == nil,
+        guard Directories.make(logDirectory) == nil,
               var data = try? JSONEncoder.sessionLog.encode(segment) else { return }
         data.append(0x0A)
         let fd = open(logDirectory + "/" + segment.recordingId + ".jsonl", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)

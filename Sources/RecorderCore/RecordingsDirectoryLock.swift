@@ -39,7 +39,7 @@ public final class RecordingsDirectoryLock: Sendable {
     }
 
     public init(directory: String) throws(Failure) {
-        if let error = Recorder.makeDirectory(directory) { throw .cannotLock(directory: directory, Errno(rawValue: error)) }
+        if let error = Directories.make(directory) { throw .cannotLock(directory: directory, Errno(rawValue: error)) }
         let path = directory + "/" + Self.fileName
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard descriptor >= 0 else { throw .cannotLock(directory: directory, Errno(rawValue: errno)) }

@@ -81,8 +81,8 @@ struct SegmentFileFactory: Sendable {
         let relative = render(index: index, date: date)
         let base = directory + "/" + relative
         let parent = FilePath(base).removingLastComponent().string
-        if let errnoValue = Recorder.makeDirectory(parent) {
-            throw RecorderError(.failedToSave, "cannot create directory \(parent): \(Recorder.reason(errnoValue))")
+        if let errnoValue = Directories.make(parent) {
+            throw RecorderError(.failedToSave, "cannot create directory \(parent): \(Directories.reason(errnoValue))")
         }
         var candidate = base + "." + fileExtension
         var counter = 1
@@ -153,7 +153,7 @@ enum SegmentFinalizer {
         var failure = failure
         do throws(RecorderError) {
             segment.path = try RecordingLibrary.moveIntoPlace(segment.partialPath, preferred: segment.path)
-            Recorder.syncDirectory(of: segment.path)
+            Directories.sync(containing: segment.path)
         } catch {
             failure = failure ?? error
         }

@@ -42,10 +42,10 @@ struct ScheduleRun {
     var status: ScheduleStatus?
 }
 
-extension Recorder {
+extension RecorderController {
     /// Follows `plan` from now on (nil: no schedule). The window of the moment takes effect at
     /// once: inside one, recording starts (unless one is under way).
-    public func follow(_ plan: ScheduledRecording?) throws(RecorderError) {
+    func follow(_ plan: ScheduledRecording?) throws(RecorderError) {
         if let plan { try plan.schedule.validate() }
         try onControl { () throws(RecorderError) in
             let previous = scheduling.withLock { run in
@@ -55,7 +55,7 @@ extension Recorder {
                 if plan == nil { run.status = nil }
                 return run
             }
-            if plan == nil, previous.listens, listenPlan?.requested == true, !state.value.isActive {
+            if plan == nil, previous.listens, state.listenPlan?.requested == true, !published.state.value.isActive {
                 scheduling.withLock { $0.listens = false }
                 endListening()
             }
@@ -64,10 +64,10 @@ extension Recorder {
     }
 
     /// The schedule followed now, if any.
-    public var scheduledRecording: ScheduledRecording? { scheduling.withLock { $0.plan } }
+    var scheduledRecording: ScheduledRecording? { scheduling.withLock { $0.plan } }
 
     /// The schedule's windows now (active, current, next); nil without a schedule. Any thread.
-    public func currentScheduleStatus() -> ScheduleStatus? {
+    func currentScheduleStatus() -> ScheduleStatus? {
         scheduling.withLock { $0.status }
     }
 
@@ -79,7 +79,7 @@ extension Recorder {
         scheduling.withLock { $0.status = status }
         let ours = scheduling.withLock { $0.recordingId }
         if status.active {
-            if !state.value.isActive {
+            if !published.state.value.isActive {
                 do throws(RecorderError) {
                     let recording = try startOnQueue(name: plan.name, settings: nil, trigger: plan.trigger, unattended: true)
                     scheduling.withLock { $0.recordingId = recording.id }
@@ -91,7 +91,7 @@ extension Recorder {
                 }
             }
         } else {
-            if let ours, current?.id == ours, state.value.isActive {
+            if let ours, state.current?.id == ours, published.state.value.isActive {
                 do throws(RecorderError) {
                     _ = try stopOnQueue()
                     logger.notice("recording window closed", metadata: ["recording.id": "\(ours)"])
@@ -101,7 +101,7 @@ extension Recorder {
                 }
             }
             scheduling.withLock { $0.recordingId = nil }
-            if plan.outside == .listen, listenPlan?.requested != true, !refusingRecordings {
+            if plan.outside == .listen, state.listenPlan?.requested != true, !state.refusingRecordings {
                 if (try? beginListening(preRoll: nil, requested: true)) != nil { scheduling.withLock { $0.listens = true } }
             }
         }

@@ -8,7 +8,7 @@ import RecorderModel
 /// Waiting for a device: a recording whose device is missing at `start`, or went away, keeps
 /// trying to open it (0.1 s, doubling, at most `maximumRetryInterval`) and continues in a new
 /// segment when it opens. On the recorder's control queue.
-extension Recorder {
+extension RecorderController {
     /// `start` found no device: the recording exists, waiting for it, with no file yet.
     func startWaiting(id: String, name: String, plan: SessionPlan, error: RecorderError) -> Recording {
         var recording = Self.unopenedRecording(id: id, name: name, settings: plan.settings, configuration: plan.configuration,
@@ -17,14 +17,14 @@ extension Recorder {
         var plan = plan
         let since = Date()
         plan.gapStart = since
-        self.plan = plan
-        current = recording
+        self.state.plan = plan
+        state.current = recording
         ledger.withLock { $0 = SessionLedger(gaps: [Gap(start: since, position: 0, error: error)]) }
-        self.error.send(nil)
-        clearSilenceWarning()
-        currentTime.send(0)
-        statistics.send(CaptureStatistics(gaps: ledger.withLock { $0.gaps }))
-        self.recording.send(recording)
+        published.error.send(nil)
+        published.clearSilenceWarning()
+        published.currentTime.send(0)
+        published.statistics.send(CaptureStatistics(gaps: ledger.withLock { $0.gaps }))
+        published.recording.send(recording)
         logger.warning("capture device missing; waiting for it", metadata: [
             "recording.id": "\(id)", "error.message": "\(error.message)"])
         scheduleRetry(recording, error: error, since: since, attempts: 1)
@@ -47,36 +47,36 @@ extension Recorder {
     /// Publishes the wait and arms the next attempt: 0.1 s, doubling, at most `maximumRetryInterval`.
     func scheduleRetry(_ recording: Recording, error: RecorderError, since: Date, attempts: Int) {
         let wait = armRetry(error: error, since: since, attempts: attempts,
-                            maximum: plan?.configuration.maximumRetryInterval) { $0.retryDevice() }
-        state.send(.waitingForDevice(recording, wait))
+                            maximum: state.plan?.configuration.maximumRetryInterval) { $0.retryDevice() }
+        published.state.send(.waitingForDevice(recording, wait))
     }
 
     /// Arms the one retry timer (replacing any): `attempt` runs on the control queue after
     /// 0.1 s, doubling with `attempts`, at most `maximum` (1.5 s when nil). Returns the wait to publish.
     func armRetry(error: RecorderError, since: Date, attempts: Int, maximum: Double?,
-                          _ attempt: @escaping @Sendable (Recorder) -> Void) -> DeviceWait {
+                          _ attempt: @escaping @Sendable (RecorderController) -> Void) -> DeviceWait {
         let delay = Swift.min(maximum ?? 1.5, 0.1 * Double(1 << Swift.min(attempts, 20)))
         cancelRetry()
         let timer = DispatchSource.makeTimerSource(queue: control)
         timer.schedule(deadline: .now() + .nanoseconds(Int(delay * 1_000_000_000)), leeway: .milliseconds(10))
         timer.setEventHandler { [weak self] in if let self { attempt(self) } }
         timer.resume()
-        retryTimer = timer
+        state.retryTimer = timer
         return DeviceWait(error: error, since: since, retryAt: Date().addingTimeInterval(delay), attempts: attempts)
     }
 
     func cancelRetry() {
-        retryTimer?.cancel()
-        retryTimer = nil
+        state.retryTimer?.cancel()
+        state.retryTimer = nil
     }
 
     /// One attempt to open the device again; on success, capture continues in a new segment.
     func retryDevice() {
         cancelRetry()
-        guard case .waitingForDevice(var recording, let wait) = state.value, var plan else { return }
+        guard case .waitingForDevice(var recording, let wait) = published.state.value, var plan = state.plan else { return }
         let engine: CaptureEngine
         do throws(ALSAError) {
-            engine = try openEngine(plan.configuration, listenPlan == nil ? plan.settings : plan.configuration.defaultSettings)
+            engine = try openEngine(plan.configuration, state.listenPlan == nil ? plan.settings : plan.configuration.defaultSettings)
         } catch {
             let failure = RecorderError.opening(error)
             guard Self.mayComeBack(error) else {
@@ -130,12 +130,12 @@ extension Recorder {
                 recording.segment = segment
                 recording.path = segment.path
             }
-            self.plan = plan
+            self.state.plan = plan
             if recording.startedAt == nil { recording.startedAt = now }
-            self.session = session
+            self.state.session = session
             activeSession.withLock { $0 = session }
-            current = recording
-            levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
+            state.current = recording
+            published.levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
             logger.notice("capture device is back; recording continues", metadata: [
                 "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
                 "gap.seconds": "\(gap.map { String(printf: "%.3f", $0.duration) } ?? "")"])
@@ -148,7 +148,7 @@ extension Recorder {
     /// `stop` while waiting: the recording ends with what its segments hold.
     func endWaiting() -> Recording {
         cancelRetry()
-        guard var recording = current else { return state.value.recording! }
+        guard var recording = state.current else { return published.state.value.recording! }
         let now = Date()
         ledger.withLock { ledger in
             if !ledger.gaps.isEmpty, ledger.gaps[ledger.gaps.count - 1].end == nil { ledger.gaps[ledger.gaps.count - 1].end = now }

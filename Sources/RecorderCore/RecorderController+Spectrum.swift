@@ -5,10 +5,10 @@ import RecorderModel
 /// The spectrum: a `SpectrumNode` on the engine while the device is open and someone wants
 /// the `spectrum` topic (a socket subscriber, the web page), none otherwise. On the
 /// recorder's control queue.
-extension Recorder {
+extension RecorderController {
     /// `source` wants the spectrum, or no longer does. Any thread. Wanting it does not open
     /// the device: columns come while recd listens or records.
-    public func setSpectrumWanted(_ wanted: Bool, by source: String) {
+    func setSpectrumWanted(_ wanted: Bool, by source: String) {
         let changed = spectrumWanted.withLock { sources -> Bool in
             let before = !sources.isEmpty
             if wanted { sources.insert(source) } else { sources.remove(source) }
@@ -16,7 +16,7 @@ extension Recorder {
         }
         guard changed else { return }
         control.async { [self] in
-            if let engine { attachSpectrum(to: engine) } else { endSpectrum() }
+            if let engine = state.engine { attachSpectrum(to: engine) } else { endSpectrum() }
         }
     }
 
@@ -24,10 +24,10 @@ extension Recorder {
     /// is gone), detaches it when nobody does.
     func attachSpectrum(to engine: CaptureEngine) {
         let wanted = spectrumWanted.withLock { !$0.isEmpty }
-        if let current = spectrumNode, current.engine == engine.serial, wanted { return }
+        if let current = state.spectrumNode, current.engine == engine.serial, wanted { return }
         endSpectrum(detachingFrom: engine)
         guard wanted else { return }
-        let spectrum = self.spectrum
+        let spectrum = published.spectrum
         let node: SpectrumNode
         do throws(RealFFTError) {
             // Sent together: the hub hands both columns to each client in one write.
@@ -37,7 +37,7 @@ extension Recorder {
         } catch {
             return logger.error("no spectrum", metadata: ["error.message": "\(error.message)"])
         }
-        spectrumNode = (node, engine.serial)
+        state.spectrumNode = (node, engine.serial)
         do throws(RecorderError) {
             try engine.attach(node, timeout: configuration.stopTimeout)
         } catch {
@@ -48,10 +48,10 @@ extension Recorder {
 
     /// Stops the node (detached from `engine` first when it is on it) and publishes nil.
     func endSpectrum(detachingFrom engine: CaptureEngine? = nil) {
-        guard let current = spectrumNode else { return }
-        spectrumNode = nil
+        guard let current = state.spectrumNode else { return }
+        state.spectrumNode = nil
         if let engine, engine.serial == current.engine { engine.detach(current.node, timeout: configuration.stopTimeout) }
         current.node.stop()
-        spectrum.send(nil)
+        published.spectrum.send(nil)
     }
 }

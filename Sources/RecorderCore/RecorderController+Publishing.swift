@@ -11,20 +11,20 @@ import SystemPackage
 
 /// What the recorder publishes while it records or listens: the elapsed-time and levels
 /// timers, levels on demand, the totals and the digital-silence warning.
-extension Recorder {
+extension RecorderController {
     // MARK: Timers
 
     func startTimers(for session: RecordingConsumer, rate: Int) {
         let configuration = self.configuration
         let meter = levelsAreWanted ? session.meter : nil
         recordingPublishes.store(meter != nil, ordering: .releasing)
-        let levels = self.levels
+        let levels = published.levels
         let levelsPeriod = self.levelsPeriod
         periods.withLock { $0 = (configuration.timeInterval, levelsPeriod) }
         if let meter, levelsPeriod == configuration.timeInterval {
             // One timer for both, sent together: they reach a subscriber of both in one turn of
             // its queue, and a client of the socket in one write.
-            timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
+            state.timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
                 Observations.together {
                     self?.publishTime(of: session, rate: rate)
                     levels.send(meter.takeLevels())
@@ -32,11 +32,11 @@ extension Recorder {
             }]
             return
         }
-        timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
+        state.timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
             self?.publishTime(of: session, rate: rate)
         }]
         if let meter {
-            timers.append(makeTimer(interval: levelsPeriod) { levels.send(meter.takeLevels()) })
+            state.timers.append(makeTimer(interval: levelsPeriod) { levels.send(meter.takeLevels()) })
         }
     }
 
@@ -60,7 +60,7 @@ extension Recorder {
 
     /// `source` (the socket server, the MQTT bridge) wants levels every `interval` seconds
     /// (0: as often as configured), or no longer wants them. Any thread.
-    public func setLevelsWanted(_ wanted: Bool, by source: String, every interval: Double = 0) {
+    func setLevelsWanted(_ wanted: Bool, by source: String, every interval: Double = 0) {
         let configuration = self.configuration
         guard configuration.levelsOnDemand else { return }
         let changed = levelsWanted.withLock { sources -> Bool in
@@ -74,20 +74,20 @@ extension Recorder {
 
     /// On the control queue: meters and timers follow the demand for levels.
     func levelsDemandChanged() {
-        if listenPlan != nil {
-            if let engine { attachListeningMeter(to: engine) }
+        if state.listenPlan != nil {
+            if let engine = state.engine { attachListeningMeter(to: engine) }
             startListeningTimer(configuration)
         }
         // Paused too: its timers run on (the time stands still), and resume keeps them.
-        switch state.value {
+        switch published.state.value {
         case .recording(let recording), .paused(let recording):
-            if let session {
+            if let session = state.session {
                 stopTimers()
                 startTimers(for: session, rate: recording.sampleRate)
             }
         default: break
         }
-        if !levelsAreWanted { levels.send(.none) }
+        if !levelsAreWanted { published.levels.send(.none) }
     }
 
     func makeTimer(interval: Double, _ handler: @escaping @Sendable () -> Void) -> DispatchSourceTimer {
@@ -101,26 +101,26 @@ extension Recorder {
     }
 
     func stopTimers() {
-        for timer in timers { timer.cancel() }
-        timers = []
+        for timer in state.timers { timer.cancel() }
+        state.timers = []
         recordingPublishes.store(false, ordering: .releasing)
         // A tick already queued must not publish after the final value.
         timerQueue.sync {}
     }
 
     func cancelStartTimer() {
-        startTimer?.cancel()
-        startTimer = nil
+        state.startTimer?.cancel()
+        state.startTimer = nil
     }
 
     /// Publishes the recording's time and statistics: the ended capture sessions' totals plus
     /// this one's counters. Also raises and clears the digital-silence warning.
     func publishTime(of session: RecordingConsumer, rate: Int) {
         let totals = ledger.withLock { $0 }
-        currentTime.send(Double(totals.frames + session.framesWritten.load(ordering: .relaxed)) / Double(rate))
+        published.currentTime.send(Double(totals.frames + session.framesWritten.load(ordering: .relaxed)) / Double(rate))
         let xruns = totals.xruns + session.xruns.load(ordering: .relaxed)
         let framesLost = totals.framesLost + session.framesLost.load(ordering: .relaxed)
-        statistics.send(CaptureStatistics(xruns: xruns, framesLost: framesLost,
+        published.statistics.send(CaptureStatistics(xruns: xruns, framesLost: framesLost,
                                           framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
                                           segmentsClosed: totals.segmentsClosed, gaps: totals.gaps,
                                           deviceClockDriftPPM: session.deviceClockDriftPPM ?? totals.deviceClockDriftPPM))
@@ -130,8 +130,8 @@ extension Recorder {
     /// Publishes the totals when no capture session runs (between sessions, at the end).
     func publishTotals(rate: Int) {
         let totals = ledger.withLock { $0 }
-        currentTime.send(Double(totals.frames) / Double(rate))
-        statistics.send(CaptureStatistics(xruns: totals.xruns, framesLost: totals.framesLost,
+        published.currentTime.send(Double(totals.frames) / Double(rate))
+        published.statistics.send(CaptureStatistics(xruns: totals.xruns, framesLost: totals.framesLost,
                                           framesCaptured: totals.framesCaptured, segmentsClosed: totals.segmentsClosed,
                                           gaps: totals.gaps, deviceClockDriftPPM: totals.deviceClockDriftPPM))
     }
@@ -141,16 +141,16 @@ extension Recorder {
         guard let limit = configuration.silenceWarningAfter, limit > 0, session.started,
               !session.isPaused.load(ordering: .relaxed) else { return }
         let silentFor = Double(CaptureEngine.uptime() &- session.lastSignal.load(ordering: .relaxed)) / 1_000_000_000
-        let current = warning.value
+        let current = published.warning.value
         if silentFor >= limit, current == nil {
             let since = Date().addingTimeInterval(-silentFor)
             let message = String(printf: "the input has been digital silence (every sample zero) for %.0f s: "
                                  + "muted, disconnected, or the wrong device?", silentFor)
-            warning.send(RecorderWarning(code: .digitalSilence, message: message, since: since))
+            published.warning.send(RecorderWarning(code: .digitalSilence, message: message, since: since))
             logger.warning("input is digital silence", metadata: ["device.name": "\(session.deviceName)",
                                                                    "silence.seconds": "\(Int(silentFor))"])
         } else if silentFor < limit, current?.code == .digitalSilence {
-            clearSilenceWarning()
+            published.clearSilenceWarning()
             logger.notice("input signal is back", metadata: ["device.name": "\(session.deviceName)"])
         }
     }

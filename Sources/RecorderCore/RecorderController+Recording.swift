@@ -11,7 +11,7 @@ import SystemPackage
 
 /// A recording's life on the control queue: preparing its files and capture session, starting
 /// capture (with the pre-roll), finalizing each segment and the end, and the names its files take.
-extension Recorder {
+extension RecorderController {
     // MARK: On the control queue
 
     func onControl<T>(_ body: () throws(RecorderError) -> T) throws(RecorderError) -> T {
@@ -24,12 +24,12 @@ extension Recorder {
                                 operation: String = "prepare a recording", id: String? = nil, waitingAllowed: Bool = false,
                                 unattended: Bool = false, duration: Double? = nil,
                                 trigger: TriggerSettings? = nil) throws(RecorderError) -> Recording {
-        switch state.value {
+        switch published.state.value {
         case .idle, .listening, .finished, .failed: break
-        case .preparing where scheduledStart?.id == id && id != nil: break  // its time has come
-        default: throw .invalidState(operation, state.value)
+        case .preparing where state.scheduledStart?.id == id && id != nil: break  // its time has come
+        default: throw .invalidState(operation, published.state.value)
         }
-        if refusingRecordings { throw RecorderError(.invalidState, "cannot \(operation): recd is shutting down") }
+        if state.refusingRecordings { throw RecorderError(.invalidState, "cannot \(operation): recd is shutting down") }
         let configuration = self.configuration
         let settings = settings ?? configuration.defaultSettings
         try settings.validate()
@@ -43,10 +43,10 @@ extension Recorder {
         try segments.validate()
         if let name { try RecordingName.validate(name) }
         let directory = configuration.recordingsDirectory
-        if let errnoValue = Self.makeDirectory(directory) {
-            throw fail(RecorderError(.failedToBegin, "cannot create recordings directory \(directory): \(Self.reason(errnoValue))"))
+        if let errnoValue = Directories.make(directory) {
+            throw fail(RecorderError(.failedToBegin, "cannot create recordings directory \(directory): \(Directories.reason(errnoValue))"))
         }
-        try checkSpaceBeforeStart(configuration)
+        try storageGuard.checkSpaceBeforeStart(configuration)
         let fileExtension = settings.format.fileExtension
         var name = name ?? Self.firstFreeName("recording-" + CalendarTime.format(Date(), "%Y-%m-%dT%H-%M-%S"),
                                               in: directory, fileExtension: fileExtension)
@@ -65,14 +65,14 @@ extension Recorder {
         let id = id ?? UUID().uuidString.lowercased()
 
         let engine: CaptureEngine
-        if let listening = self.engine {
+        if let listening = self.state.engine {
             // Listening: the device is open and stays as it is.
             engine = listening
         } else {
             do throws(ALSAError) {
                 engine = try openEngine(configuration, settings)
             } catch {
-                let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
+                let unknown = error.isUnknownDevice && !state.openedDevices.contains(configuration.device)
                 guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || unattended else {
                     throw fail(.opening(error))
                 }
@@ -115,18 +115,18 @@ extension Recorder {
             quality: settings.quality, device: configuration.device,
             deviceFormat: DeviceFormat(pcmConfiguration), segment: writer == nil ? nil : segment, segmentSettings: segments)
         recording.trigger = trigger
-        self.plan = plan
-        self.session = session
+        self.state.plan = plan
+        self.state.session = session
         activeSession.withLock { $0 = session }
-        current = recording
+        state.current = recording
         ledger.withLock { $0 = SessionLedger() }
-        error.send(nil)
-        clearSilenceWarning()
-        currentTime.send(0)
-        statistics.send(CaptureStatistics())
-        levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
-        self.recording.send(recording)
-        state.send(.preparing(recording))
+        published.error.send(nil)
+        published.clearSilenceWarning()
+        published.currentTime.send(0)
+        published.statistics.send(CaptureStatistics())
+        published.levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
+        published.recording.send(recording)
+        published.state.send(.preparing(recording))
         logger.info("recording prepared", metadata: [
             "recording.id": "\(recording.id)", "recording.path": "\(segment.path)", "device.name": "\(configuration.device)",
             "device.format": "\(pcmConfiguration.sampleFormat.rawValue)/\(pcmConfiguration.sampleRate)/\(pcmConfiguration.channels)",
@@ -178,7 +178,7 @@ extension Recorder {
         let gate = plan.trigger.map { trigger in
             EventGate(settings: trigger, preRoll: trigger.preRoll ?? plan.configuration.preRoll,
                       configuration: engine.configuration, counters: plan.triggerCounters, firstIndex: plan.nextIndex,
-                      announce: { [weak self] event in self?.triggerEvent.send(event) })
+                      announce: { [weak self] event in self?.published.triggerEvent.send(event) })
         }
         return try RecordingConsumer(
             engine: engine, writer: writer, segment: segment, files: files,
@@ -189,7 +189,7 @@ extension Recorder {
             segmentStarted: { [weak self] in
                 guard let self else { return }
                 control.async {
-                    guard let session = self.session else { return }
+                    guard let session = self.state.session else { return }
                     if let gap = session.currentSegment.withLock({ $0.gapBefore }) {
                         self.ledger.withLock { ledger in
                             if let last = ledger.gaps.indices.last, ledger.gaps[last].start == gap.start { ledger.gaps[last] = gap }
@@ -201,17 +201,17 @@ extension Recorder {
             fileRate: files.sampleRate, fileChannels: files.channels, converterQuality: plan.settings.quality,
             frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,
             syncInterval: plan.configuration.syncInterval,
-            spaceGuard: makeSpaceGuard(plan.configuration, settings: plan.settings, fileRate: files.sampleRate,
+            spaceGuard: storageGuard.makeSpaceGuard(plan.configuration, settings: plan.settings, fileRate: files.sampleRate,
                                        fileChannels: files.channels),
             sixteenBitFile: plan.settings.effectiveBitDepth == 16,
             writeBuffer: plan.configuration.writeBuffer,
-            preRollRoom: plan.trigger == nil && listenPlan != nil ? Swift.max(plan.preRoll ?? 0, listenPlan?.preRoll ?? 0) : 0,
+            preRollRoom: plan.trigger == nil && state.listenPlan != nil ? Swift.max(plan.preRoll ?? 0, state.listenPlan?.preRoll ?? 0) : 0,
             gapFound: { [weak self] gap, frames in self?.gapFound(gap, frames: frames) })
     }
 
     /// The recording's write buffer now; nil when nothing records. Any thread.
-    public func currentWriteBuffer() -> WriteBufferStatus? {
-        guard state.value.isActive, let session = activeSession.withLock({ $0 }), session.started else { return nil }
+    func currentWriteBuffer() -> WriteBufferStatus? {
+        guard published.state.value.isActive, let session = activeSession.withLock({ $0 }), session.started else { return nil }
         let (held, peak) = session.writeBufferFill
         return WriteBufferStatus(capacity: Double(session.worker.ring.capacityBytes) / Double(session.configuration.bytesPerFrame)
                                      / Double(session.configuration.sampleRate),
@@ -246,7 +246,7 @@ extension Recorder {
                                                                        "error.message": "\(failure.message)"])
         }
         control.async { [self] in
-            guard let session else { return }
+            guard let session = state.session else { return }
             updateCurrentSegment(of: session)
         }
     }
@@ -260,26 +260,26 @@ extension Recorder {
             "recording.id": "\(segment.recordingId)", "segment.index": "\(segment.index)", "segment.path": "\(segment.path)",
             "segment.frames": "\(segment.frames)", "segment.end": "\(segment.endReason?.rawValue ?? "")",
         ])
-        closedSegment.send(segment)
-        requestRetentionPass()
+        published.closedSegment.send(segment)
+        storageGuard.requestRetentionPass()
     }
 
     /// Publishes the segment the capture thread is writing now (after a boundary or split).
     func updateCurrentSegment(of session: RecordingConsumer) {
-        guard session === self.session, var recording = current else { return }
+        guard session === self.state.session, var recording = state.current else { return }
         let segment = session.currentSegment.withLock { $0 }
         guard recording.segment != segment else { return }
         recording.segment = segment
         recording.path = segment.path
-        current = recording
+        state.current = recording
         // Only `recording` follows the segments: `state` changes (and is published) on
         // transitions, and its recording is as of the last one.
-        self.recording.send(recording)
+        published.recording.send(recording)
     }
 
     func recordOnQueue(duration: Double?, at date: Date?) throws(RecorderError) -> Recording {
-        guard case .preparing = state.value, let session, var recording = current else {
-            throw .invalidState("record", state.value)
+        guard case .preparing = published.state.value, let session = state.session, var recording = state.current else {
+            throw .invalidState("record", published.state.value)
         }
         if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
         if let duration {
@@ -287,33 +287,33 @@ extension Recorder {
             let frames = Int64((duration * Double(recording.sampleRate)).rounded())
             session.frameLimit = frames
             recording.frameLimit = frames
-            plan?.frameLimit = frames
+            state.plan?.frameLimit = frames
         }
         if let date, date > Date() {
             recording.scheduledAt = date
-            current = recording
-            self.recording.send(recording)
-            state.send(.preparing(recording))
+            state.current = recording
+            published.recording.send(recording)
+            published.state.send(.preparing(recording))
             let timer = DispatchSource.makeTimerSource(queue: control)
             let seconds = date.timeIntervalSince1970
             let wallTime = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - seconds.rounded(.down)) * 1_000_000_000))
             timer.schedule(wallDeadline: DispatchWallTime(timespec: wallTime), leeway: .milliseconds(1))
             timer.setEventHandler { [weak self, session] in self?.beginCapture(session) }
             timer.resume()
-            startTimer = timer
+            state.startTimer = timer
             logger.info("recording scheduled", metadata: ["recording.id": "\(recording.id)", "recording.at": "\(date)"])
             return recording
         }
-        current = recording
+        state.current = recording
         return beginCapture(session) ?? recording
     }
 
     @discardableResult
     func beginCapture(_ session: RecordingConsumer) -> Recording? {
-        guard session === self.session, !session.started, var recording = current else { return nil }
+        guard session === self.state.session, !session.started, var recording = state.current else { return nil }
         cancelStartTimer()
         recording.startedAt = Date()
-        current = recording
+        state.current = recording
         recording = startCapture(session, recording: recording, preRoll: true)
         logger.info("recording started", metadata: ["recording.id": "\(recording.id)", "recording.path": "\(recording.path)"])
         return recording
@@ -331,8 +331,8 @@ extension Recorder {
         var recording = recording
         let taken = NIOLockedValueBox<PreRoll?>(nil)
         var replay: (RecordingConsumer) -> Void = { _ in }
-        if preRoll, session.gate == nil, let listenPlan, let ring = listeningParts.withLock({ $0.ring }) {
-            let wanted = plan?.preRoll ?? listenPlan.preRoll
+        if preRoll, session.gate == nil, let listenPlan = state.listenPlan, let ring = listeningParts.withLock({ $0.ring }) {
+            let wanted = state.plan?.preRoll ?? listenPlan.preRoll
             replay = { session in
                 let engine = session.engine
                 let deviceRate = Double(engine.configuration.sampleRate)
@@ -351,7 +351,7 @@ extension Recorder {
             try session.start(preRoll: replay) { [weak self] outcome in
                 guard let self else { return }
                 control.async {
-                    guard session === self.session else { return }  // stop() or cancel() got there first
+                    guard session === self.state.session else { return }  // stop() or cancel() got there first
                     _ = self.finalize(session, outcome: outcome)
                 }
             }
@@ -363,7 +363,7 @@ extension Recorder {
         recording.preRoll = taken.withLock { $0 }
         if let limit = session.frameLimit, recording.frameLimit != nil {
             recording.frameLimit = limit
-            plan?.frameLimit = limit
+            state.plan?.frameLimit = limit
         }
         if session.awaitFirstFrame(timeout: Self.firstFrameWait), session.gate == nil {
             let segment = session.currentSegment.withLock { $0 }
@@ -372,11 +372,11 @@ extension Recorder {
             // With a pre-roll the recording began before the start: with the first pre-rolled frame.
             if segment.index == 1, recording.preRoll.map({ $0.frames > 0 }) == true { recording.startedAt = segment.startedAt }
         }
-        current = recording
+        state.current = recording
         attachSpectrum(to: session.engine)
         startTimers(for: session, rate: recording.sampleRate)
-        self.recording.send(recording)
-        state.send(.recording(recording))
+        published.recording.send(recording)
+        published.state.send(.recording(recording))
         return recording
     }
 
@@ -384,7 +384,7 @@ extension Recorder {
     /// the device went away and `mayWait`, starts waiting for it.
     func finalize(_ session: RecordingConsumer, outcome: CaptureOutcome,
                           mayWait: Bool = true) -> (Recording, RecorderError?) {
-        var recording = current!
+        var recording = state.current!
         stopTimers()
         var failure: RecorderError?
         if case .failed(let error) = outcome { failure = error }
@@ -392,7 +392,7 @@ extension Recorder {
         // A lost device stopped delivering at its last read, which for a stalled one was
         // seconds before the loss was noticed (CaptureEngine.stallLimit): the gap begins there.
         let endedAt = deviceLost ? session.engine.lastProgressDate : Date()
-        let waiting = mayWait && deviceLost && (plan?.configuration.waitForDevice ?? false)
+        let waiting = mayWait && deviceLost && (state.plan?.configuration.waitForDevice ?? false)
         var last = session.finalSegment(endedAt: endedAt, reason: waiting ? .deviceLost : .end)
         var saveFailure: RecorderError?
         do throws(RecorderError) {
@@ -415,7 +415,7 @@ extension Recorder {
             if last.path != wanted {
                 logger.warning("recording's name was taken; saved under another", metadata: [
                     "recording.id": "\(last.recordingId)", "recording.path": "\(last.path)", "recording.wanted": "\(wanted)"])
-                if last.index == 1, plan?.segments.effectiveTemplate == SegmentSettings.single {
+                if last.index == 1, state.plan?.segments.effectiveTemplate == SegmentSettings.single {
                     // A recording in one file is known by its file's name.
                     recording.name = FilePath(last.path).stem ?? ""
                 }
@@ -424,11 +424,11 @@ extension Recorder {
                 $0.segmentsClosed += 1
                 $0.lastClosed = last
             }
-            announce(last, directory: plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
-            if let event = session.eventEnded(in: last, reason: deviceLost ? "deviceLost" : "failed") { triggerEvent.send(event) }
+            announce(last, directory: state.plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
+            if let event = session.eventEnded(in: last, reason: deviceLost ? "deviceLost" : "failed") { published.triggerEvent.send(event) }
         }
         // The next capture session (after a gap) numbers its segments on from here.
-        plan?.nextIndex = session.gate?.nextIndex ?? session.currentSegment.withLock { $0.index } + 1
+        state.plan?.nextIndex = session.gate?.nextIndex ?? session.currentSegment.withLock { $0.index } + 1
         let totals = ledger.withLock { ledger in
             ledger.frames += session.framesWritten.load(ordering: .acquiring)
             ledger.xruns += session.xruns.load(ordering: .relaxed)
@@ -445,9 +445,9 @@ extension Recorder {
         publishTotals(rate: recording.sampleRate)
         clearSession()
         if waiting, saveFailure == nil, let lost = failure {
-            current = recording
-            self.recording.send(recording)
-            plan?.gapStart = endedAt
+            state.current = recording
+            published.recording.send(recording)
+            state.plan?.gapStart = endedAt
             ledger.withLock { $0.gaps.append(Gap(start: endedAt, position: $0.frames, error: lost)) }
             publishTotals(rate: recording.sampleRate)
             logger.warning("capture device lost; waiting for it", metadata: [
@@ -463,18 +463,18 @@ extension Recorder {
     func end(_ recording: Recording, failure: RecorderError?) -> (Recording, RecorderError?) {
         var recording = recording
         recording.endedAt = Date()
-        plan = nil
-        current = nil
-        clearSilenceWarning()
-        self.recording.send(recording)
+        state.plan = nil
+        state.current = nil
+        published.clearSilenceWarning()
+        published.recording.send(recording)
         if let failure {
             logger.error("recording failed", metadata: ["recording.id": "\(recording.id)", "error.code": "\(failure.code.rawValue)",
                                                         "error.message": "\(failure.message)"])
-            error.send(failure)
-            state.send(.failed(recording, failure))
+            published.error.send(failure)
+            published.state.send(.failed(recording, failure))
         } else {
             logger.info("recording finished", metadata: ["recording.id": "\(recording.id)", "recording.frames": "\(recording.frames)"])
-            state.send(.finished(recording))
+            published.state.send(.finished(recording))
         }
         returnToListeningOrClose()
         return (recording, failure)
@@ -482,19 +482,19 @@ extension Recorder {
 
     /// A prepared recording that will not start after all: close and delete its file.
     func discardPrepared() {
-        guard let session, let recording = current else { return }
+        guard let session = state.session, let recording = state.current else { return }
         session.discardFile()
         unlink(recording.partialPath)
         clearSession()
-        plan = nil
-        self.recording.send(nil)
-        state.send(listenPlan == nil ? .idle : .listening)
+        state.plan = nil
+        published.recording.send(nil)
+        published.state.send(state.listenPlan == nil ? .idle : .listening)
         returnToListeningOrClose()
     }
 
     func clearSession() {
-        session = nil
-        current = nil
+        state.session = nil
+        state.current = nil
         activeSession.withLock { $0 = nil }
     }
 
@@ -502,11 +502,11 @@ extension Recorder {
     func fail(_ failure: RecorderError, endsRecording: Bool = true) -> RecorderError {
         logger.error(endsRecording ? "recording could not begin" : "listening could not begin",
                      metadata: ["error.code": "\(failure.code.rawValue)", "error.message": "\(failure.message)"])
-        error.send(failure)
+        published.error.send(failure)
         if endsRecording {
-            state.send(.failed(nil, failure))
+            published.state.send(.failed(nil, failure))
             // Listening goes on: the device it holds stays open.
-            if listenPlan != nil { state.send(.listening) }
+            if state.listenPlan != nil { published.state.send(.listening) }
         }
         return failure
     }
@@ -534,30 +534,22 @@ extension Recorder {
         let path = "\(directory)/\(name).\(fileExtension)"
         return FileManager.default.fileExists(atPath: path) || FileManager.default.fileExists(atPath: path + ".part")
     }
-
-    /// Makes a rename durable: fsync the directory that holds the entry.
-    static func syncDirectory(of path: String) {
-        let directory = FilePath(path).removingLastComponent().string
-        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        fsync(fd)
-        close(fd)
-    }
-
-    static func reason(_ errnoValue: Int32) -> String { String(cString: strerror(errnoValue)) }
-
-    /// `mkdir -p`; returns the errno of the step that failed, nil on success.
-    public static func makeDirectory(_ path: String) -> Int32? {
-        var prefix = path.hasPrefix("/") ? "" : "."
-        for component in path.split(separator: "/") {
-            prefix += "/" + component
-            if mkdir(prefix, 0o755) != 0 {
-                let error = errno
-                var info = stat()
-                guard error == EEXIST, stat(prefix, &info) == 0 else { return error }
-                guard info.st_mode & S_IFMT == S_IFDIR else { return ENOTDIR }
-            }
-        }
-        return nil
+}
+extension RecorderController {
+    /// The triggered recording's detector now (level, floor, thresholds, counts); nil when
+    /// the recording (if any) is not triggered. Any thread, without waiting for the
+    /// recorder's queue.
+    func currentTriggerStatus() -> TriggerStatus? {
+        guard let recording = published.recording.value, let settings = recording.trigger, published.state.value.isActive else { return nil }
+        let session = activeSession.withLock { $0 }
+        let trigger = session?.gate?.trigger
+        let counters = activeTrigger.withLock { $0 }
+        let floor = trigger?.currentFloor
+        let levels = trigger?.currentThresholds ?? settings.levels(floor: floor)
+        return TriggerStatus(
+            settings: settings, state: counters?.onset == nil ? "armed" : "open",
+            events: counters?.events.load(ordering: .relaxed) ?? 0, discarded: counters?.discarded.load(ordering: .relaxed) ?? 0,
+            level: trigger?.currentLevel ?? -160, floor: floor, openLevel: levels?.open, closeLevel: levels?.close,
+            eventOnset: counters?.onset.map { Date(timeIntervalSince1970: $0) })
     }
 }

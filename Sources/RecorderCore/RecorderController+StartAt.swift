@@ -19,15 +19,15 @@ struct ScheduledStart {
     var timer: DispatchSourceTimer?
 }
 
-extension Recorder {
+extension RecorderController {
     /// Takes `start` for later: checks what can be checked now (the settings, the name), publishes
     /// `preparing` with the time, and arms a wall-clock timer (a clock step moves it too).
     func scheduleStart(_ start: ScheduledStart) throws(RecorderError) -> Recording {
-        switch state.value {
+        switch published.state.value {
         case .idle, .listening, .finished, .failed: break
-        default: throw .invalidState("start", state.value)
+        default: throw .invalidState("start", published.state.value)
         }
-        if refusingRecordings { throw RecorderError(.invalidState, "cannot start: recd is shutting down") }
+        if state.refusingRecordings { throw RecorderError(.invalidState, "cannot start: recd is shutting down") }
         let configuration = self.configuration
         let settings = start.settings ?? configuration.defaultSettings
         try settings.validate()
@@ -49,11 +49,11 @@ extension Recorder {
                        leeway: .milliseconds(1))
         timer.setEventHandler { [weak self] in self?.beginScheduledStart() }
         start.timer = timer
-        scheduledStart = start
-        error.send(nil)
-        currentTime.send(0)
-        self.recording.send(recording)
-        state.send(.preparing(recording))
+        state.scheduledStart = start
+        published.error.send(nil)
+        published.currentTime.send(0)
+        published.recording.send(recording)
+        published.state.send(.preparing(recording))
         timer.resume()
         logger.info("recording scheduled", metadata: ["recording.id": "\(start.id)", "recording.at": "\(start.date)"])
         return recording
@@ -63,25 +63,25 @@ extension Recorder {
     /// A device missing then is waited for, and a name taken meanwhile is numbered (nobody is
     /// there to be asked); any other failure is the recorder's state and error.
     private func beginScheduledStart() {
-        guard let start = scheduledStart else { return }
+        guard let start = state.scheduledStart else { return }
         do throws(RecorderError) {
             _ = try startOnQueue(name: start.recording?.name ?? start.name, settings: start.settings, duration: start.duration,
                                  segments: start.segments, preRoll: start.preRoll, trigger: start.trigger,
                                  unattended: true, id: start.id)
         } catch {
-            if self.error.value?.message != error.message { _ = fail(error) }
+            if published.error.value?.message != error.message { _ = fail(error) }
         }
-        scheduledStart = nil
+        state.scheduledStart = nil
     }
 
     /// `stop` or `cancel` before the time: nothing was opened or created. Returns the recording
     /// that will not be (nil: no start was scheduled).
     func endScheduledStart() -> Recording? {
-        guard let start = scheduledStart, case .preparing = state.value else { return nil }
+        guard let start = state.scheduledStart, case .preparing = published.state.value else { return nil }
         start.timer?.cancel()
-        scheduledStart = nil
-        self.recording.send(nil)
-        state.send(listenPlan == nil ? .idle : .listening)
+        state.scheduledStart = nil
+        published.recording.send(nil)
+        published.state.send(state.listenPlan == nil ? .idle : .listening)
         logger.info("scheduled recording cancelled", metadata: ["recording.id": "\(start.id)", "recording.at": "\(start.date)"])
         return start.recording
     }

@@ -7,7 +7,7 @@ import RecorderModel
 /// Listening: the device open without a file. The capture engine delivers to a level meter
 /// and a pre-roll ring; a recording started meanwhile takes the same engine and begins its
 /// file with the ring's frames (`startCapture`). On the recorder's control queue.
-extension Recorder {
+extension RecorderController {
     /// Opens the device and keeps hearing it without a file: levels are published, and the
     /// last `preRoll` seconds (the configured length when nil) are kept for the next `start`.
     /// While recording, listening joins the recording's device; the recording ended, recd goes
@@ -19,47 +19,47 @@ extension Recorder {
     /// `recctl listen` must not cut another's `--pre-roll 20`); a longer one replaces it with a
     /// longer ring, which fills afresh.
     @discardableResult
-    public func listen(preRoll: Double? = nil) throws(RecorderError) -> ListeningStatus {
+    func listen(preRoll: Double? = nil) throws(RecorderError) -> ListeningStatus {
         try onControl { () throws(RecorderError) in try beginListening(preRoll: preRoll, requested: true) }
     }
 
     /// `listen` on the control queue; `requested` false: for taps only (see `openTap`).
     func beginListening(preRoll: Double?, requested: Bool) throws(RecorderError) -> ListeningStatus {
         do {
-            if refusingRecordings { throw RecorderError(.invalidState, "cannot listen: recd is shutting down") }
+            if state.refusingRecordings { throw RecorderError(.invalidState, "cannot listen: recd is shutting down") }
             let configuration = self.configuration
             if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
                 throw RecorderError(.invalidSettings, refusal)
             }
-            if var listenPlan {
+            if var listenPlan = state.listenPlan {
                 if requested && !listenPlan.requested {
                     listenPlan.requested = true
-                    self.listenPlan = listenPlan
+                    self.state.listenPlan = listenPlan
                 }
                 // Already listening: only a longer pre-roll replaces the ring.
                 if requested, let preRoll, preRoll > listenPlan.preRoll {
                     listenPlan.preRoll = preRoll
-                    self.listenPlan = listenPlan
-                    if let engine { attachListening(to: engine) }
+                    self.state.listenPlan = listenPlan
+                    if let engine = state.engine { attachListening(to: engine) }
                     publishListening()
                 }
-                return currentListeningStatus() ?? listening.value!
+                return currentListeningStatus() ?? published.listening.value!
             }
             let preRoll = preRoll ?? configuration.preRoll
-            listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration, requested: requested)
-            if let engine {
+            state.listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration, requested: requested)
+            if let engine = state.engine {
                 attachListening(to: engine)
-            } else if case .waitingForDevice(_, let wait) = state.value {
+            } else if case .waitingForDevice(_, let wait) = published.state.value {
                 // The recording's attempts open the device for both; if it ends first,
                 // listening goes on waiting with attempts of its own.
-                listenPlan?.wait = wait
+                state.listenPlan?.wait = wait
             } else {
                 do throws(ALSAError) {
                     _ = try openEngine(configuration, configuration.defaultSettings)
                 } catch {
-                    let unknown = error.isUnknownDevice && !openedDevices.contains(configuration.device)
+                    let unknown = error.isUnknownDevice && !state.openedDevices.contains(configuration.device)
                     guard configuration.waitForDevice, Self.mayComeBack(error), !unknown else {
-                        listenPlan = nil
+                        state.listenPlan = nil
                         throw fail(.opening(error), endsRecording: false)
                     }
                     logger.warning("capture device missing; listening waits for it", metadata: ["error.message": "\(error)"])
@@ -67,28 +67,28 @@ extension Recorder {
                 }
             }
             startListeningTimer(configuration)
-            if !state.value.isActive {
-                levels.send(levelsAreWanted ? Levels(channels: Array(repeating: .silence, count: engine?.configuration.channels ?? 0), clipCount: 0)
+            if !published.state.value.isActive {
+                published.levels.send(levelsAreWanted ? Levels(channels: Array(repeating: .silence, count: state.engine?.configuration.channels ?? 0), clipCount: 0)
                                             : .none)
-                state.send(.listening)
+                published.state.send(.listening)
             }
             publishListening()
             logger.info("listening", metadata: ["device.name": "\(configuration.device)", "preRoll.seconds": "\(preRoll)"])
-            return currentListeningStatus() ?? listening.value!
+            return currentListeningStatus() ?? published.listening.value!
         }
     }
 
     /// Stops listening: the pre-roll is dropped, and the device closes unless a recording
     /// uses it (it then closes when the recording ends). Returns what listening was.
     @discardableResult
-    public func unlisten() throws(RecorderError) -> ListeningStatus {
+    func unlisten() throws(RecorderError) -> ListeningStatus {
         try onControl { () throws(RecorderError) in
-            guard listenPlan?.requested == true, let last = currentListeningStatus() else {
-                throw RecorderError(.invalidState, "cannot stop listening: recd is not listening (state \(state.value.name.rawValue))")
+            guard state.listenPlan?.requested == true, let last = currentListeningStatus() else {
+                throw RecorderError(.invalidState, "cannot stop listening: recd is not listening (state \(published.state.value.name.rawValue))")
             }
             if !tapGroups.withLockedValue({ $0.isEmpty }) {
                 // Taps still hear the device: it stays open for them, and closes with the last.
-                listenPlan?.requested = false
+                state.listenPlan?.requested = false
                 logger.info("listening stopped; the device stays open for the taps", metadata: ["device.name": "\(last.device)"])
                 return last
             }
@@ -100,8 +100,8 @@ extension Recorder {
 
     /// Listening's figures now (pre-roll held, frames captured); nil when not listening. Any
     /// thread, without waiting for the recorder's queue.
-    public func currentListeningStatus() -> ListeningStatus? {
-        guard var status = listening.value else { return nil }
+    func currentListeningStatus() -> ListeningStatus? {
+        guard var status = published.listening.value else { return nil }
         guard status.wait == nil, let engine = activeEngine.withLock({ $0 }) else { return status }
         let ring = listeningParts.withLock { $0.ring }
         let rate = Double(engine.configuration.sampleRate)
@@ -113,27 +113,27 @@ extension Recorder {
     }
 
     func endListening() {
-        listenPlan = nil
-        listenTimer?.cancel()
-        listenTimer = nil
-        if let engine, let parts = Optional(listeningParts.withLock { $0 }) {
+        state.listenPlan = nil
+        state.listenTimer?.cancel()
+        state.listenTimer = nil
+        if let engine = state.engine, let parts = Optional(listeningParts.withLock { $0 }) {
             if let ring = parts.ring { engine.detach(ring, timeout: configuration.stopTimeout) }
             if let meter = parts.meter { engine.detach(meter, timeout: configuration.stopTimeout) }
         }
         listeningParts.withLock { $0 = (nil, nil) }
         endTaps(error: nil)
-        if case .waitingForDevice = state.value {} else if !state.value.isActive { cancelRetry() }
-        listening.send(nil)
-        if case .listening = state.value {
-            levels.send(.none)
-            state.send(.idle)
+        if case .waitingForDevice = published.state.value {} else if !published.state.value.isActive { cancelRetry() }
+        published.listening.send(nil)
+        if case .listening = published.state.value {
+            published.levels.send(.none)
+            published.state.send(.idle)
         }
         closeEngineIfUnused()
     }
 
     /// Attaches listening's meter and a new pre-roll ring to `engine` (replacing any before).
     func attachListening(to engine: CaptureEngine) {
-        guard let listenPlan else { return }
+        guard let listenPlan = state.listenPlan else { return }
         let old = listeningParts.withLock { $0 }
         let ring = listenPlan.preRoll > 0 ? PreRollRing(seconds: listenPlan.preRoll, configuration: engine.configuration) : nil
         let meter = listenPlan.configuration.meteringEnabled && levelsAreWanted ? InputMeter(configuration: engine.configuration, levelsInterval: levelsPeriod) : nil
@@ -144,19 +144,19 @@ extension Recorder {
         do throws(RecorderError) {
             if let ring { try engine.attach(ring, timeout: listenPlan.configuration.stopTimeout) }
             if let meter { try engine.attach(meter, timeout: listenPlan.configuration.stopTimeout) }
-            self.listenPlan?.wait = nil
+            self.state.listenPlan?.wait = nil
         } catch {
             // The device would not start (or the engine ended meanwhile: its end is on its way).
             logger.error("listening could not start capture", metadata: ["error.message": "\(error.message)"])
             let now = Date()
-            self.listenPlan?.wait = DeviceWait(error: error, since: now, retryAt: now, attempts: 0)
+            self.state.listenPlan?.wait = DeviceWait(error: error, since: now, retryAt: now, attempts: 0)
         }
         publishListening()
     }
 
     /// Attaches listening's meter when someone wants levels, detaches it when nobody does.
     func attachListeningMeter(to engine: CaptureEngine) {
-        guard let listenPlan else { return }
+        guard let listenPlan = state.listenPlan else { return }
         let wanted = listenPlan.configuration.meteringEnabled && levelsAreWanted
         let current = listeningParts.withLock { $0.meter }
         if wanted, let current {
@@ -175,10 +175,10 @@ extension Recorder {
 
     /// Publishes listening as it stands (after it began, waits, resumes or changes).
     func publishListening() {
-        guard let listenPlan else { return listening.send(nil) }
-        let engine = self.engine
+        guard let listenPlan = state.listenPlan else { return published.listening.send(nil) }
+        let engine = self.state.engine
         let ring = listeningParts.withLock { $0.ring }
-        listening.send(ListeningStatus(
+        published.listening.send(ListeningStatus(
             device: listenPlan.configuration.device, deviceFormat: engine.map { DeviceFormat($0.configuration) },
             since: listenPlan.since, preRollCapacity: listenPlan.preRoll, preRollBytes: ring?.bytes ?? 0,
             preRollHeld: 0, framesCaptured: engine?.framesCaptured.load(ordering: .relaxed) ?? 0,
@@ -188,15 +188,15 @@ extension Recorder {
     /// Levels while listening, from the input meter, at the configured interval; quiet while
     /// a recording publishes its own.
     func startListeningTimer(_ configuration: RecorderConfiguration) {
-        listenTimer?.cancel()
-        listenTimer = nil
-        guard configuration.meteringEnabled, levelsAreWanted, listenPlan != nil else { return }
+        state.listenTimer?.cancel()
+        state.listenTimer = nil
+        guard configuration.meteringEnabled, levelsAreWanted, state.listenPlan != nil else { return }
         let period = levelsPeriod
         if !recordingPublishes.load(ordering: .acquiring) { periods.withLock { $0.levels = period } }
-        listenTimer = makeTimer(interval: period) { [weak self] in
+        state.listenTimer = makeTimer(interval: period) { [weak self] in
             guard let self, let meter = listeningParts.withLock({ $0.meter }) else { return }
             let measured = meter.meter.takeLevels()
-            if !recordingPublishes.load(ordering: .acquiring) { levels.send(measured) }
+            if !recordingPublishes.load(ordering: .acquiring) { published.levels.send(measured) }
         }
     }
 
@@ -206,16 +206,16 @@ extension Recorder {
     func openEngine(_ configuration: RecorderConfiguration,
                     _ settings: RecordingSettings) throws(ALSAError) -> CaptureEngine {
         let (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
-        openedDevices.insert(configuration.device)
+        state.openedDevices.insert(configuration.device)
         let engine = CaptureEngine(pcm: pcm, configuration: pcmConfiguration)
         let failed = engine.serial
         engine.start { [weak self] error in
             guard let self else { return }
             control.async { self.engineFailed(failed, error: error) }
         }
-        self.engine = engine
+        self.state.engine = engine
         activeEngine.withLock { $0 = engine }
-        if listenPlan != nil {
+        if state.listenPlan != nil {
             attachListening(to: engine)
             attachTaps(to: engine)
             attachSpectrum(to: engine)
@@ -227,22 +227,22 @@ extension Recorder {
     /// waits, if it may, with its own attempts, which reopen the device for listening too;
     /// listening alone waits with attempts of its own.
     func engineFailed(_ failed: UInt64, error failure: RecorderError) {
-        guard let engine, engine.serial == failed else { return }
-        self.engine = nil
+        guard let engine = state.engine, engine.serial == failed else { return }
+        self.state.engine = nil
         activeEngine.withLock { $0 = nil }
         listeningParts.withLock { $0 = (nil, nil) }
         detachTaps()
         endSpectrum()
-        guard let listenPlan else { return }
+        guard let listenPlan = state.listenPlan else { return }
         let since = Date()
-        if case .waitingForDevice = state.value {
-            self.listenPlan?.wait = DeviceWait(error: failure, since: since, retryAt: since, attempts: 0)
+        if case .waitingForDevice = published.state.value {
+            self.state.listenPlan?.wait = DeviceWait(error: failure, since: since, retryAt: since, attempts: 0)
             publishListening()
             return
         }
         guard listenPlan.configuration.waitForDevice else {
             logger.error("capture device lost; listening ends", metadata: ["error.message": "\(failure.message)"])
-            error.send(failure)
+            published.error.send(failure)
             endTaps(error: failure)
             endListening()
             return
@@ -253,16 +253,16 @@ extension Recorder {
 
     func scheduleListeningRetry(error failure: RecorderError, since: Date, attempts: Int) {
         let wait = armRetry(error: failure, since: since, attempts: attempts,
-                            maximum: listenPlan?.configuration.maximumRetryInterval) { $0.retryListening() }
-        listenPlan?.wait = wait
+                            maximum: state.listenPlan?.configuration.maximumRetryInterval) { $0.retryListening() }
+        state.listenPlan?.wait = wait
         publishListening()
     }
 
     /// One attempt to open the device again for listening alone.
     func retryListening() {
         cancelRetry()
-        guard let listenPlan, let wait = listenPlan.wait else { return }
-        if let engine {
+        guard let listenPlan = state.listenPlan, let wait = listenPlan.wait else { return }
+        if let engine = state.engine {
             // Opened meanwhile (a recording's start): listening is on it already, or joins now.
             if listeningParts.withLock({ $0.ring == nil && $0.meter == nil }) { attachListening(to: engine) }
             return
@@ -273,7 +273,7 @@ extension Recorder {
         } catch {
             guard Self.mayComeBack(error) else {
                 logger.error("capture device cannot be opened; listening ends", metadata: ["error.message": "\(error)"])
-                self.error.send(.opening(error))
+                published.error.send(.opening(error))
                 endListening()
                 return
             }
@@ -284,24 +284,24 @@ extension Recorder {
     /// A recording has ended (or never began): back to listening if recd listens, else the
     /// device closes.
     func returnToListeningOrClose() {
-        guard let listenPlan else { return closeEngineIfUnused() }
-        if engine == nil, retryTimer == nil {
+        guard let listenPlan = state.listenPlan else { return closeEngineIfUnused() }
+        if state.engine == nil, state.retryTimer == nil {
             // No device and nobody trying to open it (the recording's attempts ended with it):
             // listening waits with attempts of its own.
             let wait = listenPlan.wait
             scheduleListeningRetry(error: wait?.error ?? RecorderError(.deviceLost, "the capture device is not open"),
                                    since: wait?.since ?? Date(), attempts: wait?.attempts ?? 0)
         }
-        if case .listening = state.value {} else { state.send(.listening) }
+        if case .listening = published.state.value {} else { published.state.send(.listening) }
     }
 
     /// Closes the device when neither a recording nor listening needs it.
     func closeEngineIfUnused() {
-        guard listenPlan == nil, session == nil, let engine else { return }
-        if case .waitingForDevice = state.value { return }
+        guard state.listenPlan == nil, state.session == nil, let engine = state.engine else { return }
+        if case .waitingForDevice = published.state.value { return }
         endSpectrum(detachingFrom: engine)
         engine.close(timeout: configuration.stopTimeout)
-        self.engine = nil
+        self.state.engine = nil
         activeEngine.withLock { $0 = nil }
     }
 }

@@ -54,7 +54,7 @@ final class SpaceGuard: Sendable {
     }
 }
 
-/// What the storage monitor remembers between its ticks (behind `Recorder.storageMonitor`).
+/// What the storage guard remembers between its ticks (behind `StorageGuard.monitor`).
 struct StorageMonitorState {
     /// Uptime (ns) of the last scan of the recordings directory; 0: never.
     var lastScan: UInt64 = 0
@@ -78,34 +78,71 @@ struct StorageMonitorState {
     }
 }
 
-extension Recorder {
-    /// Starts the storage monitor: every `storage.checkInterval` it measures free space
-    /// (publishing `storage`, raising and clearing the `lowDiskSpace` warning, moving the
-    /// capture thread's space limit); every `retention.interval`, and after each file closes,
-    /// it scans the directory and applies retention.
-    func startStorageMonitor() -> DispatchSourceTimer {
-        let timer = DispatchSource.makeTimerSource(queue: storageQueue)
-        scheduleStorageTimer(timer, interval: configuration.storage.checkInterval)
+/// The space guard and retention, off the control and capture paths on a queue of their
+/// own: every `storage.checkInterval` it measures free space (publishing `storage`, raising and
+/// clearing the `lowDiskSpace` warning, moving the capture thread's space limit); every
+/// `retention.interval`, and after each file closes, it scans the directory and applies
+/// retention. A recording's `SpaceGuard` calls back into it when the disk fills.
+final class StorageGuard: @unchecked Sendable {
+    // @unchecked: `timer` is set in init only; `monitor` is behind its lock and retention
+    // passes behind `retentionLock`; everything else is immutable or Sendable.
+    private let queue = DispatchQueue(label: "recd.recorder.storage")
+    private let monitor = NIOLockedValueBox(StorageMonitorState())
+    /// One retention pass at a time (the monitor's, a start's, the capture thread's).
+    private let retentionLock = NIOLock()
+    private var timer: DispatchSourceTimer?
+    private let configurationBox: NIOLockedValueBox<RecorderConfiguration>
+    /// The recording's capture session, if one runs: its space limit follows the free space.
+    private let activeSession: NIOLockedValueBox<RecordingConsumer?>
+    private let published: RecorderOutputs
+    private let logger: Logger
+
+    init(configuration: NIOLockedValueBox<RecorderConfiguration>, activeSession: NIOLockedValueBox<RecordingConsumer?>,
+         published: RecorderOutputs, logger: Logger) {
+        self.configurationBox = configuration
+        self.activeSession = activeSession
+        self.published = published
+        self.logger = logger
+        let configuration = configuration.withLock { $0 }
+        monitor.withLock { $0.beginGrace(configuration.retention) }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        Self.schedule(timer, interval: configuration.storage.checkInterval)
         timer.setEventHandler { [weak self] in self?.checkStorage() }
         timer.resume()
-        return timer
+        self.timer = timer
     }
 
-    func scheduleStorageTimer(_ timer: DispatchSourceTimer, interval: Double) {
+    deinit { timer?.cancel() }
+
+    private var configuration: RecorderConfiguration { configurationBox.withLock { $0 } }
+
+    /// The configuration changed from `previous`: the tick's interval follows, and new
+    /// retention settings begin a grace and a pass.
+    func reconfigured(from previous: RecorderConfiguration, to configuration: RecorderConfiguration) {
+        if previous.storage.checkInterval != configuration.storage.checkInterval, let timer {
+            Self.schedule(timer, interval: configuration.storage.checkInterval)
+        }
+        if previous.retention != configuration.retention {
+            monitor.withLock { $0.beginGrace(configuration.retention) }
+            requestRetentionPass()
+        }
+    }
+
+    private static func schedule(_ timer: DispatchSourceTimer, interval: Double) {
         let nanoseconds = Int(Swift.max(0.05, interval) * 1_000_000_000)
         timer.schedule(deadline: .now(), repeating: .nanoseconds(nanoseconds), leeway: .nanoseconds(nanoseconds / 10))
     }
 
     /// The recordings directory changed (a file closed, was deleted or renamed): scan it and
     /// apply retention soon, off the caller's queue.
-    public func requestRetentionPass() {
-        storageMonitor.withLock { $0.scanRequested = true }
-        storageQueue.async { [weak self] in self?.checkStorage() }
+    func requestRetentionPass() {
+        monitor.withLock { $0.scanRequested = true }
+        queue.async { [weak self] in self?.checkStorage() }
     }
 
     /// The storage status for a listing made just now (`recordings.list`): fresh free space,
     /// and retention's outlook over exactly those files.
-    public func storageStatus(listing entries: [RecordingLibrary.Entry]) -> StorageStatus? {
+    func storageStatus(listing entries: [RecordingLibrary.Entry]) -> StorageStatus? {
         let configuration = self.configuration
         guard let space = FileSystemSpace.measure(configuration.recordingsDirectory) else { return nil }
         return makeStatus(space: space, configuration: configuration,
@@ -116,8 +153,8 @@ extension Recorder {
 
     /// The end of the retention grace under way, if one is; ends it (and asks for a pass)
     /// once it has passed.
-    func currentGrace(now: Date = Date()) -> Date? {
-        let (until, ended) = storageMonitor.withLock { monitor -> (Date?, Bool) in
+    private func currentGrace(now: Date = Date()) -> Date? {
+        let (until, ended) = monitor.withLock { monitor -> (Date?, Bool) in
             guard let until = monitor.graceUntil else { return (nil, false) }
             guard until <= now else { return (until, false) }
             monitor.graceUntil = nil
@@ -132,7 +169,7 @@ extension Recorder {
     /// Logs, at warning level and each once per grace, the recordings retention would delete
     /// now but holds until `until`.
     private func announceHeld(_ due: [(entry: RecordingLibrary.Entry, reason: RetentionReason)], until: Date) {
-        let new = storageMonitor.withLock { monitor in
+        let new = monitor.withLock { monitor in
             let new = due.filter { !monitor.announced.contains($0.entry.path) }
             monitor.announced.formUnion(new.map(\.entry.path))
             return new
@@ -160,8 +197,8 @@ extension Recorder {
         }
     }
 
-    /// One tick of the monitor (on `storageQueue`).
-    func checkStorage() {
+    /// One tick of the monitor (on its queue).
+    private func checkStorage() {
         let configuration = self.configuration
         guard var space = FileSystemSpace.measure(configuration.recordingsDirectory) else { return }
         let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
@@ -170,7 +207,7 @@ extension Recorder {
         let now = CaptureEngine.uptime()
         // Scans read every recording's header: on a file closing, and, for max_age, periodically.
         _ = currentGrace()  // a grace that has passed asks for a scan
-        var scan = storageMonitor.withLock { monitor in
+        var scan = monitor.withLock { monitor in
             monitor.scanRequested || monitor.lastScan == 0
                 || (configuration.retention.isEnabled && Double(now &- monitor.lastScan) / 1e9 >= configuration.retention.interval)
         }
@@ -187,17 +224,17 @@ extension Recorder {
         if scan { space = applyRetention(configuration, needFree: needFree) ?? space }
         session?.refreshSpaceLimit()
         // What a closed file's encoder and buffers freed goes back to the system.
-        let trim = storageMonitor.withLock { monitor in
+        let trim = monitor.withLock { monitor in
             let due = scan || Double(now &- monitor.lastTrim) / 1e9 >= ProcessMemory.trimInterval
             if due { monitor.lastTrim = now }
             return due
         }
         if trim { ProcessMemory.releaseFreePages() }
-        let cached = storageMonitor.withLock { $0 }
+        let cached = monitor.withLock { $0 }
         // The figures first, then the warning drawn from them: a `status` read between the two
         // never shows a warning raised or cleared that the free space it shows does not explain.
         Observations.together {
-            storage.send(makeStatus(space: space, configuration: configuration, recordingsBytes: cached.recordingsBytes,
+            published.storage.send(makeStatus(space: space, configuration: configuration, recordingsBytes: cached.recordingsBytes,
                                     recordingsCount: cached.recordingsCount, outlook: cached.outlook))
             updateSpaceWarning(space, configuration: configuration)
         }
@@ -216,13 +253,13 @@ extension Recorder {
     /// (with `needFree`, also the oldest until that many bytes are free). Any thread; one
     /// pass at a time. Returns the free space afterwards.
     @discardableResult
-    func applyRetention(_ configuration: RecorderConfiguration, needFree: Int64? = nil) -> FileSystemSpace? {
+    private func applyRetention(_ configuration: RecorderConfiguration, needFree: Int64? = nil) -> FileSystemSpace? {
         retentionLock.withLock { () -> FileSystemSpace? in
             let directory = configuration.recordingsDirectory
             let library = RecordingLibrary(directory: directory)
             // The recording being written is a .part, which no listing holds; its final name is
             // excluded too while the .part exists (a name taken meanwhile by someone else).
-            let active = recording.value.flatMap { access($0.partialPath, F_OK) == 0 ? $0.path : nil }
+            let active = published.recording.value.flatMap { access($0.partialPath, F_OK) == 0 ? $0.path : nil }
             guard var space = FileSystemSpace.measure(directory) else { return nil }
             let retention = configuration.retention
             guard retention.isEnabled else {
@@ -230,7 +267,7 @@ extension Recorder {
                 // reads every header and session log (a station that keeps every file would pay
                 // for all of them after each one closed, in time and in memory).
                 let (count, bytes) = library.totals(excluding: active)
-                storageMonitor.withLock { monitor in
+                monitor.withLock { monitor in
                     monitor.lastScan = CaptureEngine.uptime()
                     monitor.scanRequested = false
                     monitor.recordingsBytes = bytes
@@ -261,12 +298,12 @@ extension Recorder {
                         "recording.file": "\(entry.file)", "recording.size": "\(entry.size)",
                         "recording.started": "\(entry.retentionStart.formatted(.iso8601))",
                         "retention.reason": "\(reason.rawValue)", "storage.free": "\(space.freeBytes)"])
-                    retentionDeletion.send(deletion)
+                    published.retentionDeletion.send(deletion)
                 }
             }
             let outlook = Self.held(RetentionPlan.outlook(entries, settings: retention, space: space), until: currentGrace())
             let scanned = CaptureEngine.uptime()
-            storageMonitor.withLock { monitor in
+            monitor.withLock { monitor in
                 monitor.lastScan = scanned
                 monitor.scanRequested = false
                 monitor.recordingsBytes = entries.reduce(0) { $0 + $1.size }
@@ -321,7 +358,7 @@ extension Recorder {
         let level = configuration.storage.warningFree.bytes(ofTotal: space.totalBytes)
         let low = level > 0 && space.freeBytes < level
         var change: Bool?
-        warning.update { warning in
+        published.warning.update { warning in
             if low, warning?.code != .lowDiskSpace {
                 let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
                 warning = RecorderWarning(
@@ -345,22 +382,5 @@ extension Recorder {
                 "recordings.directory": "\(configuration.recordingsDirectory)", "storage.free": "\(space.freeBytes)"])
         case nil: break
         }
-    }
-
-    /// A reload refused (`reason`) or done (nil): raises or clears `configurationNotReloaded`.
-    public func configurationReload(refused reason: String?) {
-        warning.update { warning in
-            if let reason {
-                warning = RecorderWarning(code: .configurationNotReloaded,
-                                          message: "the configuration was not reloaded, recd runs on the one it had: \(reason)", since: Date())
-            } else if warning?.code == .configurationNotReloaded {
-                warning = nil
-            }
-        }
-    }
-
-    /// Clears the digital-silence warning (a recording begins or ends); a space warning stays.
-    func clearSilenceWarning() {
-        warning.update { if $0?.code == .digitalSilence { $0 = nil } }
     }
 }

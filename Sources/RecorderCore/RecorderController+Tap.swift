@@ -22,41 +22,33 @@ final class TapGroup: @unchecked Sendable {
 /// Taps: other programs hear the input, each in a format of its own, without slowing the
 /// recording (AudioTap). A tap needs the device open: on an idle daemon it listens (state
 /// `listening`) for as long as a tap is open. On the recorder's control queue.
-extension Recorder {
-    /// What `openTap` gives: the client's id (for `closeTap`) and the pre-roll frames it begins with.
-    public struct OpenedTap: Sendable {
-        public let id: Int
-        public let format: TapFormat
-        /// Seconds of input before the tap began that its stream starts with.
-        public let preRollSeconds: Double
-    }
-
+extension RecorderController {
     /// Opens a tap for one client: chunks in `format` go to `sink` from now (after up to
     /// `preRoll` seconds of what listening held) until `closeTap`. Opens the device (listening)
     /// if it is not open.
     /// A rate or channels left nil take the recording settings', else the device's.
-    public func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, pid: Int32?,
-                        sink: any AudioTapSink) throws(RecorderError) -> OpenedTap {
+    func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, pid: Int32?,
+                        sink: any AudioTapSink) throws(RecorderError) -> Recorder.OpenedTap {
         if let refusal = rate.flatMap({ Limits.refusal("rate", $0, Limits.sampleRate, "Hz") })
             ?? channels.flatMap({ Limits.refusal("channels", $0, Limits.channels) })
             ?? Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
             throw RecorderError(.invalidSettings, refusal)
         }
         return try onControl { () throws(RecorderError) in
-            if refusingRecordings { throw RecorderError(.invalidState, "cannot tap: recd is shutting down") }
-            if listenPlan == nil { _ = try beginListening(preRoll: nil, requested: false) }
+            if state.refusingRecordings { throw RecorderError(.invalidState, "cannot tap: recd is shutting down") }
+            if state.listenPlan == nil { _ = try beginListening(preRoll: nil, requested: false) }
             let settings = configuration.defaultSettings
             let format = TapFormat(
-                sampleRate: rate ?? settings.sampleRate ?? engine?.configuration.sampleRate ?? 48000,
-                channels: channels ?? settings.channels ?? engine?.configuration.channels ?? 2, encoding: encoding)
-            let subscriber = TapSubscriber(id: nextTapID, pid: pid, sink: sink)
-            nextTapID += 1
+                sampleRate: rate ?? settings.sampleRate ?? state.engine?.configuration.sampleRate ?? 48000,
+                channels: channels ?? settings.channels ?? state.engine?.configuration.channels ?? 2, encoding: encoding)
+            let subscriber = TapSubscriber(id: state.nextTapID, pid: pid, sink: sink)
+            state.nextTapID += 1
             var group = preRoll > 0 ? nil : tapGroups.withLockedValue { $0.first { !$0.exclusive && $0.format == format } }
             let joining = group != nil
             if group == nil { group = TapGroup(format: format, exclusive: preRoll > 0) }
             let tapGroup = group!
             var replayed = 0
-            if let engine {
+            if let engine = state.engine {
                 if let tap = tapGroup.tap {
                     tap.add(subscriber)
                 } else {
@@ -69,7 +61,7 @@ extension Recorder {
                         if tapGroup.tap == nil {
                             // The device would not start: no tap, and no listening for it alone.
                             tap.close(quietly: true)
-                            if tapGroups.withLockedValue({ $0.isEmpty }), listenPlan?.requested == false { endListening() }
+                            if tapGroups.withLockedValue({ $0.isEmpty }), state.listenPlan?.requested == false { endListening() }
                         }
                     }
                     try engine.attach(tap) { engine in
@@ -92,17 +84,17 @@ extension Recorder {
                 tapGroup.subscribers.append(subscriber)
                 if !joining { groups.append(tapGroup) }
             }
-            let rate = Double(engine?.configuration.sampleRate ?? format.sampleRate)
+            let rate = Double(state.engine?.configuration.sampleRate ?? format.sampleRate)
             logger.info("tap opened", metadata: ["tap.id": "\(subscriber.id)", "tap.rate": "\(format.sampleRate)",
                                                   "tap.channels": "\(format.channels)", "tap.encoding": "\(format.encoding.rawValue)",
                                                   "client.pid": "\(pid.map(String.init) ?? "-")"])
-            return OpenedTap(id: subscriber.id, format: format, preRollSeconds: Double(replayed) / rate)
+            return Recorder.OpenedTap(id: subscriber.id, format: format, preRollSeconds: Double(replayed) / rate)
         }
     }
 
     /// The client leaves: its tap ends when it was the last of its format, and listening
     /// that only taps needed ends with the last tap.
-    public func closeTap(id: Int) {
+    func closeTap(id: Int) {
         try? onControl { () throws(RecorderError) in
             let emptied: TapGroup? = tapGroups.withLockedValue { groups in
                 guard let group = groups.first(where: { $0.subscribers.contains { $0.id == id } }) else { return nil }
@@ -113,16 +105,16 @@ extension Recorder {
                 return group
             }
             if let emptied, let tap = emptied.tap {
-                if let engine { engine.detach(tap, timeout: configuration.stopTimeout) }
+                if let engine = state.engine { engine.detach(tap, timeout: configuration.stopTimeout) }
                 tap.close(quietly: true)
             }
             logger.info("tap closed", metadata: ["tap.id": "\(id)"])
-            if tapGroups.withLockedValue({ $0.isEmpty }), listenPlan?.requested == false { endListening() }
+            if tapGroups.withLockedValue({ $0.isEmpty }), state.listenPlan?.requested == false { endListening() }
         }
     }
 
     /// The taps and what each client was sent. Any thread.
-    public func currentTaps() -> [TapStatus] {
+    func currentTaps() -> [TapStatus] {
         tapGroups.withLockedValue { groups in
             groups.flatMap { group in
                 group.subscribers.map { subscriber in
@@ -172,7 +164,7 @@ extension Recorder {
     func endTaps(error: RecorderError?) {
         let groups = tapGroups.withLockedValue { groups in defer { groups = [] }; return groups }
         for group in groups {
-            if let tap = group.tap, let engine { engine.detach(tap, timeout: configuration.stopTimeout) }
+            if let tap = group.tap, let engine = state.engine { engine.detach(tap, timeout: configuration.stopTimeout) }
             group.tap?.close(quietly: true)
             for subscriber in group.subscribers { subscriber.sink.tapEnded(error) }
         }
@@ -186,13 +178,13 @@ extension Recorder {
     }
 }
 
-extension Recorder {
+extension RecorderController {
     /// At shutdown, before the server closes its connections: every tap's client is told the
     /// stream ends, and listening that only taps needed ends.
-    public func closeTaps() {
+    func closeTaps() {
         try? onControl { () throws(RecorderError) in
             endTaps(error: RecorderError(.invalidState, "recd is shutting down"))
-            if listenPlan?.requested == false { endListening() }
+            if state.listenPlan?.requested == false { endListening() }
         }
     }
 }
