@@ -89,7 +89,11 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     public func run() async throws {
         // `start` waits for the bridge's queue: not on the cooperative pool.
-        _ = try? await blocking.run { [self] in start() }
+        do {
+            try await blocking.run { [self] in start() }
+        } catch {
+            logger.error("MQTT bridge not started: recd is stopping", metadata: ["error": "\(error)"])
+        }
         try? await gracefulShutdown()
         await stop()
     }

@@ -30,9 +30,9 @@ final class RecorderController: @unchecked Sendable {
     let configurationState: NIOLockedValueBox<RecorderConfiguration>
     let periods: NIOLockedValueBox<(currentTime: Double, levels: Double)>
     let activeSession = NIOLockedValueBox<RecordingConsumer?>(nil)
-    /// The engine that owns the device, for the watchdog and `listeningStatus()`.
+    /// The engine that owns the device, for the watchdog and `currentListeningStatus()`.
     let activeEngine = NIOLockedValueBox<CaptureEngine?>(nil)
-    /// What listening attached to the engine, for `listeningStatus()` and the levels timer.
+    /// What listening attached to the engine, for `currentListeningStatus()` and the levels timer.
     let listeningParts = NIOLockedValueBox<(ring: PreRollRing?, meter: InputMeter?)>((nil, nil))
     /// A recording's timers publish levels (its file's): the listening meter stays quiet.
     let recordingPublishes = Atomic<Bool>(false)

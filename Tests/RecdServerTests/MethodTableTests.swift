@@ -81,7 +81,7 @@ struct MethodHandlerTests {
     let recorder: Recorder
     let context: RequestContext
 
-    init() throws {
+    init() async throws {
         recorder = Recorder(configuration: RecorderConfiguration(device: "null", recordingsDirectory: directory))
         let channel = EmbeddedChannel()
         let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
@@ -90,6 +90,8 @@ struct MethodHandlerTests {
             outboundLimit: 1 << 20, blocking: BlockingCalls(threads: 1), lookups: NIOThreadPool.singleton, logger: Logger(label: "test"))
         let connection = ClientConnection(channel: asyncChannel, peer: PeerCredentials(pid: 1, uid: 0, gid: 0),
                                           context: connectionContext)
+        // Every topic's first snapshot, as the server awaits it before its first client.
+        await connectionContext.hub.drain()
         context = RequestContext(recorder: recorder, version: "test", subscriptions: connection)
     }
 
