@@ -127,7 +127,7 @@ extension RecorderController {
         }
     }
 
-    // MARK: The engine's life (from Recorder+Listening)
+    // MARK: The engine's life (from RecorderController+Listening)
 
     /// A new engine (the device opened or came back): every group gets a tap on it.
     func attachTaps(to engine: CaptureEngine) {
