@@ -28,7 +28,7 @@ extension RecorderController {
     /// if it is not open.
     /// A rate or channels left nil take the recording settings', else the device's.
     func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, pid: Int32?,
-                        sink: any AudioTapSink) throws(RecorderError) -> Recorder.OpenedTap {
+                 sink: any AudioTapSink) throws(RecorderError) -> Recorder.OpenedTap {
         if let refusal = rate.flatMap({ Limits.refusal("rate", $0, Limits.sampleRate, "Hz") })
             ?? channels.flatMap({ Limits.refusal("channels", $0, Limits.channels) })
             ?? Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {

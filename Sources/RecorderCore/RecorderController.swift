@@ -162,7 +162,7 @@ final class RecorderController: @unchecked Sendable {
     /// Opens the device and creates the file, ready for `record()`.
     @discardableResult
     func prepare(name: String? = nil, settings: RecordingSettings? = nil,
-                        segments: SegmentSettings? = nil) throws(RecorderError) -> Recording {
+                 segments: SegmentSettings? = nil) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in try prepareOnQueue(name: name, settings: settings, segments: segments) }
     }
 
@@ -178,9 +178,9 @@ final class RecorderController: @unchecked Sendable {
     /// `Recorder.start`: prepares and starts in one step.
     @discardableResult
     func start(name: String?, settings: RecordingSettings?, duration: Double? = nil,
-                      at date: Date? = nil, segments: SegmentSettings? = nil, preRoll: Double? = nil,
-                      trigger: TriggerSettings? = nil,
-                      unattended: Bool = false) throws(RecorderError) -> Recording {
+               at date: Date? = nil, segments: SegmentSettings? = nil, preRoll: Double? = nil,
+               trigger: TriggerSettings? = nil,
+               unattended: Bool = false) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
             try startOnQueue(name: name, settings: settings, duration: duration, at: date, segments: segments,
                              preRoll: preRoll, trigger: trigger, unattended: unattended)
