@@ -12,7 +12,11 @@ null sink and a 440 Hz tone played into it):
                subscribers that come and go (random topics and intervals, some unsubscribe and
                subscribe again, some close with unread data); garbage clients (bad JSON, an
                overlong line, binary, unknown methods, pipelined requests left unread, a client
-               that stops reading)
+               that stops reading); every 5 minutes (SOAK_REST_MINUTES, --rest-minutes) a rest:
+               the clients all leave and the cycles pause between two recordings, and once
+               recd's descriptors are steady its memory is sampled at rest, fitted on its own:
+               what the daemon keeps from the coming and going, without what the clients and
+               the recording in flight hold at a busy moment (4-10 MiB of RssAnon, up and down)
 
 Every minute it samples each daemon's VmRSS, RssAnon, RssFile, threads (by name) and open
 descriptors from /proc; at the end it checks every file recorded (ffprobe reads it, ffmpeg
@@ -374,11 +378,18 @@ def churn_subscribers_worker(path, count, seed, rate, conn):
     while True:
         for key, _ in selector.select(timeout=0.2):
             if key.data == -1:
-                conn.recv()
+                message = conn.recv()
                 for i in list(slots):
                     close_slot(i)
-                conn.send(dict(stats))
-                return
+                if message == "pause":  # a rest: every client gone until "resume"
+                    conn.send("paused")
+                    message = conn.recv()
+                if message != "resume":
+                    conn.send(dict(stats))
+                    return
+                for i in list(slots):
+                    open_slot(i)
+                break
             slot = slots[key.data]
             if slot["mode"] == "abrupt" and time.monotonic() > slot["until"] - 1:
                 continue  # stops reading in its last second: data left unread when it closes
@@ -452,11 +463,17 @@ def garbage_worker(path, seed, rate, conn):
     names = list(kinds)
     while True:
         if conn.poll(0.5 / rate):
-            conn.recv()
+            message = conn.recv()
             for s, _ in stalled:
                 s.close()
-            conn.send(dict(stats))
-            return
+            stalled.clear()
+            if message == "pause":  # a rest: nothing connected until "resume"
+                conn.send("paused")
+                message = conn.recv()
+            if message != "resume":
+                conn.send(dict(stats))
+                return
+            continue
         now = time.monotonic()
         for s, until in list(stalled):
             if now >= until:
@@ -494,6 +511,19 @@ class ChurnCycles(threading.Thread):
         self.cancelled = []   # paths that must not exist
         self.errors = []
         self.counts = collections.Counter()
+        # A rest (see `rest`): asked for, reached (between two cycles: nothing recording), ended.
+        self.rest_asked = threading.Event()
+        self.resting = threading.Event()
+        self.rest_over = threading.Event()
+
+    def rest(self):
+        """Between two cycles, while a rest is asked for: recd idle, its last file closed."""
+        self.resting.set()
+        while not self.rest_over.wait(0.2) and not self.stop_event.is_set():
+            pass
+        self.rest_asked.clear()
+        self.rest_over.clear()
+        self.resting.clear()
 
     def nap(self, low, high):
         self.stop_event.wait(self.rng.uniform(low, high) / self.rate)
@@ -571,6 +601,9 @@ class ChurnCycles(threading.Thread):
         client = self.recd.client(timeout=120)
         i = 0
         while not self.stop_event.is_set():
+            if self.rest_asked.is_set():
+                self.rest()
+                continue
             i += 1
             try:
                 self.cycle(client, i)
@@ -669,11 +702,13 @@ def report(out, warmup_minutes, final=None, quiet=False):
         with open(meta_path) as f:
             summary["run"] = json.load(f)
     for load in LOADS:
-        # The sample taken after the recordings stopped is kept in the file, not fitted.
-        rows = [r for r in samples.get(load, []) if not r.get("final")]
+        # The sample taken after the recordings stopped is kept in the file, not fitted; those
+        # taken at a rest are fitted on their own.
+        rows = [r for r in samples.get(load, []) if not r.get("final") and not r.get("rest")]
         if not rows:
             continue
         after = [r for r in rows if r["t"] >= warmup_minutes * 60]
+        rests = [r for r in samples.get(load, []) if r.get("rest") and r["t"] >= warmup_minutes * 60]
         entry = {"samples": len(rows), "samplesAfterWarmup": len(after),
                  "hours": round(rows[-1]["t"] / 3600, 3),
                  "first": {k: rows[0][k] for k in ("VmRSS", "RssAnon", "RssFile", "Threads", "fds")},
@@ -687,6 +722,11 @@ def report(out, warmup_minutes, final=None, quiet=False):
             for key, unit in (("Threads", "threadsPerHour"), ("fds", "fdsPerHour")):
                 entry[unit] = round(slope([(r["t"] / 3600, r[key]) for r in after])[0], 3)
                 entry[key + "Range"] = [min(r[key] for r in after), max(r[key] for r in after)]
+            if len(rests) >= 2:
+                entry["rests"] = len(rests)
+                entry["restRssAnonMiBPerHour"] = round(slope([(r["t"] / 3600, r["RssAnon"] / 1024) for r in rests])[0], 4)
+                entry["restRssAnonRange"] = [min(r["RssAnon"] for r in rests), max(r["RssAnon"] for r in rests)]
+                entry["restVerdict"] = "met" if entry["restRssAnonMiBPerHour"] < TARGET_RSS_MIB_PER_H else "not met"
             rss_ok = entry["rssMiBPerHour"] < TARGET_RSS_MIB_PER_H
             flat = lambda key: after[-1][key] <= after[0][key]  # noqa: E731
             entry["verdict"] = {"rss": "met" if rss_ok else "not met",
@@ -709,7 +749,10 @@ def report(out, warmup_minutes, final=None, quiet=False):
                   f"{entry['rssAnonMiBPerHour']:+.3f} MiB/h, RssFile {entry['rssFileMiBPerHour']:+.3f} MiB/h; "
                   f"threads {entry['ThreadsRange'][0]}-{entry['ThreadsRange'][1]} "
                   f"({entry['threadsPerHour']:+.2f}/h), fds {entry['fdsRange'][0]}-{entry['fdsRange'][1]} "
-                  f"({entry['fdsPerHour']:+.2f}/h)", flush=True)
+                  f"({entry['fdsPerHour']:+.2f}/h)"
+                  + (f"; at rest ({entry['rests']} samples) RssAnon {entry['restRssAnonRange'][0] / 1024:.2f}-"
+                     f"{entry['restRssAnonRange'][1] / 1024:.2f} MiB, slope {entry['restRssAnonMiBPerHour']:+.3f} MiB/h "
+                     f"({entry['restVerdict']})" if "rests" in entry else ""), flush=True)
     return summary
 
 
@@ -719,8 +762,8 @@ def markdown(out, warmup_minutes):
     mib = lambda kib: f"{kib / 1024:.1f}"  # noqa: E731
     print(f"| load | hours | RSS start → warm-up end → last (MiB) | RSS slope (MiB/h) | target < {TARGET_RSS_MIB_PER_H} "
           "| RssAnon slope | RssFile slope | RssAnon start → last | threads after warm-up (slope/h) "
-          "| fds after warm-up (slope/h) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| fds after warm-up (slope/h) | RssAnon at rest: range (MiB), slope (MiB/h), samples |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for load, e in summary["loads"].items():
         if "rssMiBPerHour" not in e:
             continue
@@ -729,7 +772,9 @@ def markdown(out, warmup_minutes):
               f"| {e['rssAnonMiBPerHour']:+.3f} | {e['rssFileMiBPerHour']:+.3f} "
               f"| {mib(e['first']['RssAnon'])} → {mib(e['last']['RssAnon'])} "
               f"| {e['ThreadsRange'][0]}–{e['ThreadsRange'][1]} ({e['threadsPerHour']:+.2f}) "
-              f"| {e['fdsRange'][0]}–{e['fdsRange'][1]} ({e['fdsPerHour']:+.2f}) |")
+              f"| {e['fdsRange'][0]}–{e['fdsRange'][1]} ({e['fdsPerHour']:+.2f}) "
+              + (f"| {mib(e['restRssAnonRange'][0])}–{mib(e['restRssAnonRange'][1])}, "
+                 f"{e['restRssAnonMiBPerHour']:+.3f} ({e['restVerdict']}), {e['rests']} |" if "rests" in e else "| – |"))
 
 
 def plot(out, samples, warmup_minutes):
@@ -743,9 +788,13 @@ def plot(out, samples, warmup_minutes):
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True, height_ratios=[2, 1])
     colors = {"alone": "tab:blue", "subscribers": "tab:orange", "churn": "tab:green"}
     for load in LOADS:
-        rows = [r for r in samples.get(load, []) if not r.get("final")]  # not the one after stopping
+        rows = [r for r in samples.get(load, []) if not r.get("final") and not r.get("rest")]  # not the one after stopping
         if not rows:
             continue
+        rests = [r for r in samples.get(load, []) if r.get("rest")]
+        if rests:
+            top.plot([r["t"] / 3600 for r in rests], [r["RssAnon"] / 1024 for r in rests], color=colors[load],
+                     marker="o", markersize=3, linestyle="none", label=f"{load}: RssAnon at rest")
         hours = [r["t"] / 3600 for r in rows]
         top.plot(hours, [r["VmRSS"] / 1024 for r in rows], color=colors[load], label=f"{load}: RSS")
         top.plot(hours, [r["RssAnon"] / 1024 for r in rows], color=colors[load], linestyle="--",
@@ -776,7 +825,7 @@ def compare(before, after, png):
     for run, style in ((before, "--"), (after, "-")):
         samples = read_samples(run)
         for load in LOADS:
-            rows = [r for r in samples.get(load, []) if not r.get("final")]
+            rows = [r for r in samples.get(load, []) if not r.get("final") and not r.get("rest")]
             if rows:
                 axis.plot([r["t"] / 3600 for r in rows], [r["RssAnon"] / 1024 for r in rows], color=colors[load],
                           linestyle=style, label=f"{load}: {'before' if run == before else 'after'}")
@@ -805,6 +854,9 @@ def main():
                         help="the churn load keeps its newest N files and deletes older ones through recd (0: all)")
     parser.add_argument("--churn-rate", type=float, default=float(os.environ.get("SOAK_CHURN_RATE", 1)),
                         help="churn this many times faster")
+    parser.add_argument("--rest-minutes", type=float, default=float(os.environ.get("SOAK_REST_MINUTES", 5)),
+                        help="every N minutes the churn load rests (0: never): its clients leave, its recording "
+                             "cycle ends, and the daemon's memory at rest is sampled (what it kept)")
     parser.add_argument("--report", metavar="DIR", help="only write DIR's summary and plot again")
     parser.add_argument("--markdown", metavar="DIR", help="print DIR's figures as a Markdown table (BENCHMARKS.md)")
     parser.add_argument("--compare", nargs=3, metavar=("BEFORE", "AFTER", "PNG"),
@@ -926,17 +978,54 @@ def main():
         losses = []
         samples_path = os.path.join(out, "samples.jsonl")
 
-        def take_samples(now, **extra):
+        def take_samples(now, only=None, **extra):
             with open(samples_path, "a") as f:
                 for load, daemon in daemons.items():
+                    if only and load != only:
+                        continue
                     if daemon.proc.poll() is not None:
                         raise RuntimeError(f"recd ({load}) exited with {daemon.proc.returncode}; see {daemon.log}")
                     record = {"load": load, "t": round(now - t0, 1), "wall": time.time(), **extra}
                     record.update(sample(pids[load]))
                     f.write(json.dumps(record) + "\n")
 
+        next_rest = t0 + args.rest_minutes * 60 if cycles and args.rest_minutes > 0 else float("inf")
+        churn_pipes = [pipe for name, _, pipe in workers
+                       if name in ("churn_subscribers_worker", "garbage_worker")]
+
+        def rest():
+            """The churn load's clients all leave and its cycle ends between two recordings; once
+            recd's descriptors have stopped changing for 2 s, its memory is sampled (`rest`): what
+            a daemon keeps after the coming and going, without what the clients and the recording
+            in flight hold at a busy sample. Then the churn goes on."""
+            began = time.monotonic()
+            cycles.rest_asked.set()
+            for pipe in churn_pipes:
+                pipe.send("pause")
+            paused = all(pipe.poll(60) and pipe.recv() == "paused" for pipe in churn_pipes)
+            idle = cycles.resting.wait(180)
+            fds, steady_since, deadline = None, time.monotonic(), time.monotonic() + 30
+            while time.monotonic() < deadline and time.monotonic() - steady_since < 2:
+                now_fds = len(os.listdir(f"/proc/{pids['churn']}/fd"))
+                if now_fds != fds:
+                    fds, steady_since = now_fds, time.monotonic()
+                time.sleep(0.25)
+            if paused and idle:
+                take_samples(time.monotonic(), only="churn", rest=True,
+                             restSeconds=round(time.monotonic() - began, 1))
+            else:
+                log(f"a rest not reached (clients left: {paused}, cycle ended: {idle}): no sample")
+            cycles.rest_over.set()
+            for pipe in churn_pipes:
+                pipe.send("resume")
+
         while not stop_event.is_set():
             now = time.monotonic()
+            if now >= next_rest and now < end:
+                rest()
+                while next_rest <= now:
+                    next_rest += args.rest_minutes * 60
+                continue
             if now >= next_sample:
                 take_samples(now)
                 while next_sample <= now:
@@ -957,7 +1046,7 @@ def main():
                 continue
             if now >= end:
                 break
-            stop_event.wait(min(next_sample, end, next_loss, next_report) - now)
+            stop_event.wait(max(0, min(next_sample, end, next_loss, next_report, next_rest) - now))
         stop_event.set()
         elapsed = time.monotonic() - t0
         log(f"ending after {elapsed / 60:.1f} min")
