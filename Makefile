@@ -11,6 +11,11 @@ CONFIG  ?= release
 # each keeps megabytes of the executable from becoming resident (BENCHMARKS.md, 4a).
 # No $ORIGIN run path either: recctl is a static PIE under make (Package.swift, staticClient).
 export RECD_STATIC_RECCTL = 1
+# Every build without colored diagnostics: SwiftPM adds -color-diagnostics to every compiler
+# command when its output is a terminal, and a changed command is compiled again, so a build in
+# a terminal after one into a pipe or a log (make test's checks, CI) rebuilt the whole package
+# (8 minutes), and the next one in a pipe rebuilt it back.
+SWIFT_BUILD = $(SWIFT) build --no-color-diagnostics
 HOT_FUNCTIONS = $(CURDIR)/bench/hot-functions.order
 RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath -Xswiftc -use-ld=lld \
   -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic \
@@ -34,7 +39,7 @@ SOAK_PACKAGES  = python3-matplotlib heaptrack
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
 	@echo "make build    debug build of recd and recctl"
-	@echo "make test     every test: unit, end to end, thread sanitizer, systemd units, install (about 21 minutes)"
+	@echo "make test     every test: unit, end to end, thread sanitizer, browsers, fuzzing, systemd units, install, the package (about 38 minutes on 2 cores)"
 	@echo "make check    the inner loop: debug build, unit tests and a few end-to-end tests (about 1 minute after an edit)"
 	@echo "make fuzz     fuzz the request parser and configuration reader (FUZZ_SECONDS, default 600)"
 	@echo "make demo     start recd on a private test device, record with recctl, show the file"
@@ -97,23 +102,23 @@ TEST_BUILD_FLAGS = --disable-default-traits
 # install, deb, demo, demo-shell, bench, soak and the release end-to-end tests all use; TSan
 # with the tests in .build-tsan (make test); debug with the tests in .build/debug (make check).
 build: deps build-info
-	$(SWIFT) build $(TEST_BUILD_FLAGS)
+	$(SWIFT_BUILD) $(TEST_BUILD_FLAGS)
 
 build-tests: deps build-info
-	$(SWIFT) build --build-tests $(TEST_BUILD_FLAGS)
+	$(SWIFT_BUILD) --build-tests $(TEST_BUILD_FLAGS)
 
 build-tsan: deps build-info
-	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan $(TEST_BUILD_FLAGS)
+	$(SWIFT_BUILD) --build-tests --sanitize=thread --scratch-path .build-tsan $(TEST_BUILD_FLAGS)
 
 # make test builds the release binaries once, first; the checks it runs beside the tests
-# (fuzz-smoke, check-units, check-install, test-deb) take them as they are, SKIP_RELEASE_BUILD=1: there
-# SwiftPM has been seen to rebuild everything (8 minutes, cause not found) and relink recd under
-# the tests that were starting it.
+# (fuzz-smoke, check-units, check-install, test-deb) take them as they are, SKIP_RELEASE_BUILD=1:
+# nothing relinks recd under the tests that are starting it. (Their logs are not terminals:
+# before SWIFT_BUILD's --no-color-diagnostics, a build there recompiled everything.)
 release: deps build-info
 ifeq ($(SKIP_RELEASE_BUILD),1)
-	@test -x "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/recd" || { echo "release: no release build to use"; exit 1; }
+	@test -x "$$($(SWIFT_BUILD) $(RELEASE_FLAGS) --show-bin-path)/recd" || { echo "release: no release build to use"; exit 1; }
 else
-	$(SWIFT) build $(RELEASE_FLAGS)
+	$(SWIFT_BUILD) $(RELEASE_FLAGS)
 endif
 
 # Every test where it proves something (Tests/suite.py, doc/testing.md): the release and TSan
@@ -150,7 +155,7 @@ FUZZ_SECONDS ?= 600
 # time), its assertions are on, and it still runs 300 000 inputs in about 25 s.
 FUZZ_BIN      = .build-fuzz/debug/recd-fuzz
 fuzz-build: deps
-	$(SWIFT) build --sanitize=fuzzer -Xswiftc -parse-as-library -Xswiftc -DFUZZING \
+	$(SWIFT_BUILD) --sanitize=fuzzer -Xswiftc -parse-as-library -Xswiftc -DFUZZING \
 	  --scratch-path .build-fuzz --product recd-fuzz
 
 FUZZ_ARGS    ?= -max_total_time=$(FUZZ_SECONDS)
@@ -164,7 +169,7 @@ fuzz: fuzz-build
 # from a fixed seed, the same on every machine (deterministic hashing: Swift seeds Dictionary
 # and Set order per process otherwise).
 fuzz-smoke: fuzz-build release
-	"$$($(SWIFT) build -c release --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
+	"$$($(SWIFT_BUILD) -c release --show-bin-path)/recd-fuzz" Tests/fuzz/corpus
 	rm -rf .build-fuzz/smoke && mkdir -p .build-fuzz/smoke
 	SWIFT_DETERMINISTIC_HASHING=1 SWIFT_BACKTRACE=enable=no $(FUZZ_BIN) -seed=1 -runs=300000 $(FUZZ_DICT) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 -artifact_prefix=.build-fuzz/ .build-fuzz/smoke Tests/fuzz/corpus
@@ -174,7 +179,7 @@ check-imports:
 	python3 Tests/layers/check-imports.py
 
 check-units: release
-	Tests/units/check-units.sh "$$($(SWIFT) build -c release --show-bin-path)/recd"
+	Tests/units/check-units.sh "$$($(SWIFT_BUILD) -c release --show-bin-path)/recd"
 
 # make install / uninstall into a staging directory (a release build).
 check-install: deps
@@ -228,14 +233,14 @@ test-packages:
 
 # Both use the release build (make release) unless CONFIG=debug.
 demo: $(if $(filter release,$(CONFIG)),release,build)
-	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)"
+	bash doc/demo.sh "$$($(SWIFT_BUILD) -c $(CONFIG) --show-bin-path)"
 
 # The demo, then a shell with recctl pointed at its recd and device (they stop when it exits).
 demo-shell: $(if $(filter release,$(CONFIG)),release,build)
-	bash doc/demo.sh "$$($(SWIFT) build -c $(CONFIG) --show-bin-path)" --shell
+	bash doc/demo.sh "$$($(SWIFT_BUILD) -c $(CONFIG) --show-bin-path)" --shell
 
 bench: deps-bench release
-	bash bench/run.sh "$$($(SWIFT) build -c release --show-bin-path)"
+	bash bench/run.sh "$$($(SWIFT_BUILD) -c release --show-bin-path)"
 
 # Memory, threads and descriptors over hours of wall-clock time: three daemons at once (recording
 # alone; 20 subscribers at 20 Hz, segments and a lost device; start/stop churn with clients that
@@ -249,15 +254,15 @@ SOAK_PYTHON         ?= /usr/bin/python3
 soak: deps-bench release
 	$(call install_packages,$(SOAK_PACKAGES))
 	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_WARMUP_MINUTES=$(SOAK_WARMUP_MINUTES) \
-	  $(SOAK_PYTHON) bench/soak.py "$$($(SWIFT) build -c release --show-bin-path)"
+	  $(SOAK_PYTHON) bench/soak.py "$$($(SWIFT_BUILD) -c release --show-bin-path)"
 
 # Regenerates the list of functions recd and recctl run (callgrind over a recorder's day in
 # miniature), then relinks with it. Commit the list; an outdated one only clusters less.
 hot-functions: deps-bench
-	$(SWIFT) build $(RELEASE_FLAGS)
-	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	$(SWIFT_BUILD) $(RELEASE_FLAGS)
+	set -e; bin="$$($(SWIFT_BUILD) -c release --show-bin-path)"; \
 	cd bench && python3 hot_functions.py "$$bin" $(HOT_FUNCTIONS); rm -f "$$bin/recd" "$$bin/recctl"
-	$(SWIFT) build $(RELEASE_FLAGS)
+	$(SWIFT_BUILD) $(RELEASE_FLAGS)
 
 # On purpose only: copies a run's raw figures to bench/results/ and rewrites the generated part
 # of BENCHMARKS.md from them. The hand-written findings there name the run they were written against.
@@ -311,8 +316,8 @@ GENERATE_MANUAL = .build/argument-parser/debug/generate-manual
 install: release
 	rm -rf $(GENERATED)
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
-	$(SWIFT) build --package-path .build/checkouts/swift-argument-parser --scratch-path .build/argument-parser --product generate-manual
-	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; for tool in recd recctl recd-web; do \
+	$(SWIFT_BUILD) --package-path .build/checkouts/swift-argument-parser --scratch-path .build/argument-parser --product generate-manual
+	set -e; bin="$$($(SWIFT_BUILD) -c release --show-bin-path)"; for tool in recd recctl recd-web; do \
 	  $(GENERATE_MANUAL) "$$bin/$$tool" --multi-page $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man; \
 	done
 	rm -f $(GENERATED)/man/recd.help.1 $(GENERATED)/man/recctl.help.1 $(GENERATED)/man/recd-web.help.1
@@ -320,7 +325,7 @@ install: release
 	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd-web\.help 1$$/.Xr recd 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd-web.1
 	sed -i -e '/^\.Xr recctl\.help 1/d' $(GENERATED)/man/recctl.1
 	sed -i 's/^$$/.Pp/' $(GENERATED)/man/*.1
-	set -e; bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	set -e; bin="$$($(SWIFT_BUILD) -c release --show-bin-path)"; \
 	awk -v date="$(MANDATE)" -v version="$(VERSION)" -f doc/recd.toml.5.awk etc/recd.toml \
 	  >$(GENERATED)/man/recd.toml.5; \
 	for tool in recd recctl recd-web; do \
