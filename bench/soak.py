@@ -684,6 +684,17 @@ def slope(points):
     return b, my - b * mx
 
 
+def robust_slope(points):
+    """Theil-Sen: the median of the slopes between every two points. A rest sample is now and
+    then high (free pages between live blocks that malloc has not trimmed yet); one such sample
+    tilts a least-squares fit over a dozen points, not the median."""
+    slopes = sorted((b[1] - a[1]) / (b[0] - a[0]) for i, a in enumerate(points) for b in points[i + 1:] if b[0] != a[0])
+    if not slopes:
+        return float("nan")
+    middle = len(slopes) // 2
+    return slopes[middle] if len(slopes) % 2 else (slopes[middle - 1] + slopes[middle]) / 2
+
+
 def read_samples(out):
     samples = collections.defaultdict(list)
     with open(os.path.join(out, "samples.jsonl")) as f:
@@ -725,6 +736,7 @@ def report(out, warmup_minutes, final=None, quiet=False):
             if len(rests) >= 2:
                 entry["rests"] = len(rests)
                 entry["restRssAnonMiBPerHour"] = round(slope([(r["t"] / 3600, r["RssAnon"] / 1024) for r in rests])[0], 4)
+                entry["restRssAnonTheilSenMiBPerHour"] = round(robust_slope([(r["t"] / 3600, r["RssAnon"] / 1024) for r in rests]), 4)
                 entry["restRssAnonRange"] = [min(r["RssAnon"] for r in rests), max(r["RssAnon"] for r in rests)]
                 entry["restVerdict"] = "met" if entry["restRssAnonMiBPerHour"] < TARGET_RSS_MIB_PER_H else "not met"
             rss_ok = entry["rssMiBPerHour"] < TARGET_RSS_MIB_PER_H
@@ -752,7 +764,8 @@ def report(out, warmup_minutes, final=None, quiet=False):
                   f"({entry['fdsPerHour']:+.2f}/h)"
                   + (f"; at rest ({entry['rests']} samples) RssAnon {entry['restRssAnonRange'][0] / 1024:.2f}-"
                      f"{entry['restRssAnonRange'][1] / 1024:.2f} MiB, slope {entry['restRssAnonMiBPerHour']:+.3f} MiB/h "
-                     f"({entry['restVerdict']})" if "rests" in entry else ""), flush=True)
+                     f"({entry['restVerdict']}; Theil-Sen {entry['restRssAnonTheilSenMiBPerHour']:+.3f})"
+                     if "rests" in entry else ""), flush=True)
     return summary
 
 
@@ -774,7 +787,8 @@ def markdown(out, warmup_minutes):
               f"| {e['ThreadsRange'][0]}–{e['ThreadsRange'][1]} ({e['threadsPerHour']:+.2f}) "
               f"| {e['fdsRange'][0]}–{e['fdsRange'][1]} ({e['fdsPerHour']:+.2f}) "
               + (f"| {mib(e['restRssAnonRange'][0])}–{mib(e['restRssAnonRange'][1])}, "
-                 f"{e['restRssAnonMiBPerHour']:+.3f} ({e['restVerdict']}), {e['rests']} |" if "rests" in e else "| – |"))
+                 f"{e['restRssAnonMiBPerHour']:+.3f} ({e['restVerdict']}; Theil-Sen {e['restRssAnonTheilSenMiBPerHour']:+.3f}), "
+                 f"{e['rests']} |" if "rests" in e else "| – |"))
 
 
 def plot(out, samples, warmup_minutes):
