@@ -747,6 +747,12 @@ def report(out, warmup_minutes, final=None, quiet=False):
         summary["loads"][load] = entry
     if final:
         summary.update(final)
+    elif os.path.exists(os.path.join(out, "summary.json")):
+        # Written again (--report, --markdown): the end of the run's checks stay.
+        with open(os.path.join(out, "summary.json")) as f:
+            earlier = json.load(f)
+        summary.update({key: earlier[key] for key in ("elapsedMinutes", "deviceLosses", "checks", "workers",
+                                                        "followerStates") if key in earlier})
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot(out, samples, warmup_minutes)
