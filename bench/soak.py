@@ -695,6 +695,12 @@ def robust_slope(points):
     return slopes[middle] if len(slopes) % 2 else (slopes[middle - 1] + slopes[middle]) / 2
 
 
+def busy(rows):
+    """The samples fitted as the load runs: not the one after the recordings stopped, not those
+    taken at a rest (fitted on their own)."""
+    return [r for r in rows if not r.get("final") and not r.get("rest")]
+
+
 def read_samples(out):
     samples = collections.defaultdict(list)
     with open(os.path.join(out, "samples.jsonl")) as f:
@@ -713,9 +719,7 @@ def report(out, warmup_minutes, final=None, quiet=False):
         with open(meta_path) as f:
             summary["run"] = json.load(f)
     for load in LOADS:
-        # The sample taken after the recordings stopped is kept in the file, not fitted; those
-        # taken at a rest are fitted on their own.
-        rows = [r for r in samples.get(load, []) if not r.get("final") and not r.get("rest")]
+        rows = busy(samples.get(load, []))
         if not rows:
             continue
         after = [r for r in rows if r["t"] >= warmup_minutes * 60]
@@ -735,8 +739,9 @@ def report(out, warmup_minutes, final=None, quiet=False):
                 entry[key + "Range"] = [min(r[key] for r in after), max(r[key] for r in after)]
             if len(rests) >= 2:
                 entry["rests"] = len(rests)
-                entry["restRssAnonMiBPerHour"] = round(slope([(r["t"] / 3600, r["RssAnon"] / 1024) for r in rests])[0], 4)
-                entry["restRssAnonTheilSenMiBPerHour"] = round(robust_slope([(r["t"] / 3600, r["RssAnon"] / 1024) for r in rests]), 4)
+                points = [(r["t"] / 3600, r["RssAnon"] / 1024) for r in rests]
+                entry["restRssAnonMiBPerHour"] = round(slope(points)[0], 4)
+                entry["restRssAnonTheilSenMiBPerHour"] = round(robust_slope(points), 4)
                 entry["restRssAnonRange"] = [min(r["RssAnon"] for r in rests), max(r["RssAnon"] for r in rests)]
                 entry["restVerdict"] = "met" if entry["restRssAnonMiBPerHour"] < TARGET_RSS_MIB_PER_H else "not met"
             rss_ok = entry["rssMiBPerHour"] < TARGET_RSS_MIB_PER_H
@@ -808,7 +813,7 @@ def plot(out, samples, warmup_minutes):
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True, height_ratios=[2, 1])
     colors = {"alone": "tab:blue", "subscribers": "tab:orange", "churn": "tab:green"}
     for load in LOADS:
-        rows = [r for r in samples.get(load, []) if not r.get("final") and not r.get("rest")]  # not the one after stopping
+        rows = busy(samples.get(load, []))
         if not rows:
             continue
         rests = [r for r in samples.get(load, []) if r.get("rest")]
@@ -845,7 +850,7 @@ def compare(before, after, png):
     for run, style in ((before, "--"), (after, "-")):
         samples = read_samples(run)
         for load in LOADS:
-            rows = [r for r in samples.get(load, []) if not r.get("final") and not r.get("rest")]
+            rows = busy(samples.get(load, []))
             if rows:
                 axis.plot([r["t"] / 3600 for r in rows], [r["RssAnon"] / 1024 for r in rows], color=colors[load],
                           linestyle=style, label=f"{load}: {'before' if run == before else 'after'}")
@@ -1022,7 +1027,8 @@ def main():
             cycles.rest_asked.set()
             for pipe in churn_pipes:
                 pipe.send("pause")
-            paused = all(pipe.poll(60) and pipe.recv() == "paused" for pipe in churn_pipes)
+            # Every worker's answer read, so that none is left for the final exchange.
+            paused = all([pipe.poll(60) and pipe.recv() == "paused" for pipe in churn_pipes])
             idle = cycles.resting.wait(180)
             fds, steady_since, deadline = None, time.monotonic(), time.monotonic() + 30
             while time.monotonic() < deadline and time.monotonic() - steady_since < 2:
