@@ -67,6 +67,9 @@ let package = Package(
         .target(name: "CFFmpeg"),
         // The git commit `make` builds from, for --version (see CBuildInfo.h); "" without make.
         .target(name: "CBuildInfo"),
+        // Turns glibc's thread caches and fastbins off before recd's main (see malloc_tuning.c);
+        // recd only.
+        .target(name: "CMallocTuning"),
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -147,7 +150,7 @@ let package = Package(
         ]),
         .executableTarget(name: "recd", dependencies: [
             "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdMetrics", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
-            "Systemd", "Mosquitto", "CBuildInfo",
+            "Systemd", "Mosquitto", "CBuildInfo", "CMallocTuning",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

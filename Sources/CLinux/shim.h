@@ -26,6 +26,11 @@ static inline int recd_limit_malloc_arenas(int count) {
     return mallopt(M_ARENA_MAX, count);
 }
 
+/// No fastbins: small freed chunks merge with their neighbours at once (mallopt's M_MXFAST).
+static inline int recd_disable_malloc_fastbins(void) {
+    return mallopt(M_MXFAST, 0);
+}
+
 // <pthread.h>, a GNU extension.
 extern int pthread_setname_np(pthread_t thread, const char *name);
 

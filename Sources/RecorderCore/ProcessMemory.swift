@@ -17,6 +17,10 @@ import Glibc
 /// - Free pages between live blocks stay resident until `malloc_trim`: it is called after
 ///   each scan of the recordings directory (a file closed: a recording or a segment ended)
 ///   and every `trimInterval` seconds.
+/// - Small chunks parked in a thread's cache (tcache) or a fastbin are never merged with their
+///   free neighbours, so client churn fragmented the heap around them and the memory at rest
+///   still grew (+0.24 MiB/h at ten times the churn). recd's binary turns both off before main
+///   (Sources/CMallocTuning); `configure()` turns fastbins off too, for when that could not run.
 public enum ProcessMemory {
     /// Blocks at least this large get their own mapping, returned to the system when freed.
     static let mmapThreshold: Int32 = 64 * 1024
@@ -30,6 +34,7 @@ public enum ProcessMemory {
         _ = recd_limit_malloc_arenas(2)
         _ = mallopt(M_MMAP_THRESHOLD, mmapThreshold)
         _ = mallopt(M_TRIM_THRESHOLD, trimThreshold)
+        _ = recd_disable_malloc_fastbins()
     }
 
     /// Hands the free pages inside malloc's arenas back to the system.

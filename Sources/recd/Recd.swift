@@ -1,5 +1,6 @@
 import ArgumentParser
 import CBuildInfo
+import CMallocTuning
 import FoundationEssentials
 import Glibc
 import Logging
@@ -99,6 +100,7 @@ struct Recd: AsyncParsableCommand {
         StandardErrorLogHandler.level.store(UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
         LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, journal: journal) }
         let logger = Logger(label: "recd")
+        Self.logMallocTuning(logger)
 
         let policy = AccessPolicy(controlUIDs: configuration.controlUIDs, controlGIDs: configuration.controlGIDs,
                                   tapUIDs: configuration.tapUIDs, tapGIDs: configuration.tapGIDs)
@@ -200,6 +202,25 @@ extension Recd {
         case .cannotLock(_, let errno) where errno == .permissionDenied || errno == .notPermitted:
             ("recordings directory not writable", ExitCode(77))
         case .cannotLock: ("recordings directory unusable", ExitCode(73))
+        }
+    }
+}
+
+extension Recd {
+    /// Says whether glibc's thread caches and fastbins are off (Sources/CMallocTuning): debug
+    /// when they are, notice when recd runs with glibc's defaults and it could have been otherwise.
+    static func logMallocTuning(_ logger: Logger) {
+        switch Int32(recd_malloc_tuning()) {
+        case Int32(RECD_MALLOC_TUNED.rawValue):
+            logger.debug("malloc: thread caches and fastbins off (GLIBC_TUNABLES)")
+        case Int32(RECD_MALLOC_USER.rawValue):
+            logger.debug("malloc: GLIBC_TUNABLES sets glibc.malloc.tcache_count; left as given")
+        case Int32(RECD_MALLOC_PRELOAD.rawValue):
+            logger.debug("malloc: LD_PRELOAD is set; glibc's thread caches left on")
+        case Int32(RECD_MALLOC_FAILED.rawValue):
+            logger.notice("malloc: could not restart with glibc's thread caches off (is /proc mounted?); memory at rest may grow slowly under client churn")
+        default:
+            break
         }
     }
 }
