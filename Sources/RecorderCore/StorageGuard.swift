@@ -79,8 +79,9 @@ struct StorageMonitorState {
 }
 
 /// The space guard and retention, off the control and capture paths on a queue of their
-/// own: every `storage.checkInterval` it measures free space (publishing `storage`, raising and
-/// clearing the `lowDiskSpace` warning, moving the capture thread's space limit); every
+/// own: every `storage.checkInterval` while a recording is active (every `idleCheckInterval`
+/// otherwise) it measures free space (publishing `storage`, raising and clearing the
+/// `lowDiskSpace` warning, moving the capture thread's space limit); every
 /// `retention.interval`, and after each file closes, it scans the directory and applies
 /// retention. A recording's `SpaceGuard` calls back into it when the disk fills.
 final class StorageGuard: @unchecked Sendable {
@@ -96,6 +97,15 @@ final class StorageGuard: @unchecked Sendable {
     private let activeSession: NIOLockedValueBox<RecordingConsumer?>
     private let published: RecorderOutputs
     private let logger: Logger
+    /// Follows the recorder's state: the tick's interval depends on whether a recording is active.
+    private var stateObservation: ObservationToken?
+    /// Whether the timer ticks at the recording's interval (on `queue`).
+    private var tickingForRecording = false
+
+    /// Between recordings free space only feeds `storage` and the low-space warning (nothing is
+    /// written, and a start measures it anyway): measured this often, or at `check_interval` if
+    /// that is longer. An idle or listening daemon's one-second tick was a fifth of its own CPU.
+    static let idleCheckInterval: Double = 10
 
     init(configuration: NIOLockedValueBox<RecorderConfiguration>, activeSession: NIOLockedValueBox<RecordingConsumer?>,
          published: RecorderOutputs, logger: Logger) {
@@ -106,21 +116,41 @@ final class StorageGuard: @unchecked Sendable {
         let configuration = configuration.withLock { $0 }
         monitor.withLock { $0.beginGrace(configuration.retention) }
         let timer = DispatchSource.makeTimerSource(queue: queue)
-        Self.schedule(timer, interval: configuration.storage.checkInterval)
+        Self.schedule(timer, interval: Self.interval(configuration, recording: false))
         timer.setEventHandler { [weak self] in self?.checkStorage() }
         timer.resume()
         self.timer = timer
+        stateObservation = published.state.subscribe(on: queue) { [weak self] state in self?.stateChanged(state) }
     }
 
-    deinit { timer?.cancel() }
+    deinit {
+        stateObservation?.cancel()
+        timer?.cancel()
+    }
+
+    /// The tick's interval: `check_interval` while a recording is active, at least
+    /// `idleCheckInterval` otherwise.
+    private static func interval(_ configuration: RecorderConfiguration, recording: Bool) -> Double {
+        recording ? configuration.storage.checkInterval : Swift.max(configuration.storage.checkInterval, idleCheckInterval)
+    }
+
+    /// On `queue`: a recording became active or ended; a new interval begins with a tick.
+    private func stateChanged(_ state: RecorderState) {
+        guard state.isActive != tickingForRecording, let timer else { return }
+        tickingForRecording = state.isActive
+        Self.schedule(timer, interval: Self.interval(configuration, recording: tickingForRecording))
+    }
 
     private var configuration: RecorderConfiguration { configurationBox.withLock { $0 } }
 
     /// The configuration changed from `previous`: the tick's interval follows, and new
     /// retention settings begin a grace and a pass.
     func reconfigured(from previous: RecorderConfiguration, to configuration: RecorderConfiguration) {
-        if previous.storage.checkInterval != configuration.storage.checkInterval, let timer {
-            Self.schedule(timer, interval: configuration.storage.checkInterval)
+        if previous.storage.checkInterval != configuration.storage.checkInterval {
+            queue.async { [weak self] in
+                guard let self, let timer else { return }
+                Self.schedule(timer, interval: Self.interval(configuration, recording: tickingForRecording))
+            }
         }
         if previous.retention != configuration.retention {
             monitor.withLock { $0.beginGrace(configuration.retention) }
