@@ -734,6 +734,9 @@ def report(out, warmup_minutes, final=None, quiet=False):
             for key, unit in (("VmRSS", "rssMiBPerHour"), ("RssAnon", "rssAnonMiBPerHour"),
                               ("RssFile", "rssFileMiBPerHour")):
                 entry[unit] = round(slope([(r["t"] / 3600, r[key] / 1024) for r in after])[0], 4)
+            # The busy samples swing by several MiB with what is in flight: a median of slopes
+            # beside the least-squares one shows how much a few high samples tilt it.
+            entry["rssAnonTheilSenMiBPerHour"] = round(robust_slope([(r["t"] / 3600, r["RssAnon"] / 1024) for r in after]), 4)
             for key, unit in (("Threads", "threadsPerHour"), ("fds", "fdsPerHour")):
                 entry[unit] = round(slope([(r["t"] / 3600, r[key]) for r in after])[0], 3)
                 entry[key + "Range"] = [min(r[key] for r in after), max(r[key] for r in after)]
@@ -769,7 +772,7 @@ def report(out, warmup_minutes, final=None, quiet=False):
             print(f"  {load:12s} {entry['hours']:.2f} h: RSS {entry['first']['VmRSS'] / 1024:.1f} -> "
                   f"{entry['last']['VmRSS'] / 1024:.1f} MiB, slope {entry['rssMiBPerHour']:+.3f} MiB/h "
                   f"({entry['verdict']['rss']}, target < {TARGET_RSS_MIB_PER_H}); RssAnon "
-                  f"{entry['rssAnonMiBPerHour']:+.3f} MiB/h, RssFile {entry['rssFileMiBPerHour']:+.3f} MiB/h; "
+                  f"{entry['rssAnonMiBPerHour']:+.3f} MiB/h (Theil-Sen {entry['rssAnonTheilSenMiBPerHour']:+.3f}), RssFile {entry['rssFileMiBPerHour']:+.3f} MiB/h; "
                   f"threads {entry['ThreadsRange'][0]}-{entry['ThreadsRange'][1]} "
                   f"({entry['threadsPerHour']:+.2f}/h), fds {entry['fdsRange'][0]}-{entry['fdsRange'][1]} "
                   f"({entry['fdsPerHour']:+.2f}/h)"
@@ -793,7 +796,7 @@ def markdown(out, warmup_minutes):
             continue
         print(f"| {load} | {e['hours']:.2f} | {mib(e['first']['VmRSS'])} → {mib(e['atWarmup']['VmRSS'])} → "
               f"{mib(e['last']['VmRSS'])} | {e['rssMiBPerHour']:+.3f} | {e['verdict']['rss']} "
-              f"| {e['rssAnonMiBPerHour']:+.3f} | {e['rssFileMiBPerHour']:+.3f} "
+              f"| {e['rssAnonMiBPerHour']:+.3f} (Theil–Sen {e.get('rssAnonTheilSenMiBPerHour', float('nan')):+.3f}) | {e['rssFileMiBPerHour']:+.3f} "
               f"| {mib(e['first']['RssAnon'])} → {mib(e['last']['RssAnon'])} "
               f"| {e['ThreadsRange'][0]}–{e['ThreadsRange'][1]} ({e['threadsPerHour']:+.2f}) "
               f"| {e['fdsRange'][0]}–{e['fdsRange'][1]} ({e['fdsPerHour']:+.2f}) "
