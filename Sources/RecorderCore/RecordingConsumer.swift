@@ -380,6 +380,15 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     // MARK: On the capture thread
 
+    /// A recording takes every period (its first frames, `currentTime`, a stop's last frame
+    /// come that soon). A sound-activated one needs its chunks only as often as its detector
+    /// must decide, and the file begins at the pre-roll, not at the decision: it lets the
+    /// capture thread sleep `armedWakeInterval`, as sox's VOX reads its 2048-frame blocks
+    /// (43 ms at 48 kHz). An event opens up to that much later; a chunk every period made the
+    /// capture thread and the worker wake 100 times a second for it (BENCHMARKS.md, issue 36).
+    var wakeInterval: Double { gate == nil ? 0 : Self.armedWakeInterval }
+    static let armedWakeInterval = 0.04
+
     /// Capture thread: the device failed, no more chunks will come. The worker writes what
     /// the buffer holds first: everything received is in the file.
     func engineFailed(_ error: RecorderError) {

@@ -240,11 +240,29 @@ struct ListeningTests {
         let _: UnsubscribeResult = try client.call(.unsubscribe, UnsubscribeParams(subscription: spectral.subscription))
         #expect(waitUntil(timeout: 20) { daemon.threads(named: "recd-spectrum") == 0 })
 
-        let _: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.levels]))
+        let levels: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.levels]))
         _ = try #require(daemon.waitForStatus { $0.levels.channels.count == 2 })
         let metered = try wakesPerSecond("meter")
-        print("capture thread's wake-ups per second: pre-roll alone \(alone), with the spectrum \(spectrum), with a meter \(metered)")
         #expect(metered > alone, "a meter wants every period: \(metered) against \(alone) alone")
+
+        // Armed (sound-activated, the tone below the threshold: no event), nobody watching:
+        // the detector takes chunks every 40 ms, not every period (100 a second).
+        // Per second of wall time: a loaded machine only makes the thread later, and so rarer.
+        let _: UnsubscribeResult = try client.call(.unsubscribe, UnsubscribeParams(subscription: levels.subscription))
+        let _: Recording = try client.call(.start, StartParams(name: "armed", trigger: TriggerParams(threshold: -1, preRoll: 0.5)))
+        _ = try #require(daemon.waitForStatus { $0.state.name == .recording })
+        let trace = work.file("armed.strace")
+        let strace = try BackgroundCommand("/usr/bin/strace", ["-qq", "-e", "trace=poll,ppoll", "-p", capture, "-o", trace])
+        #expect(waitUntil { FileManager.default.fileExists(atPath: trace) }, "strace did not attach")
+        usleep(300_000)
+        let polls = { ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n").count }
+        let (before, since) = (polls(), Date())
+        usleep(2_000_000)
+        let armed = Double(polls() - before) / Date().timeIntervalSince(since)
+        strace.process.signal(SIGINT)
+        #expect(daemon.waitForStatus { $0.trigger?.state == "armed" && $0.trigger?.events == 0 } != nil, "still armed, no event")
+        print("capture thread's wake-ups per second: pre-roll alone \(alone), with the spectrum \(spectrum), with a meter \(metered), armed \(armed)")
+        #expect(armed > 0 && armed <= 40, "armed, nobody watching: \(armed) wake-ups per second (a period is 10 ms)")
     }
 
     @Test func levelsWhileListeningAndPauseResumeWithoutPreRoll() throws {
