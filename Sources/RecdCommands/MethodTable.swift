@@ -231,7 +231,7 @@ public enum MethodTable {
         let configuration = recorder.configuration
         let state = recorder.state.value
         return StatusResult(
-            state: state, currentTime: recorder.currentTime.value, error: recorder.error.value,
+            state: state, currentTime: recorder.currentTimeNow(), error: recorder.error.value,
             levels: recorder.levels.value, recording: recorder.recording.value,
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
             statistics: recorder.statistics.value, settings: configuration.defaultSettings,

@@ -104,7 +104,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public var recorderConfiguration: RecorderConfiguration {
         RecorderConfiguration(device: device, recordingsDirectory: recordingsDirectory, defaultSettings: recording,
                               timeInterval: timeInterval, levelsInterval: levelsInterval, meteringEnabled: meteringEnabled,
-                              levelsOnDemand: true,
+                              publishesOnDemand: true,
                               syncInterval: syncInterval, periodTime: periodTime, bufferTime: bufferTime, writeBuffer: writeBuffer,
                               captureSampleRate: captureSampleRate, captureChannels: captureChannels,
                               stopTimeout: stopTimeout,

@@ -222,7 +222,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private func stateChanged(_ state: RecorderState) {
         setRetained(topics.state, Array(state.name.rawValue.utf8))
         setRetained(topics.recording, state.recording.map { Self.encode($0) } ?? Array("{}".utf8))
-        setRetained(topics.time, Array(Self.seconds(recorder.currentTime.value).utf8))
+        setRetained(topics.time, Array(Self.seconds(recorder.currentTimeNow()).utf8))
         publishProblem()
         switch state {
         case .recording, .paused, .listening: startTelemetry()
@@ -281,7 +281,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     }
 
     private func publishTelemetry() {
-        let time = Array(Self.seconds(recorder.currentTime.value).utf8)
+        let time = Array(Self.seconds(recorder.currentTimeNow()).utf8)
         retained[topics.time] = time
         guard connected else { return }
         // Drop, don't queue: while the last tick's messages are still on their way, skip this one.

@@ -231,8 +231,9 @@ final class TopicHub: Sendable {
     }
 
     /// Tells the recorder whether a client of the socket wants `levels` (and how often: the
-    /// shortest interval asked) and `spectrum`: it computes and publishes them only while
-    /// someone does, levels no more often than someone asks.
+    /// shortest interval asked), `spectrum` and `currentTime`: it computes and publishes them
+    /// only while someone does (the time once a second otherwise), levels no more often than
+    /// someone asks.
     ///
     /// Told under the hub's lock: two connections changing at once (one subscribing, one
     /// leaving) must not tell it in the opposite order of what they saw. The recorder's side
@@ -242,6 +243,7 @@ final class TopicHub: Sendable {
             let levels = state.receivers.values.compactMap { $0.topics.contains(.levels) ? $0.levelsEvery ?? 0 : nil }
             recorder.setLevelsWanted(!levels.isEmpty, by: "socket", every: levels.min() ?? 0)
             recorder.setSpectrumWanted(state.receivers.values.contains { $0.topics.contains(.spectrum) }, by: "socket")
+            recorder.setTimeWanted(state.receivers.values.contains { $0.topics.contains(.currentTime) }, by: "socket")
         }
     }
 

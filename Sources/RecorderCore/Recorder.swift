@@ -195,6 +195,14 @@ public final class Recorder: Sendable {
         controller.setLevelsWanted(wanted, by: source, every: interval)
     }
 
+    /// `source` (the socket server) follows `currentTime`, or no longer does: while nobody
+    /// does, a recording publishes its time once a second, not every `time_interval`. Any thread.
+    public func setTimeWanted(_ wanted: Bool, by source: String) { controller.setTimeWanted(wanted, by: source) }
+
+    /// The recording's time now (seconds), fresher than `currentTime` between its publications:
+    /// for `status` and the like. Any thread.
+    public func currentTimeNow() -> Double { controller.currentTimeNow() }
+
     /// `source` wants the spectrum, or no longer does. Any thread. Wanting it does not open
     /// the device: columns come while recd listens or records.
     public func setSpectrumWanted(_ wanted: Bool, by source: String) { controller.setSpectrumWanted(wanted, by: source) }

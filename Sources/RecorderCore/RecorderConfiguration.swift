@@ -15,10 +15,10 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public var levelsInterval: Double
     /// Whether levels are measured at all.
     public var meteringEnabled: Bool
-    /// Levels only while someone says it wants them (`Recorder.setLevelsWanted`): the daemon,
-    /// whose clients subscribe through its socket and MQTT. false: always (a program that
-    /// observes `levels` itself).
-    public var levelsOnDemand: Bool
+    /// Levels, and the current time at its `timeInterval`, only while someone says it wants
+    /// them (`Recorder.setLevelsWanted`, `setTimeWanted`): the daemon, whose clients subscribe
+    /// through its socket and MQTT. false: always (a program that observes them itself).
+    public var publishesOnDemand: Bool
     /// Seconds between header refresh + fsync: what a killed process can lose at most.
     public var syncInterval: Double
     /// The device period, seconds: the latency of the first frame and of level updates.
@@ -59,7 +59,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),
                 timeInterval: Double = 0.1, levelsInterval: Double = 0.05, meteringEnabled: Bool = true,
-                levelsOnDemand: Bool = false,
+                publishesOnDemand: Bool = false,
                 syncInterval: Double = 1.0, periodTime: Double = 0.01, bufferTime: Double = 0.5, writeBuffer: Double = 10,
                 captureSampleRate: Int? = nil, captureChannels: Int? = nil, stopTimeout: Double = 5,
                 segments: SegmentSettings = SegmentSettings(), waitForDevice: Bool = true,
@@ -73,7 +73,7 @@ public struct RecorderConfiguration: Sendable, Equatable {
         self.timeInterval = timeInterval
         self.levelsInterval = levelsInterval
         self.meteringEnabled = meteringEnabled
-        self.levelsOnDemand = levelsOnDemand
+        self.publishesOnDemand = publishesOnDemand
         self.syncInterval = syncInterval
         self.periodTime = periodTime
         self.bufferTime = bufferTime

@@ -20,11 +20,13 @@ extension RecorderController {
         recordingPublishes.store(meter != nil, ordering: .releasing)
         let levels = published.levels
         let levelsPeriod = self.levelsPeriod
-        periods.withLock { $0 = (configuration.timeInterval, levelsPeriod) }
-        if let meter, levelsPeriod == configuration.timeInterval {
+        let timePeriod = self.timePeriod
+        periods.withLock { $0 = (timePeriod, levelsPeriod) }
+        tickingSession.withLock { $0 = (session, rate) }
+        if let meter, levelsPeriod == timePeriod {
             // One timer for both, sent together: they reach a subscriber of both in one turn of
             // its queue, and a client of the socket in one write.
-            state.timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
+            state.timers = [makeTimer(interval: timePeriod) { [weak self] in
                 Observations.together {
                     self?.publishTime(of: session, rate: rate)
                     levels.send(meter.takeLevels())
@@ -32,7 +34,7 @@ extension RecorderController {
             }]
             return
         }
-        state.timers = [makeTimer(interval: configuration.timeInterval) { [weak self] in
+        state.timers = [makeTimer(interval: timePeriod) { [weak self] in
             self?.publishTime(of: session, rate: rate)
         }]
         if let meter {
@@ -41,7 +43,38 @@ extension RecorderController {
     }
 
     /// Whether anyone wants `levels` now (`setLevelsWanted`).
-    var levelsAreWanted: Bool { !configuration.levelsOnDemand || levelsWanted.withLock { !$0.isEmpty } }
+    var levelsAreWanted: Bool { !configuration.publishesOnDemand || levelsWanted.withLock { !$0.isEmpty } }
+
+    /// Seconds between two publications of the recording's time (and statistics, and the
+    /// digital-silence check): `time_interval` while someone follows `currentTime`, once a
+    /// second otherwise. A recording nobody watches woke a pool thread ten times a second.
+    var timePeriod: Double {
+        guard configuration.publishesOnDemand, timeWanted.withLock({ $0.isEmpty }) else { return configuration.timeInterval }
+        return Swift.max(configuration.timeInterval, Self.unwatchedTimePeriod)
+    }
+
+    static let unwatchedTimePeriod = 1.0
+
+    /// `source` (the socket server) follows `currentTime`, or no longer does. Any thread.
+    func setTimeWanted(_ wanted: Bool, by source: String) {
+        guard configuration.publishesOnDemand else { return }
+        let changed = timeWanted.withLock { sources -> Bool in
+            let before = sources.isEmpty
+            if wanted { sources.insert(source) } else { sources.remove(source) }
+            return before != sources.isEmpty
+        }
+        guard changed else { return }
+        control.async { [self] in publishingDemandChanged() }
+    }
+
+    /// The recording's time now, in seconds: the ledger's frames, then (read after them) the
+    /// running session's. The session is cleared before its frames join the ledger (`finalize`),
+    /// so no frame is counted twice; between the two, the last published value. Any thread.
+    func currentTimeNow() -> Double {
+        let totals = ledger.withLock { $0 }
+        guard let ticking = tickingSession.withLock({ $0 }) else { return published.currentTime.value }
+        return Double(totals.frames + ticking.session.framesWritten.load(ordering: .acquiring)) / Double(ticking.rate)
+    }
 
     /// Seconds between two publications of `levels`: as often as the most demanding of those
     /// who want them asks, never more often than `levelsInterval` ([metering] levels_interval).
@@ -50,7 +83,7 @@ extension RecorderController {
     var levelsPeriod: Double { Self.levelsPeriod(configuration, wanted: levelsWanted.withLock { $0.values.min() }) }
 
     static func levelsPeriod(_ configuration: RecorderConfiguration, wanted fastest: Double?) -> Double {
-        guard configuration.levelsOnDemand, let fastest else { return configuration.levelsInterval }
+        guard configuration.publishesOnDemand, let fastest else { return configuration.levelsInterval }
         // At least once a second whatever a subscriber's interval (one may ask for an hour):
         // `status` and a new subscriber's snapshot show levels a second old at most.
         return Swift.max(configuration.levelsInterval, Swift.min(fastest, Self.slowestLevelsPeriod))
@@ -62,18 +95,18 @@ extension RecorderController {
     /// (0: as often as configured), or no longer wants them. Any thread.
     func setLevelsWanted(_ wanted: Bool, by source: String, every interval: Double = 0) {
         let configuration = self.configuration
-        guard configuration.levelsOnDemand else { return }
+        guard configuration.publishesOnDemand else { return }
         let changed = levelsWanted.withLock { sources -> Bool in
             let before = sources.isEmpty ? nil : Self.levelsPeriod(configuration, wanted: sources.values.min())
             sources[source] = wanted ? interval : nil
             return before != (sources.isEmpty ? nil : Self.levelsPeriod(configuration, wanted: sources.values.min()))
         }
         guard changed else { return }
-        control.async { [self] in levelsDemandChanged() }
+        control.async { [self] in publishingDemandChanged() }
     }
 
-    /// On the control queue: meters and timers follow the demand for levels.
-    func levelsDemandChanged() {
+    /// On the control queue: meters and timers follow the demand for levels and the time.
+    func publishingDemandChanged() {
         if state.listenPlan != nil {
             if let engine = state.engine { attachListeningMeter(to: engine) }
             startListeningTimer(configuration)
@@ -103,6 +136,7 @@ extension RecorderController {
     func stopTimers() {
         for timer in state.timers { timer.cancel() }
         state.timers = []
+        tickingSession.withLock { $0 = nil }
         recordingPublishes.store(false, ordering: .releasing)
         // A tick already queued must not publish after the final value.
         timerQueue.sync {}

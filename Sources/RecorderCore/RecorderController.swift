@@ -43,6 +43,12 @@ final class RecorderController: @unchecked Sendable {
     let levelsWanted = NIOLockedValueBox<[String: Double]>([:])
     /// Who wants `spectrum` now.
     let spectrumWanted = NIOLockedValueBox<Set<String>>([])
+    /// Who wants `currentTime` as it changes (a socket subscriber): nobody, and the recording's
+    /// timer ticks once a second (`timePeriod`); `status` computes the time afresh anyway.
+    let timeWanted = NIOLockedValueBox<Set<String>>([])
+    /// The capture session the recording's timers publish, and its rate: set by
+    /// `startTimers`, cleared by `stopTimers` before the session's frames join the ledger.
+    let tickingSession = NIOLockedValueBox<(session: RecordingConsumer, rate: Int)?>(nil)
 
     /// A triggered recording's counts, for `status` across its capture sessions.
     let activeTrigger = NIOLockedValueBox<TriggerCounters?>(nil)

@@ -331,6 +331,47 @@ struct ControlServerTests {
         #expect(try SoundFileReader(path: active.path).info.frames == stopped.frames)
     }
 
+    /// Nobody follows `currentTime`: the recording publishes it once a second, and `status`
+    /// computes it afresh, so two reads a quarter second apart differ. A subscriber gets it every
+    /// `time_interval` (0.1 s) as before.
+    @Test func statusTimeIsFreshWhileNobodyFollowsItAndASubscriberGetsItEveryInterval() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "unwatched", format: .wav))
+        #expect(waitUntil { ((try? client.call(.status) as StatusResult)?.currentTime ?? 0) > 0.2 })
+        // Twelve reads 0.25 s apart: a value published once a second would repeat in most of
+        // them (about three rises); the paced device delivers every 10 ms, and only a machine
+        // too loaded to run the capture thread for a quarter second keeps one from rising.
+        var times: [Double] = []
+        for _ in 0..<12 {
+            times.append((try client.call(.status) as StatusResult).currentTime)
+            usleep(250_000)
+        }
+        let rises = zip(times, times.dropFirst()).filter { $1 > $0 }.count
+        #expect(rises >= 8, "status's time rose \(rises) times in 11 steps of 0.25 s: \(times)")
+
+        // A subscriber to the time: every 0.1 s. Published once a second, ten values would take
+        // nine seconds; they come in about one (3 s allows for a loaded machine).
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.currentTime]))
+        var values: [Double] = []
+        let deadline = Date().addingTimeInterval(20)
+        var firstAt: Date?
+        var lastAt = Date()
+        while values.count < 11, Date() < deadline, let notification = try? watcher.nextNotification(timeout: 20) {
+            guard case .currentTime(let time) = notification.value else { continue }
+            values.append(time)
+            // From the second value: the first may be the snapshot or the last tick before the change.
+            if values.count == 2 { firstAt = Date() }
+            lastAt = Date()
+        }
+        #expect(values.count == 11, "\(values)")
+        let span = lastAt.timeIntervalSince(firstAt ?? lastAt)
+        #expect(span < 3, "nine intervals took \(span) s: \(values)")
+        let _: Recording = try client.call(.stop)
+    }
+
     @Test func finalizingNeverReplacesAFileThatTookTheRecordingsName() throws {
         let server = try PulseServer()
         let daemon = try Daemon(device: TestDevices.paced(server))
