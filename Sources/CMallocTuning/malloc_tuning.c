@@ -27,7 +27,8 @@
 #define __has_feature(x) 0
 #endif
 
-static const char tunables[] = "glibc.malloc.tcache_count=0:glibc.malloc.mxfast=0";
+static const char tcache_off[] = "glibc.malloc.tcache_count=0";
+static const char fastbins_off[] = "glibc.malloc.mxfast=0";
 // Set only across the re-execution: "" when GLIBC_TUNABLES was unset, "=VALUE" when it was VALUE.
 static const char before_variable[] = "RECD_GLIBC_TUNABLES_BEFORE";
 
@@ -57,6 +58,8 @@ __attribute__((constructor)) static void recd_tune_malloc(int argc, char **argv,
         tuning = RECD_MALLOC_NOT_APPLICABLE;
         return;
     }
+    // The user's own tunables are kept; a thread cache setting of theirs means no restart, a
+    // fastbin setting of theirs is not overridden.
     const char *current = getenv("GLIBC_TUNABLES");
     if (current != NULL && strstr(current, "glibc.malloc.tcache_count") != NULL) {
         tuning = RECD_MALLOC_USER;
@@ -70,14 +73,19 @@ __attribute__((constructor)) static void recd_tune_malloc(int argc, char **argv,
     // names the program, the file the wrapper's own.
     char path[PATH_MAX];
     ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (length <= 0) {
+        tuning = RECD_MALLOC_FAILED;
+        return;
+    }
+    int user_fastbins = current != NULL && strstr(current, "glibc.malloc.mxfast") != NULL;
     char value[4096];
-    int written = current != NULL && current[0] != '\0'
-        ? snprintf(value, sizeof value, "%s:%s", current, tunables)
-        : snprintf(value, sizeof value, "%s", tunables);
+    int written = snprintf(value, sizeof value, "%s%s%s%s%s", current != NULL ? current : "",
+                           current != NULL && current[0] != '\0' ? ":" : "", tcache_off,
+                           user_fastbins ? "" : ":", user_fastbins ? "" : fastbins_off);
     char saved[4096];
     int saved_length = snprintf(saved, sizeof saved, "%s%s", current != NULL ? "=" : "", current != NULL ? current : "");
-    if (length <= 0 || written < 0 || (size_t)written >= sizeof value || saved_length < 0 || (size_t)saved_length >= sizeof saved) {
-        tuning = RECD_MALLOC_FAILED;
+    if (written < 0 || (size_t)written >= sizeof value || saved_length < 0 || (size_t)saved_length >= sizeof saved) {
+        tuning = RECD_MALLOC_TOO_LONG;
         return;
     }
     path[length] = '\0';

@@ -230,11 +230,12 @@ public enum MethodTable {
     public static func status(of recorder: Recorder) -> StatusResult {
         let configuration = recorder.configuration
         let state = recorder.state.value
+        let figures = recorder.currentFigures()
         return StatusResult(
-            state: state, currentTime: recorder.currentTimeNow(), error: recorder.error.value,
+            state: state, currentTime: figures.time, error: recorder.error.value,
             levels: recorder.levels.value, recording: recorder.recording.value,
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
-            statistics: recorder.statistics.value, settings: configuration.defaultSettings,
+            statistics: figures.statistics, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
             lastSegment: recorder.closedSegment.value, storage: recorder.storage.value,
             listening: recorder.currentListeningStatus(), taps: Optional(recorder.currentTaps()).flatMap { $0.isEmpty ? nil : $0 },

@@ -168,7 +168,7 @@ final class CaptureEngine: @unchecked Sendable {
         lastProgress.store(Self.uptime(), ordering: .relaxed)
         self.onEnd = onEnd
         let watch = DispatchSource.makeTimerSource(queue: Self.stallWatchQueue)
-        watch.schedule(deadline: .now() + Self.stallWatchInterval, repeating: Self.stallWatchInterval, leeway: .milliseconds(250))
+        watch.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(250))
         watch.setEventHandler { [weak self] in self?.endIfStalled() }
         stallWatch = watch
         watch.resume()
@@ -207,9 +207,6 @@ final class CaptureEngine: @unchecked Sendable {
     /// PulseAudio sink; below what withholds systemd's watchdog pings long enough for a
     /// restart (recd.service: WatchdogSec=10s, pings withheld after 5 s without progress).
     static let stallLimit: UInt64 = 6_000_000_000
-    /// How often the stall watch looks: a stall is seen 6 to 8.25 s after the last frame,
-    /// before systemd's 10 s; each look is a wake-up of a daemon that may only be listening.
-    static let stallWatchInterval: Double = 2
     private static let stallWatchQueue = DispatchQueue(label: "recd.capture-stall-watch")
 
     /// Ends the engine with `deviceLost` when the running device has delivered nothing for

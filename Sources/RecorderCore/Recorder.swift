@@ -199,9 +199,10 @@ public final class Recorder: Sendable {
     /// does, a recording publishes its time once a second, not every `time_interval`. Any thread.
     public func setTimeWanted(_ wanted: Bool, by source: String) { controller.setTimeWanted(wanted, by: source) }
 
-    /// The recording's time now (seconds), fresher than `currentTime` between its publications:
-    /// for `status` and the like. Any thread.
-    public func currentTimeNow() -> Double { controller.currentTimeNow() }
+    /// The recording's time (seconds) and statistics now, fresher than `currentTime` and
+    /// `statistics` between their publications: for `status` and the like. Any thread.
+    public func currentFigures() -> (time: Double, statistics: CaptureStatistics) { controller.currentFigures() }
+    public func currentTimeNow() -> Double { controller.currentFigures().time }
 
     /// `source` wants the spectrum, or no longer does. Any thread. Wanting it does not open
     /// the device: columns come while recd listens or records.

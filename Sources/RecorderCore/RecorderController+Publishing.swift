@@ -23,6 +23,8 @@ extension RecorderController {
         let timePeriod = self.timePeriod
         periods.withLock { $0 = (timePeriod, levelsPeriod) }
         tickingSession.withLock { $0 = (session, rate) }
+        // At once, not a period later: a subscriber who just asked for the time gets a fresh one.
+        timerQueue.async { [weak self] in self?.publishTime(of: session, rate: rate) }
         if let meter, levelsPeriod == timePeriod {
             // One timer for both, sent together: they reach a subscriber of both in one turn of
             // its queue, and a client of the socket in one write.
@@ -67,13 +69,20 @@ extension RecorderController {
         control.async { [self] in publishingDemandChanged() }
     }
 
-    /// The recording's time now, in seconds: the ledger's frames, then (read after them) the
-    /// running session's. The session is cleared before its frames join the ledger (`finalize`),
-    /// so no frame is counted twice; between the two, the last published value. Any thread.
-    func currentTimeNow() -> Double {
-        let totals = ledger.withLock { $0 }
-        guard let ticking = tickingSession.withLock({ $0 }) else { return published.currentTime.value }
-        return Double(totals.frames + ticking.session.framesWritten.load(ordering: .acquiring)) / Double(ticking.rate)
+    /// The recording's time (seconds) and statistics now, for `status`: the ledger's totals,
+    /// then (read after them) the running session's counters. The session is cleared only after
+    /// its last figures were published (`stopTimers`) and before its frames join the ledger
+    /// (`finalize`), so nothing is counted twice; between the two, the published values. Any thread.
+    func currentFigures() -> (time: Double, statistics: CaptureStatistics) {
+        while true {
+            let before = tickingSession.withLock { $0 }
+            let totals = ledger.withLock { $0 }
+            let after = tickingSession.withLock { $0 }
+            // A session ended (or the next began) while the ledger was read: read again.
+            guard before?.session === after?.session else { continue }
+            guard let ticking = after else { return (published.currentTime.value, published.statistics.value) }
+            return Self.figures(totals: totals, session: ticking.session, rate: ticking.rate)
+        }
     }
 
     /// Seconds between two publications of `levels`: as often as the most demanding of those
@@ -136,10 +145,14 @@ extension RecorderController {
     func stopTimers() {
         for timer in state.timers { timer.cancel() }
         state.timers = []
-        tickingSession.withLock { $0 = nil }
         recordingPublishes.store(false, ordering: .releasing)
-        // A tick already queued must not publish after the final value.
-        timerQueue.sync {}
+        // A tick already queued must not publish after the final value. The session's time as
+        // it is now goes out last: a recording nobody watches ticks once a second, and what
+        // `currentTimeNow()` reads until the session's frames join the ledger must not be older.
+        timerQueue.sync {
+            if let ticking = tickingSession.withLock({ $0 }) { publishTime(of: ticking.session, rate: ticking.rate) }
+        }
+        tickingSession.withLock { $0 = nil }
     }
 
     func cancelStartTimer() {
@@ -150,15 +163,20 @@ extension RecorderController {
     /// Publishes the recording's time and statistics: the ended capture sessions' totals plus
     /// this one's counters. Also raises and clears the digital-silence warning.
     func publishTime(of session: RecordingConsumer, rate: Int) {
-        let totals = ledger.withLock { $0 }
-        published.currentTime.send(Double(totals.frames + session.framesWritten.load(ordering: .relaxed)) / Double(rate))
-        let xruns = totals.xruns + session.xruns.load(ordering: .relaxed)
-        let framesLost = totals.framesLost + session.framesLost.load(ordering: .relaxed)
-        published.statistics.send(CaptureStatistics(xruns: xruns, framesLost: framesLost,
-                                          framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
-                                          segmentsClosed: totals.segmentsClosed, gaps: totals.gaps,
-                                          deviceClockDriftPPM: session.deviceClockDriftPPM ?? totals.deviceClockDriftPPM))
+        let figures = Self.figures(totals: ledger.withLock { $0 }, session: session, rate: rate)
+        published.currentTime.send(figures.time)
+        published.statistics.send(figures.statistics)
         checkSilence(of: session)
+    }
+
+    /// The recording's time and statistics: the ended capture sessions' totals plus this one's counters.
+    static func figures(totals: SessionLedger, session: RecordingConsumer, rate: Int) -> (time: Double, statistics: CaptureStatistics) {
+        (Double(totals.frames + session.framesWritten.load(ordering: .acquiring)) / Double(rate),
+         CaptureStatistics(xruns: totals.xruns + session.xruns.load(ordering: .relaxed),
+                           framesLost: totals.framesLost + session.framesLost.load(ordering: .relaxed),
+                           framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
+                           segmentsClosed: totals.segmentsClosed, gaps: totals.gaps,
+                           deviceClockDriftPPM: session.deviceClockDriftPPM ?? totals.deviceClockDriftPPM))
     }
 
     /// Publishes the totals when no capture session runs (between sessions, at the end).

@@ -217,6 +217,8 @@ extension Recd {
             logger.debug("malloc: GLIBC_TUNABLES sets glibc.malloc.tcache_count; left as given")
         case Int32(RECD_MALLOC_PRELOAD.rawValue):
             logger.debug("malloc: LD_PRELOAD is set; glibc's thread caches left on")
+        case Int32(RECD_MALLOC_TOO_LONG.rawValue):
+            logger.notice("malloc: GLIBC_TUNABLES is too long to add to; glibc's thread caches left on")
         case Int32(RECD_MALLOC_FAILED.rawValue):
             logger.notice("malloc: could not restart with glibc's thread caches off (is /proc mounted?); memory at rest may grow slowly under client churn")
         default:

@@ -331,9 +331,10 @@ struct ControlServerTests {
         #expect(try SoundFileReader(path: active.path).info.frames == stopped.frames)
     }
 
-    /// Nobody follows `currentTime`: the recording publishes it once a second, and `status`
-    /// computes it afresh, so two reads a quarter second apart differ. A subscriber gets it every
-    /// `time_interval` (0.1 s) as before.
+    /// Nobody follows `currentTime`: the recording ticks (publishes its time and statistics)
+    /// once a second, not every `time_interval` (what that saves is in BENCHMARKS.md), and
+    /// `status` computes both afresh, so two reads a quarter second apart differ. A subscriber
+    /// gets the time every `time_interval` (0.1 s).
     @Test func statusTimeIsFreshWhileNobodyFollowsItAndASubscriberGetsItEveryInterval() throws {
         let server = try PulseServer()
         let daemon = try Daemon(device: TestDevices.paced(server))

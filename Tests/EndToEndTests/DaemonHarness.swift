@@ -55,6 +55,9 @@ final class Daemon {
         env["JOURNAL_STREAM"] = nil
         env["WATCHDOG_USEC"] = nil
         env["LISTEN_FDS"] = nil
+        // recd's malloc tuning (Sources/CMallocTuning) depends on these: only a test sets them.
+        env["GLIBC_TUNABLES"] = nil
+        env["LD_PRELOAD"] = nil
         for (key, value) in environment { env[key] = value }
         let executable = launcher.first ?? Binaries.recd
         let launchArguments = launcher.isEmpty ? arguments : Array(launcher.dropFirst()) + [Binaries.recd] + arguments

@@ -13,6 +13,8 @@ enum recd_malloc_tuning {
     RECD_MALLOC_NOT_APPLICABLE = 4,
     /// The re-execution failed (e.g. /proc is not mounted): glibc's defaults, fastbins off by mallopt.
     RECD_MALLOC_FAILED = 5,
+    /// Not re-executed: GLIBC_TUNABLES is longer than recd appends to (4 KiB).
+    RECD_MALLOC_TOO_LONG = 6,
 };
 
 /// This process's `enum recd_malloc_tuning`.
