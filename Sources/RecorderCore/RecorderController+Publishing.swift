@@ -148,7 +148,7 @@ extension RecorderController {
         recordingPublishes.store(false, ordering: .releasing)
         // A tick already queued must not publish after the final value. The session's time as
         // it is now goes out last: a recording nobody watches ticks once a second, and what
-        // `currentTimeNow()` reads until the session's frames join the ledger must not be older.
+        // `currentFigures()` reads until the session's frames join the ledger must not be older.
         timerQueue.sync {
             if let ticking = tickingSession.withLock({ $0 }) { publishTime(of: ticking.session, rate: ticking.rate) }
         }
