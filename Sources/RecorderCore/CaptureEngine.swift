@@ -28,6 +28,10 @@ struct CaptureChunk {
     /// this, not with the engine's estimate by then: a device that delivers faster than real
     /// time (a file) moves that ever earlier.
     var anchoredTime: Double? = nil
+    /// Another chunk follows at once: the device held at least a period beyond this read (an
+    /// unpaced device, a catch-up after a stall, a pre-roll replayed). A consumer may leave
+    /// its worker asleep until that one, or until its ring fills (`ChunkWorker.push`).
+    var followedAtOnce = false
 }
 
 /// What a consumer of the capture engine promises: it takes a chunk on the capture thread
@@ -41,10 +45,15 @@ protocol CaptureConsumer: AnyObject {
     /// Seconds the consumer lets the capture thread sleep between two reads: the thread wakes
     /// as often as the most demanding consumer attached needs (0: every device period).
     var wakeInterval: Double { get }
+    /// Capture thread: memory of the consumer's own where the next read of up to `frames`
+    /// frames may go, so that its `receive` keeps the chunk without copying it (nil: the
+    /// engine's buffer). The first consumer attached that offers one gets the read.
+    func readTarget(frames: Int) -> UnsafeMutableRawPointer?
 }
 
 extension CaptureConsumer {
     var wakeInterval: Double { 0 }
+    func readTarget(frames: Int) -> UnsafeMutableRawPointer? { nil }
 }
 
 /// Owns the capture device: opens and reads it on a thread of its own, recovers overruns,
@@ -376,6 +385,11 @@ final class CaptureEngine: @unchecked Sendable {
                 continue
             }
             sleepUntilWanted()
+            // Straight into the recording's write buffer when it has room: one copy fewer.
+            var target = buffer
+            for consumer in consumers {
+                if let place = consumer.readTarget(frames: chunkFrames) { target = place; break }
+            }
             do throws(ALSAError) {
                 // In the driver without `ownership`: a stall watch may end the engine meanwhile.
                 let read = try inDriver { () throws(ALSAError) -> (available: Int, got: Int)? in
@@ -384,7 +398,7 @@ final class CaptureEngine: @unchecked Sendable {
                     guard ready else { return nil }
                     let available = try pcm.available()
                     let frames = Swift.min(Swift.max(available, configuration.periodFrames), chunkFrames)
-                    return (available, try pcm.read(into: buffer, frames: frames))
+                    return (available, try pcm.read(into: target, frames: frames))
                 }
                 if abandoned { return nil }
                 guard let (available, got) = read else { continue }
@@ -406,10 +420,11 @@ final class CaptureEngine: @unchecked Sendable {
                 let lostFrames = pendingLost
                 pendingOverruns = 0
                 pendingLost = 0
-                let chunk = CaptureChunk(samples: buffer, frames: got, position: position,
+                let chunk = CaptureChunk(samples: target, frames: got, position: position,
                                          captureTime: estimate + Double(position) / rate, readUptime: readUptime,
                                          overruns: lostOverruns, framesLost: lostFrames,
-                                         anchoredTime: captureTime(ofPosition: position))
+                                         anchoredTime: captureTime(ofPosition: position),
+                                         followedAtOnce: available - got >= configuration.periodFrames)
                 framesCaptured.store(position + Int64(got), ordering: .releasing)
                 var index = 0
                 while index < consumers.count {

@@ -70,21 +70,61 @@ final class ChunkRing: @unchecked Sendable {
     /// Memory the ring takes, in bytes.
     var bytes: Int { capacityBytes + headerCapacity * MemoryLayout<Header>.stride }
 
-    /// Producer: copies `chunk` in. false: no room (the chunk is not kept).
+    /// Producer: where a chunk of up to `frames` frames goes next, if the ring has room for
+    /// that many now (nil: it has not). The capture engine reads the device straight into it;
+    /// `push` of a chunk read there keeps it where it is. A read that fails leaves the ring as
+    /// it was (at most moved back to its start, empty).
+    func reservation(frames: Int) -> UnsafeMutableRawPointer? {
+        guard pushed.load(ordering: .relaxed) - taken.load(ordering: .acquiring) < headerCapacity else { return nil }
+        return place(frames * bytesPerFrame).map { storage + $0.offset }
+    }
+
+    /// Where `size` bytes go next (the storage's start if they do not fit before its end) and
+    /// the producer's count after them; nil: not that much room.
+    private func place(_ size: Int) -> (offset: Int, end: Int)? {
+        guard size <= capacityBytes else { return nil }
+        rewindIfEmpty()
+        let offset = producerBytes % capacityBytes
+        let skipped = offset + size > capacityBytes ? capacityBytes - offset : 0
+        let end = producerBytes + skipped + size
+        guard end - releasedBytes.load(ordering: .acquiring) <= capacityBytes else { return nil }
+        return (skipped > 0 ? 0 : offset, end)
+    }
+
+    /// Producer: back to the storage's start whenever the worker has taken everything. A
+    /// worker that keeps up (a paced device) then has the capture thread fill the same few
+    /// kilobytes over and over, which stay in the CPU's caches, instead of streaming through
+    /// the whole buffer (megabytes, fetched from memory again on each pass: BENCHMARKS.md,
+    /// issue 36). The producer may move the released count too: with nothing held, the
+    /// worker has stored its last and touches it again only for a chunk pushed after this.
+    private func rewindIfEmpty() {
+        let offset = producerBytes % capacityBytes
+        guard offset > 0, taken.load(ordering: .acquiring) == pushed.load(ordering: .relaxed) else { return }
+        producerBytes += capacityBytes - offset
+        releasedBytes.store(producerBytes, ordering: .releasing)
+    }
+
+    /// Producer: copies `chunk` in, or keeps it where it is if it was read into the ring's
+    /// `reservation`. false: no room (the chunk is not kept).
     func push(_ chunk: CaptureChunk) -> Bool {
         let count = pushed.load(ordering: .relaxed)
         guard count - taken.load(ordering: .acquiring) < headerCapacity else { return false }
         let size = chunk.frames * bytesPerFrame
-        guard size <= capacityBytes else { return false }
-        var offset = producerBytes % capacityBytes
-        var skipped = 0
-        if offset + size > capacityBytes {
-            skipped = capacityBytes - offset
-            offset = 0
+        let offset: Int
+        let end: Int
+        let inPlace = UnsafeRawPointer(storage)
+        if chunk.samples >= inPlace, chunk.samples < inPlace + capacityBytes {
+            // Read into the reservation: at the producer's place, or at the start if a whole
+            // chunk did not fit before the end (this smaller one may have).
+            offset = chunk.samples - inPlace
+            let current = producerBytes % capacityBytes
+            end = producerBytes + (offset == current ? 0 : capacityBytes - current) + size
+        } else {
+            guard let (at, after) = place(size) else { return false }
+            offset = at
+            end = after
+            (storage + offset).copyMemory(from: chunk.samples, byteCount: size)
         }
-        let end = producerBytes + skipped + size
-        guard end - releasedBytes.load(ordering: .acquiring) <= capacityBytes else { return false }
-        (storage + offset).copyMemory(from: chunk.samples, byteCount: size)
         headers[count % headerCapacity] = Header(start: offset, end: end, frames: chunk.frames, position: chunk.position,
                                                  captureTime: chunk.captureTime, readUptime: chunk.readUptime,
                                                  overruns: chunk.overruns, framesLost: chunk.framesLost,
@@ -160,30 +200,56 @@ final class ChunkWorker: @unchecked Sendable {
     /// delivers as fast as it is read), whose capture thread would otherwise outrun any
     /// writer; a sound card's buffer holds more than the wait (half of it), so a disk that
     /// is merely slow for a moment costs nothing either.
+    ///
+    /// A chunk that another follows at once (`CaptureChunk.followedAtOnce`) wakes the worker
+    /// only once the ring holds `batchBytes`: behind a device that delivers faster than real
+    /// time the worker then takes chunks in batches instead of being woken for each (a futex
+    /// wake and, on another CPU, an interrupt: BENCHMARKS.md, issue 36's capture rows). A
+    /// paced device's chunk, the last of a burst, wakes it at once.
     func push(_ chunk: CaptureChunk, patience: UInt64) -> Bool {
         if ring.push(chunk) {
-            wake.signal()
+            if !chunk.followedAtOnce || ring.heldFrames.load(ordering: .relaxed) * ring.bytesPerFrame >= batchBytes {
+                wakeIfAsleep()
+            }
             return true
         }
         guard patience > 0 else { return false }
         let deadline = CaptureEngine.uptime() + patience
-        producerWaiting.store(true, ordering: .releasing)
-        defer { producerWaiting.store(false, ordering: .releasing) }
+        let size = chunk.frames * ring.bytesPerFrame
+        defer { producerNeeds.store(0, ordering: .sequentiallyConsistent) }
         while true {
-            wake.signal()
-            if ring.push(chunk) {
-                wake.signal()
-                return true
-            }
             let now = CaptureEngine.uptime()
             guard now < deadline, !stopping.load(ordering: .acquiring) else { return false }
+            // Announced before the last look, so that the worker either sees it or has
+            // already made the room this look finds.
+            producerNeeds.store(size, ordering: .sequentiallyConsistent)
+            if ring.push(chunk) {
+                wakeIfAsleep()
+                return true
+            }
+            wakeIfAsleep()
             _ = room.wait(timeout: .now() + .nanoseconds(Int(Swift.min(deadline - now, 10_000_000))))
         }
     }
 
-    /// The producer waits for room (`push`): the worker signals `room` after each chunk.
-    private let producerWaiting = Atomic<Bool>(false)
+    /// What a burst of chunks fills before the worker is woken for them: a quarter of the ring,
+    /// at most 256 KiB (what the worker takes then is still in the caches).
+    private var batchBytes: Int { Swift.min(ring.capacityBytes / 4, 256 * 1024) }
+
+    /// Wakes the worker if it sleeps (or is about to): one system call per sleep, not one per
+    /// chunk, and none while it is busy.
+    private func wakeIfAsleep() {
+        if asleep.exchange(false, ordering: .sequentiallyConsistent) { wake.signal() }
+    }
+
+    /// Bytes of room the producer waits for in `push` (0: it is not waiting). The worker wakes
+    /// it once a quarter of the ring is free (or all of it), not after every chunk it takes:
+    /// behind an unpaced device the two threads would otherwise take turns chunk by chunk, a
+    /// futex wake and a context switch each (BENCHMARKS.md, issue 36's capture rows).
+    private let producerNeeds = Atomic<Int>(0)
     private let room = DispatchSemaphore(value: 0)
+    /// The worker waits on `wake`, or is about to: whoever hands it work then signals it.
+    private let asleep = Atomic<Bool>(false)
 
     /// Capture thread (or the stall watch): runs `body` on the worker after every chunk
     /// pushed before.
@@ -220,7 +286,7 @@ final class ChunkWorker: @unchecked Sendable {
             while let chunk = ring.peek() {
                 if !stopping.load(ordering: .acquiring) { process?(chunk) }
                 ring.release()
-                if producerWaiting.load(ordering: .acquiring) { room.signal() }
+                wakeProducerIfRoom()
             }
             if ring.isEmpty, let body = last.withLock({ body in defer { body = nil }; return body }) { body() }
             let pending = commands.withLock { pending in defer { pending = [] }; return pending }
@@ -238,7 +304,25 @@ final class ChunkWorker: @unchecked Sendable {
                 process = nil
                 return
             }
-            if pending.isEmpty { wake.wait() }
+            if pending.isEmpty {
+                // Asleep first, then the last look: a chunk pushed in between is either seen
+                // here or finds `asleep` set and signals.
+                asleep.store(true, ordering: .sequentiallyConsistent)
+                if ring.isEmpty { wake.wait() }
+                asleep.store(false, ordering: .sequentiallyConsistent)
+            }
+        }
+    }
+
+    /// Worker: signals a producer waiting in `push` once there is room for its chunk and a
+    /// quarter of the ring besides, or the ring is empty.
+    private func wakeProducerIfRoom() {
+        let needs = producerNeeds.load(ordering: .sequentiallyConsistent)
+        guard needs > 0 else { return }
+        let held = ring.heldFrames.load(ordering: .relaxed) * ring.bytesPerFrame
+        guard ring.isEmpty || held + needs <= ring.capacityBytes - ring.capacityBytes / 4 else { return }
+        if producerNeeds.compareExchange(expected: needs, desired: 0, ordering: .sequentiallyConsistent).exchanged {
+            room.signal()
         }
     }
 }

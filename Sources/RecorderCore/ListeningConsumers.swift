@@ -97,7 +97,8 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
             let time = captureTime(position)
             let chunk = CaptureChunk(samples: storage + index * bytesPerFrame, frames: count, position: position,
                                      captureTime: time ?? Date().timeIntervalSince1970,
-                                     readUptime: CaptureEngine.uptime(), overruns: 0, framesLost: 0, anchoredTime: time)
+                                     readUptime: CaptureEngine.uptime(), overruns: 0, framesLost: 0, anchoredTime: time,
+                                     followedAtOnce: remaining > count)
             guard consumer.receive(chunk) else { break }
             index = (index + count) % capacityFrames
             position += Int64(count)

@@ -411,6 +411,13 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         return true
     }
 
+    /// Capture thread: the write buffer's next place, when it has room for a whole read, for
+    /// the engine to read into (`receive` then copies nothing).
+    func readTarget(frames: Int) -> UnsafeMutableRawPointer? {
+        guard !isEnded, !detachedByStop.load(ordering: .acquiring) else { return nil }
+        return worker.ring.reservation(frames: frames)
+    }
+
     /// Frames the write buffer holds now and the most it held, in seconds of the device's audio.
     var writeBufferFill: (now: Double, peak: Double) {
         let rate = Double(configuration.sampleRate)

@@ -1,0 +1,160 @@
+import Dispatch
+import Glibc
+import NIOConcurrencyHelpers
+@testable import RecorderCore
+import Testing
+
+/// The write buffer's ring (`ChunkRing`): chunks copied in or read straight into its
+/// reservation come out whole, in order, with their positions; it refuses what it has no room
+/// for; an emptied ring starts again at its beginning. The last test runs a producer and a
+/// consumer thread against each other (under ThreadSanitizer in `make test`).
+@Suite("write buffer ring")
+struct ChunkRingTests {
+    static let bytesPerFrame = 4
+
+    /// `frames` frames whose 32-bit words count up from `first`.
+    static func frames(_ count: Int, from first: Int) -> [UInt32] { (0..<count).map { UInt32(truncatingIfNeeded: first + $0) } }
+
+    static func chunk(_ samples: UnsafeRawPointer, frames: Int, position: Int) -> CaptureChunk {
+        CaptureChunk(samples: samples, frames: frames, position: Int64(position), captureTime: 0, readUptime: 0,
+                     overruns: 0, framesLost: 0)
+    }
+
+    /// What the oldest chunk holds, as words; nil when empty. Releases it.
+    static func take(_ ring: ChunkRing) -> (position: Int64, words: [UInt32], at: UnsafeRawPointer)? {
+        guard let chunk = ring.peek() else { return nil }
+        let words = Array(UnsafeBufferPointer(start: chunk.samples.assumingMemoryBound(to: UInt32.self), count: chunk.frames))
+        ring.release()
+        return (chunk.position, words, chunk.samples)
+    }
+
+    @Test func copiedChunksComeOutWholeAndInOrderAcrossTheEnd() {
+        let ring = ChunkRing(frames: 1000, bytesPerFrame: Self.bytesPerFrame, typicalChunkFrames: 100)
+        var position = 0
+        var expected: [[UInt32]] = []
+        var refusals = 0
+        // 300-frame chunks pushed until the ring refuses one (a chunk that does not fit before
+        // the end starts at 0), then one to three taken: it holds 1 to 3 and wraps often.
+        for round in 0..<40 {
+            while true {
+                let words = Self.frames(300, from: position)
+                guard words.withUnsafeBytes({ ring.push(Self.chunk($0.baseAddress!, frames: 300, position: position)) }) else {
+                    // Refused only without room: a held chunk and the bytes skipped at the end
+                    // leave less than 300 frames (at most 299 are skipped).
+                    #expect(ring.heldFrames.load(ordering: .relaxed) > 1000 - 300 - 300, "round \(round)")
+                    refusals += 1
+                    break
+                }
+                expected.append(words)
+                position += 300
+            }
+            for _ in 0...(round % 3) {
+                guard let taken = Self.take(ring) else { break }
+                #expect(taken.words == expected.removeFirst(), "round \(round)")
+                #expect(taken.position == Int64(position - 300 * (expected.count + 1)))
+            }
+        }
+        while let rest = Self.take(ring) { #expect(rest.words == expected.removeFirst()) }
+        #expect(expected.isEmpty)
+        #expect(refusals == 40)
+        #expect(position > 40 * 300, "chunks went through the end many times")
+        #expect(ring.heldFrames.load(ordering: .relaxed) == 0)
+    }
+
+    @Test func aChunkReadIntoTheReservationIsKeptWhereItIsNotCopied() throws {
+        let ring = ChunkRing(frames: 1000, bytesPerFrame: Self.bytesPerFrame, typicalChunkFrames: 100)
+        for round in 0..<30 {
+            let place = try #require(ring.reservation(frames: 200))
+            // The device delivers fewer frames than the reservation's room.
+            let words = Self.frames(150, from: round * 150)
+            words.withUnsafeBytes { place.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            #expect(ring.push(Self.chunk(place, frames: 150, position: round * 150)))
+            let taken = try #require(Self.take(ring))
+            #expect(taken.at == UnsafeRawPointer(place), "the chunk was moved")
+            #expect(taken.words == words)
+            #expect(taken.position == Int64(round * 150))
+        }
+    }
+
+    @Test func anEmptiedRingStartsAgainAtItsBeginning() throws {
+        let ring = ChunkRing(frames: 1000, bytesPerFrame: Self.bytesPerFrame, typicalChunkFrames: 100)
+        let start = try #require(ring.reservation(frames: 100))
+        let words = Self.frames(100, from: 0)
+        for position in stride(from: 0, to: 300, by: 100) {
+            #expect(words.withUnsafeBytes { ring.push(Self.chunk($0.baseAddress!, frames: 100, position: position)) })
+        }
+        // Three held: the next place is after them.
+        #expect(ring.reservation(frames: 100) == start + 300 * Self.bytesPerFrame)
+        while Self.take(ring) != nil {}
+        // Nothing held: back to the first bytes, still in the caches.
+        #expect(ring.reservation(frames: 100) == start)
+        #expect(words.withUnsafeBytes { ring.push(Self.chunk($0.baseAddress!, frames: 100, position: 300)) })
+        let taken = try #require(Self.take(ring))
+        #expect(taken.at == UnsafeRawPointer(start))
+        #expect(taken.position == 300)
+    }
+
+    @Test func aFullRingRefusesAndHasRoomAgainOnceTheWorkerTakes() throws {
+        let ring = ChunkRing(frames: 1000, bytesPerFrame: Self.bytesPerFrame, typicalChunkFrames: 100)
+        let words = Self.frames(250, from: 0)
+        for position in stride(from: 0, to: 1000, by: 250) {
+            #expect(words.withUnsafeBytes { ring.push(Self.chunk($0.baseAddress!, frames: 250, position: position)) })
+        }
+        #expect(!words.withUnsafeBytes { ring.push(Self.chunk($0.baseAddress!, frames: 250, position: 1000)) })
+        #expect(ring.reservation(frames: 1) == nil)
+        #expect(ring.heldFrames.load(ordering: .relaxed) == 1000)
+        #expect(ring.peakFrames.load(ordering: .relaxed) == 1000)
+        // More than the whole ring is never taken.
+        let large = Self.frames(1001, from: 0)
+        _ = Self.take(ring)
+        #expect(!large.withUnsafeBytes { ring.push(Self.chunk($0.baseAddress!, frames: 1001, position: 0)) })
+        #expect(words.withUnsafeBytes { ring.push(Self.chunk($0.baseAddress!, frames: 250, position: 1000)) })
+        #expect(ring.reservation(frames: 1) == nil)
+    }
+
+    @Test func aProducerAndAConsumerThreadLoseAndReorderNothing() {
+        let ring = ChunkRing(frames: 4096, bytesPerFrame: Self.bytesPerFrame, typicalChunkFrames: 256)
+        let total = 2_000_000
+        let done = DispatchSemaphore(value: 0)
+        let problems = NIOLockedValueBox<[String]>([])
+        let received = NIOLockedValueBox(0)
+        // Consumer: every frame's word is its position, whatever the chunking.
+        DedicatedThread.spawn(name: "ring-test") {
+            var next = 0
+            while next < total {
+                guard let chunk = ring.peek() else { sched_yield(); continue }
+                let words = UnsafeBufferPointer(start: chunk.samples.assumingMemoryBound(to: UInt32.self), count: chunk.frames)
+                if chunk.position != Int64(next) || words.enumerated().contains(where: { $0.element != UInt32(next + $0.offset) }) {
+                    problems.withLock { $0.append("chunk at \(chunk.position), expected \(next)") }
+                }
+                next += chunk.frames
+                ring.release()
+            }
+            received.withLockedValue { $0 = next }
+            done.signal()
+        }
+        // Producer: chunks of 1 to 700 frames, read into the reservation or copied in.
+        var position = 0
+        var scratch = [UInt32](repeating: 0, count: 700)
+        var generator = SystemRandomNumberGenerator()
+        while position < total {
+            let frames = Swift.min(total - position, Int.random(in: 1...700, using: &generator))
+            if Bool.random(using: &generator), let place = ring.reservation(frames: 700) {
+                let words = place.assumingMemoryBound(to: UInt32.self)
+                for index in 0..<frames { words[index] = UInt32(position + index) }
+                if ring.push(Self.chunk(place, frames: frames, position: position)) { position += frames }
+            } else if ring.heldFrames.load(ordering: .relaxed) > 4096 - 700 {
+                sched_yield()
+            } else {
+                for index in 0..<frames { scratch[index] = UInt32(position + index) }
+                if scratch.withUnsafeBytes({ ring.push(Self.chunk($0.baseAddress!, frames: frames, position: position)) }) {
+                    position += frames
+                }
+            }
+        }
+        done.wait()
+        #expect(received.withLockedValue { $0 } == total)
+        let found = problems.withLockedValue { $0 }
+        #expect(found.isEmpty, "\(found.prefix(5))")
+    }
+}
