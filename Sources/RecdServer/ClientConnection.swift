@@ -504,6 +504,12 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         for subscription in state.subscriptions.values {
             guard subscription.follows(topic), publication.seq > subscription.lastSeq[topic] ?? 0 else { continue }
             let now = publication.published
+            if topic.isContinuous, isBehind(adding: publication, for: subscription) {
+                // Latest only: the next value of the topic replaces this one, or goes out in
+                // its place once the client has caught up.
+                subscription.pending[topic] = publication
+                continue
+            }
             if topic.isContinuous, subscription.coalesces(publication), let last = subscription.lastSent[topic],
                now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
@@ -538,9 +544,29 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         let held = subscription.pending[topic]
         subscription.pending[topic] = nil
         if let held, held.seq > subscription.lastSeq[topic] ?? 0 {
-            send(held, on: subscription, at: due, state: &state)
+            if isBehind(adding: held, for: subscription) {
+                subscription.pending[topic] = held
+            } else {
+                send(held, on: subscription, at: due, state: &state)
+            }
         }
     }
+
+    /// Whether the client has more than `behindBytes` unwritten, so that a continuous value
+    /// (time, levels, spectrum) for it is held, latest only, instead of queued: a client that
+    /// stops reading (a paused pager, a stuck status bar) then makes recd hold that much and
+    /// one value per topic, not `server.client_queue_bytes` of stale levels, and it is not
+    /// disconnected for them. Not past the limit itself: a queue that answers filled beyond it
+    /// still closes the connection at the next notification, as any other.
+    private func isBehind(adding publication: Publication, for subscription: Subscription) -> Bool {
+        let queued = outbox.queuedBytes
+        guard queued > behindBytes else { return false }
+        return queued + publication.notificationLength(for: subscription.id) <= outbox.limit
+    }
+
+    /// Unwritten bytes beyond which a client is behind (`isBehind`): 64 KiB, or half the
+    /// configured queue if that is smaller.
+    private var behindBytes: Int { Swift.min(64 * 1024, context.outboundLimit / 2) }
 
     private func send(_ publication: Publication, on subscription: Subscription, at now: NIODeadline,
                       state: inout State) {
@@ -611,7 +637,8 @@ final class Outbox: Sendable {
     static let nioBufferAllowance = 32 * 1024
 
     private let channel: any Channel
-    private let limit: Int
+    /// Bytes that may wait unwritten: `server.client_queue_bytes` and NIO's allowance.
+    let limit: Int
     private let flusher: LoopFlusher
     /// Writes from its place in the pipeline, next to the head: a write from the channel would
     /// pass NIOAsyncChannel's handler too, for nothing (its writer is not used).

@@ -403,6 +403,47 @@ struct ProtocolTests {
         #expect(try SoundFileReader(path: recording.path).info.frames == recording.frames)
     }
 
+    @Test func aSubscriberThatPausesReadingKeepsItsConnectionAndThenGetsTheLatestValues() throws {
+        let server = try PulseServer()
+        // Time and levels 100 times a second into a 64 KiB queue: before continuous topics were
+        // kept latest-only for a client behind, they filled it (after the socket's buffer)
+        // within seconds, and the client was disconnected.
+        let daemon = try Daemon(device: TestDevices.paced(server), config: """
+            [server]
+            client_queue_bytes = 65536
+            [metering]
+            levels_interval = 0.01
+            time_interval = 0.01
+            """)
+        // A pager or status bar that stops reading for a while, subscribed at the highest rate.
+        let paused = try daemon.connect()
+        let _: SubscribeResult = try paused.call(.subscribe, SubscribeParams(topics: [.currentTime, .levels, .state], interval: 0.01))
+        let control = try daemon.connect()
+        let _: Recording = try control.call(.start, StartParams(name: "long", format: .wav))
+        // 20 s of them are about 800 KB: the socket's buffer and the queue limit twice over.
+        let status = try #require(daemon.waitForStatus(timeout: 120) { $0.currentTime >= 20 })
+        #expect(!daemon.log.contains("client not reading"), "\(daemon.log)")
+        // It reads again: what waited drains, then values as fresh as the recording's.
+        var stale = 0
+        var fresh: Double?
+        let deadline = Date().addingTimeInterval(30)
+        while fresh == nil, Date() < deadline {
+            let notification = try paused.nextNotification(timeout: 10)
+            if case .currentTime(let time) = notification.value {
+                if time >= status.currentTime { fresh = time } else { stale += 1 }
+            }
+        }
+        #expect(fresh != nil, "no currentTime from after the pause reached the client (\(stale) older ones)")
+        // The connection still answers, and the recording went on.
+        let after: StatusResult = try paused.call(.status)
+        guard case .recording = after.state else { Issue.record("state \(after.state)"); return }
+        // Held back: at most what the socket's buffer and the 32 KiB recd keeps for this client
+        // (half its queue) hold, not the 2000 values of the paused seconds.
+        #expect(stale < 1500, "\(stale) stale currentTime values")
+        let recording: Recording = try control.call(.stop)
+        #expect(try SoundFileReader(path: recording.path).info.frames == recording.frames)
+    }
+
     @Test func malformedInputGetsErrorsWhileARecordingGoesOnIntact() throws {
         let server = try PulseServer()
         let input = writeCounterInput(inputs, seconds: 8)
