@@ -66,8 +66,10 @@ public final class ControlServer: Sendable {
     /// - Parameter blocking: where methods that block run (shared with the rest of recd; its
     ///   owner shuts it down after the server).
     public init(recorder: Recorder, version: String, policy: AccessPolicy, limits: ServerLimits,
-                group: EventLoopGroup, blocking: BlockingCalls, metrics: (any MetricsSource)? = nil, logger: Logger) {
+                group: EventLoopGroup, blocking: BlockingCalls, metrics: (any MetricsSource)? = nil,
+                lastClientLeft: @escaping @Sendable () -> Void = {}, logger: Logger) {
         self.group = group
+        self.lastClientLeft = lastClientLeft
         self.limits = limits
         self.logger = logger
         // User and group look-ups apart, so that slow requests cannot hold up new connections.
@@ -80,6 +82,9 @@ public final class ControlServer: Sendable {
                                     }),
                                     logger: logger)
     }
+
+    /// Runs each time the last client connected leaves (recd: malloc returns their memory).
+    private let lastClientLeft: @Sendable () -> Void
 
     /// The number of connected clients.
     public var clientCount: Int { state.withLockedValue { $0.clients.count } }
@@ -162,7 +167,11 @@ public final class ControlServer: Sendable {
                         // On the connection's event loop: see EventLoopTaskExecutor.
                         group.addTask(executorPreference: EventLoopTaskExecutor(client.eventLoop)) {
                             await client.run()
-                            _ = self.state.withLockedValue { $0.clients.removeValue(forKey: ObjectIdentifier(client)) }
+                            let none = self.state.withLockedValue { state in
+                                state.clients.removeValue(forKey: ObjectIdentifier(client))
+                                return state.clients.isEmpty
+                            }
+                            if none { self.lastClientLeft() }
                         }
                     }
                 }

@@ -1,5 +1,7 @@
 import CLinux
+import Dispatch
 import Glibc
+import Synchronization
 
 /// What recd asks of glibc's malloc so that a daemon running for months keeps a flat resident
 /// size (issue 27; doc/architecture.md, "Resident memory over a long run"; BENCHMARKS.md,
@@ -15,8 +17,8 @@ import Glibc
 ///   the heap instead of its own mapping, and the holes they leave are refilled only in part.
 ///   A fixed threshold keeps large, short-lived blocks out of the heap.
 /// - Free pages between live blocks stay resident until `malloc_trim`: it is called after
-///   each scan of the recordings directory (a file closed: a recording or a segment ended)
-///   and every `trimInterval` seconds.
+///   each scan of the recordings directory (a file closed: a recording or a segment ended),
+///   when the last client has left (`clientsLeft()`), and every `trimInterval` seconds.
 /// - Small chunks parked in a thread's cache (tcache) or a fastbin are never merged with their
 ///   free neighbours, so client churn fragmented the heap around them and the memory at rest
 ///   still grew (+0.24 MiB/h at ten times the churn). recd's binary turns both off before main
@@ -39,4 +41,19 @@ public enum ProcessMemory {
 
     /// Hands the free pages inside malloc's arenas back to the system.
     static func releaseFreePages() { _ = malloc_trim(0) }
+
+    /// The last client connected has left (the socket server): what the clients' buffers and
+    /// queues freed goes back to the system a second later, not up to `trimInterval` later. At
+    /// most once every `clientsLeftSpacing` seconds, so that clients coming and going one at a
+    /// time (a status bar polling) cost a trim only that often.
+    public static func clientsLeft() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let last = lastClientsLeftTrim.load(ordering: .relaxed)
+        guard last == 0 || now &- last >= UInt64(clientsLeftSpacing * 1e9),
+              lastClientsLeftTrim.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
+        DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + 1) { releaseFreePages() }
+    }
+
+    static let clientsLeftSpacing: Double = 10
+    private static let lastClientsLeftTrim = Atomic<UInt64>(0)
 }

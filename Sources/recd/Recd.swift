@@ -136,7 +136,8 @@ struct Recd: AsyncParsableCommand {
         let server = ControlServer(recorder: recorder, version: recdVersion, policy: policy,
                                    limits: ServerLimits(maxClients: configuration.maxClients,
                                                         outboundLimit: configuration.clientQueueBytes),
-                                   group: group, blocking: blocking, metrics: metrics, logger: Logger(label: "recd.server"))
+                                   group: group, blocking: blocking, metrics: metrics,
+                                   lastClientLeft: ProcessMemory.clientsLeft, logger: Logger(label: "recd.server"))
         let command = self
         let service = RecdService(recorder: recorder, server: server, blocking: blocking, listenTarget: listenTarget, reload: {
             do {
