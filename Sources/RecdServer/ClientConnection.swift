@@ -124,6 +124,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         logger[metadataKey: "client.uid"] = "\(peer.uid)"
         logger[metadataKey: "client.pid"] = "\(peer.pid)"
         self.logger = logger
+        outbox.onCaughtUp { [weak self] in self?.sendHeld() }
     }
 
     /// Serves the client until it leaves, breaks the protocol fatally, is too slow, or the
@@ -558,10 +559,32 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
     /// one value per topic, not `server.client_queue_bytes` of stale levels, and it is not
     /// disconnected for them. Not past the limit itself: a queue that answers filled beyond it
     /// still closes the connection at the next notification, as any other.
+    /// A value held so is sent by `sendHeld()` once the client has caught up (`Outbox`
+    /// calls it when what waits has drained to `behindBytes`): the last one before the
+    /// values stop (a recording's final time, the levels as the device closes) is not lost.
     private func isBehind(adding publication: Publication, for subscription: Subscription) -> Bool {
-        let queued = outbox.queuedBytes
-        guard queued > behindBytes else { return false }
-        return queued + publication.notificationLength(for: subscription.id) <= outbox.limit
+        outbox.holdsBack(adding: publication.notificationLength(for: subscription.id), beyond: behindBytes)
+    }
+
+    /// On the event loop, once the client has caught up: the continuous values held back for
+    /// it (not those the interval holds: their flush is scheduled), newest of each topic.
+    private func sendHeld() {
+        state.withLockedValue { state in
+            guard !state.closing else { return }
+            let now = NIODeadline.now()
+            for subscription in state.subscriptions.values {
+                for held in subscription.pending.values where subscription.flushScheduled[held.topic] != true {
+                    guard held.seq > subscription.lastSeq[held.topic] ?? 0 else {
+                        subscription.pending[held.topic] = nil
+                        continue
+                    }
+                    // Behind again: held on, and sent at the next catch-up.
+                    if isBehind(adding: held, for: subscription) { continue }
+                    subscription.pending[held.topic] = nil
+                    send(held, on: subscription, at: now, state: &state)
+                }
+            }
+        }
     }
 
     /// Unwritten bytes beyond which a client is behind (`isBehind`): 64 KiB, or half the
@@ -664,6 +687,10 @@ final class Outbox: Sendable {
         var lastProgress: UInt64 = 0
         var roomWaiters: [CheckedContinuation<Void, Never>] = []
         var writtenWaiters: [CheckedContinuation<Void, Never>] = []
+        /// A value was held back while more than this waited (`holdsBack`): `caughtUp` runs
+        /// once no more does.
+        var holdingBeyond: Int?
+        var caughtUp: (@Sendable () -> Void)?
     }
 
     init(channel: any Channel, limit: Int, flusher: LoopFlusher, writer: NIOLoopBound<InlineRequestHandler>? = nil) {
@@ -686,6 +713,23 @@ final class Outbox: Sendable {
     }
 
     var queuedBytes: Int { state.withLockedValue { $0.bytes } }
+
+    /// Whether a notification of `count` bytes is to be held back: more than `threshold`
+    /// waits, but not so much that `count` more would pass the limit (then it is sent, and
+    /// refused, as any other). If so, the `onCaughtUp` body runs once no more than
+    /// `threshold` waits.
+    func holdsBack(adding count: Int, beyond threshold: Int) -> Bool {
+        state.withLockedValue { state in
+            guard state.bytes > threshold, state.bytes + count <= limit else { return false }
+            state.holdingBeyond = threshold
+            return true
+        }
+    }
+
+    /// What runs (on the event loop) when a client that had values held back has caught up.
+    func onCaughtUp(_ body: @escaping @Sendable () -> Void) {
+        state.withLockedValue { $0.caughtUp = body }
+    }
 
     /// Queues `line`. With `limited`, refuses (false) if that would leave more than the limit
     /// unwritten: a notification for a client that does not read. With `flushedByCaller`, the
@@ -746,18 +790,26 @@ final class Outbox: Sendable {
     /// The socket took `count` bytes (or the channel failed and never will).
     private func written(_ count: Int, failed: Bool) {
         if failed { channel.close(promise: nil) }  // the socket failed: stop reading too
-        let (waiters, more) = state.withLockedValue { state -> ([CheckedContinuation<Void, Never>], Bool) in
+        let (waiters, more, caughtUp) = state.withLockedValue { state -> ([CheckedContinuation<Void, Never>], Bool, (@Sendable () -> Void)?) in
             state.bytes -= count
             state.writeInFlight = false
             state.lastProgress = DispatchTime.now().uptimeNanoseconds
             var waiters: [CheckedContinuation<Void, Never>] = []
             if state.bytes <= limit { swap(&waiters, &state.roomWaiters) }
             if state.bytes == 0 { waiters += state.writtenWaiters; state.writtenWaiters = [] }
+            var caughtUp: (@Sendable () -> Void)?
+            if !failed, let threshold = state.holdingBeyond, state.bytes <= threshold {
+                state.holdingBeyond = nil
+                caughtUp = state.caughtUp
+            }
             // What was sent while the write was under way goes now, unless the flusher has it.
-            return (waiters, !failed && state.pending != nil && !state.flushScheduled)
+            return (waiters, !failed && state.pending != nil && !state.flushScheduled, caughtUp)
         }
         for waiter in waiters { waiter.resume() }
-        if more { flush() }  // on the event loop: a write's promise completes there
+        // On the event loop (a write's promise completes there). The values held back are
+        // queued as any notification (the loop's flusher writes them).
+        caughtUp?()
+        if more { flush() }
     }
 
     /// Whether no more than the limit waits: the client reads its answers.

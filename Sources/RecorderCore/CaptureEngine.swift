@@ -387,9 +387,17 @@ final class CaptureEngine: @unchecked Sendable {
             sleepUntilWanted()
             // Straight into the recording's write buffer when it has room: one copy fewer.
             var target = buffer
+            // Kept alive through the read: a stall watch that ends the engine meanwhile lets
+            // the consumers go, and the ring's memory must outlive a driver that comes back.
+            var targetOwner: (any CaptureConsumer)?
             for consumer in consumers {
-                if let place = consumer.readTarget(frames: chunkFrames) { target = place; break }
+                if let place = consumer.readTarget(frames: chunkFrames) {
+                    target = place
+                    targetOwner = consumer
+                    break
+                }
             }
+            defer { withExtendedLifetime(targetOwner) {} }
             do throws(ALSAError) {
                 // In the driver without `ownership`: a stall watch may end the engine meanwhile.
                 let read = try inDriver { () throws(ALSAError) -> (available: Int, got: Int)? in

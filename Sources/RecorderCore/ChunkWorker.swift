@@ -118,6 +118,7 @@ final class ChunkRing: @unchecked Sendable {
             // chunk did not fit before the end (this smaller one may have).
             offset = chunk.samples - inPlace
             let current = producerBytes % capacityBytes
+            assert(offset == current || offset == 0, "a chunk in the ring but not at its reservation")
             end = producerBytes + (offset == current ? 0 : capacityBytes - current) + size
         } else {
             guard let (at, after) = place(size) else { return false }
@@ -213,9 +214,13 @@ final class ChunkWorker: @unchecked Sendable {
             }
             return true
         }
+        // Full: whatever the batch, the worker has work.
+        wakeIfAsleep()
         guard patience > 0 else { return false }
         let deadline = CaptureEngine.uptime() + patience
         let size = chunk.frames * ring.bytesPerFrame
+        // Signals left from an earlier wait (the worker made room just as a retry succeeded).
+        while room.wait(timeout: .now()) == .success {}
         defer { producerNeeds.store(0, ordering: .sequentiallyConsistent) }
         while true {
             let now = CaptureEngine.uptime()
@@ -239,6 +244,9 @@ final class ChunkWorker: @unchecked Sendable {
     /// Wakes the worker if it sleeps (or is about to): one system call per sleep, not one per
     /// chunk, and none while it is busy.
     private func wakeIfAsleep() {
+        // The chunk's count is stored before `asleep` is read (the worker: `asleep` stored
+        // before the count is read), so one of the two sees the other.
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
         if asleep.exchange(false, ordering: .sequentiallyConsistent) { wake.signal() }
     }
 
@@ -308,6 +316,7 @@ final class ChunkWorker: @unchecked Sendable {
                 // Asleep first, then the last look: a chunk pushed in between is either seen
                 // here or finds `asleep` set and signals.
                 asleep.store(true, ordering: .sequentiallyConsistent)
+                atomicMemoryFence(ordering: .sequentiallyConsistent)
                 if ring.isEmpty { wake.wait() }
                 asleep.store(false, ordering: .sequentiallyConsistent)
             }

@@ -46,14 +46,23 @@ public enum ProcessMemory {
     /// queues freed goes back to the system a second later, not up to `trimInterval` later. At
     /// most once every `clientsLeftSpacing` seconds, so that clients coming and going one at a
     /// time (a status bar polling) cost a trim only that often.
+    /// One comes sooner than that after the last is delayed (not dropped): the memory of a
+    /// client that left just after another (a tap's queue may be large) goes back too.
     public static func clientsLeft() {
+        // At most one trim scheduled at a time; it trims what every client gone by then freed.
+        guard !clientsLeftTrimScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let now = DispatchTime.now().uptimeNanoseconds
-        let last = lastClientsLeftTrim.load(ordering: .relaxed)
-        guard last == 0 || now &- last >= UInt64(clientsLeftSpacing * 1e9),
-              lastClientsLeftTrim.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
-        DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + 1) { releaseFreePages() }
+        let last = lastClientsLeftTrim.load(ordering: .acquiring)
+        let spacing = UInt64(clientsLeftSpacing * 1e9)
+        let wait = last == 0 || now &- last >= spacing ? 1e9 : Double(spacing - (now &- last)) + 1e9
+        DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + .nanoseconds(Int(wait))) {
+            lastClientsLeftTrim.store(DispatchTime.now().uptimeNanoseconds, ordering: .releasing)
+            clientsLeftTrimScheduled.store(false, ordering: .releasing)
+            releaseFreePages()
+        }
     }
 
     static let clientsLeftSpacing: Double = 10
     private static let lastClientsLeftTrim = Atomic<UInt64>(0)
+    private static let clientsLeftTrimScheduled = Atomic<Bool>(false)
 }

@@ -76,6 +76,49 @@ struct ChunkRingTests {
         }
     }
 
+    @Test func aReservationThatDoesNotFitBeforeTheEndIsAtTheStartAndAShortReadThereCountsTheSkip() throws {
+        let ring = ChunkRing(frames: 1000, bytesPerFrame: Self.bytesPerFrame, typicalChunkFrames: 100)
+        let start = try #require(ring.reservation(frames: 100))
+        let words = Self.frames(700, from: 0)
+        // One chunk of 700 held: frames 700...999 are free, 0...699 are not.
+        #expect(words.withUnsafeBytes { ring.push(Self.chunk($0.baseAddress!, frames: 700, position: 0)) })
+        // 200 fit before the end; 400 would not, and nothing fits at the start yet.
+        #expect(ring.reservation(frames: 200) == start + 700 * Self.bytesPerFrame)
+        #expect(ring.reservation(frames: 400) == nil)
+        _ = Self.take(ring)
+        // Taken: empty, so the next chunk goes to the start (rewound), whatever its size.
+        #expect(ring.reservation(frames: 400) == start)
+        // Hold 600 at 0...599, then reserve 500: not before the end (600 + 500 > 1000) and not
+        // at the start yet.
+        #expect(words.withUnsafeBytes { ring.push(Self.chunk($0.baseAddress!, frames: 600, position: 700)) })
+        #expect(ring.reservation(frames: 500) == nil)
+        // 300 fit after them; a device read of 250 there, then the rest comes back in order.
+        let place = try #require(ring.reservation(frames: 300))
+        #expect(place == start + 600 * Self.bytesPerFrame)
+        let tail = Self.frames(250, from: 1300)
+        tail.withUnsafeBytes { place.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        #expect(ring.push(Self.chunk(place, frames: 250, position: 1300)))
+        // 850 held, 150 free at the end: a reservation of 200 wraps, and there is no room there.
+        #expect(ring.reservation(frames: 200) == nil)
+        _ = Self.take(ring)
+        // 0...599 free again: a reservation of 200 (not before the end: 850 + 200 > 1000) is at
+        // the start; a short read of 100 there counts the 150 skipped until it is taken.
+        let wrapped = try #require(ring.reservation(frames: 200))
+        #expect(wrapped == start)
+        let head = Self.frames(100, from: 1550)
+        head.withUnsafeBytes { wrapped.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        #expect(ring.push(Self.chunk(wrapped, frames: 100, position: 1550)))
+        // Held: 250 at 600...849, 150 skipped, 100 at 0...99: 500 of 1000 counted as used.
+        // 500 fit at 100...599; 501 do not (the skip counts until the 250 are taken).
+        #expect(ring.reservation(frames: 500) == start + 100 * Self.bytesPerFrame)
+        #expect(ring.reservation(frames: 501) == nil)
+        let second = try #require(Self.take(ring))
+        #expect(second.words == tail && second.position == 1300)
+        let third = try #require(Self.take(ring))
+        #expect(third.at == UnsafeRawPointer(start) && third.words == head && third.position == 1550)
+        #expect(Self.take(ring) == nil)
+    }
+
     @Test func anEmptiedRingStartsAgainAtItsBeginning() throws {
         let ring = ChunkRing(frames: 1000, bytesPerFrame: Self.bytesPerFrame, typicalChunkFrames: 100)
         let start = try #require(ring.reservation(frames: 100))
