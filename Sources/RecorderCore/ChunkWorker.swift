@@ -158,6 +158,10 @@ final class ChunkRing: @unchecked Sendable {
     }
 
     var isEmpty: Bool { taken.load(ordering: .acquiring) >= pushed.load(ordering: .acquiring) }
+
+    /// Chunks pushed and taken so far (any thread).
+    var pushedCount: Int { pushed.load(ordering: .acquiring) }
+    var takenCount: Int { taken.load(ordering: .acquiring) }
 }
 
 /// A thread of its own that takes chunks from a `ChunkRing` and hands them to `process`, in
@@ -177,9 +181,12 @@ final class ChunkWorker: @unchecked Sendable {
     private let last = NIOLockedValueBox<(() -> Void)?>(nil)
 
     private final class Command: @unchecked Sendable {
-        // @unchecked: `body` runs once, on the worker thread.
+        // @unchecked: `body` runs once, on the worker thread; `after` is set under the
+        // commands' lock before the worker can see the command.
         let body: () -> Void
         let done = DispatchSemaphore(value: 0)
+        /// Chunks pushed when it was posted: the worker takes them all before it runs it.
+        var after = 0
         init(_ body: @escaping () -> Void) { self.body = body }
     }
 
@@ -273,6 +280,7 @@ final class ChunkWorker: @unchecked Sendable {
         let command = Command { result.withLock { $0 = body() } }
         let posted = commands.withLock { pending -> Bool in
             guard running.load(ordering: .acquiring), !stopping.load(ordering: .acquiring) else { return false }
+            command.after = ring.pushedCount
             pending.append(command)
             return true
         }
@@ -291,14 +299,17 @@ final class ChunkWorker: @unchecked Sendable {
 
     private func run() {
         while true {
-            while let chunk = ring.peek() {
-                if !stopping.load(ordering: .acquiring) { process?(chunk) }
-                ring.release()
-                wakeProducerIfRoom()
+            while takeChunk() {}
+            if let body = last.withLock({ body in defer { body = nil }; return body }) {
+                // The capture thread's last word comes after its last chunk: all of them first.
+                while takeChunk() {}
+                body()
             }
-            if ring.isEmpty, let body = last.withLock({ body in defer { body = nil }; return body }) { body() }
             let pending = commands.withLock { pending in defer { pending = [] }; return pending }
             for command in pending {
+                // Chunks pushed after the ring was drained above and before the command was
+                // posted come first: `perform` promises every chunk pushed before it.
+                while ring.takenCount < command.after, takeChunk() {}
                 command.body()
                 command.done.signal()
             }
@@ -321,6 +332,15 @@ final class ChunkWorker: @unchecked Sendable {
                 asleep.store(false, ordering: .sequentiallyConsistent)
             }
         }
+    }
+
+    /// Worker: processes the oldest chunk held, if any.
+    private func takeChunk() -> Bool {
+        guard let chunk = ring.peek() else { return false }
+        if !stopping.load(ordering: .acquiring) { process?(chunk) }
+        ring.release()
+        wakeProducerIfRoom()
+        return true
     }
 
     /// Worker: signals a producer waiting in `push` once there is room for its chunk and a

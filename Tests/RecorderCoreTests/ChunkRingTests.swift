@@ -201,3 +201,85 @@ struct ChunkRingTests {
         #expect(found.isEmpty, "\(found.prefix(5))")
     }
 }
+
+/// The writer thread's side of the hand-over (`ChunkWorker`): whatever the batching of a burst,
+/// no chunk is left in the ring while the worker sleeps once the burst ends, a control block
+/// runs after every chunk pushed before it, and a capture thread waiting for room gets it.
+@Suite("write buffer worker")
+struct ChunkWorkerTests {
+    /// A worker over a ring of `frames` 4-byte frames that records the positions it took.
+    static func worker(frames: Int) -> (ChunkWorker, NIOLockedValueBox<[Int64]>) {
+        let taken = NIOLockedValueBox<[Int64]>([])
+        let worker = ChunkWorker(ring: ChunkRing(frames: frames, bytesPerFrame: 4, typicalChunkFrames: 480)) { chunk in
+            taken.withLockedValue { $0.append(chunk.position) }
+        }
+        worker.start(name: "ring-test")
+        return (worker, taken)
+    }
+
+    /// 480 frames of the same bytes, as the device's read would leave them.
+    nonisolated(unsafe) static let samples: UnsafeMutableRawPointer = {
+        let samples = UnsafeMutableRawPointer.allocate(byteCount: 480 * 4, alignment: 16)
+        samples.initializeMemory(as: UInt8.self, repeating: 7, count: 480 * 4)
+        return samples
+    }()
+
+    static func chunk(position: Int, followed: Bool) -> CaptureChunk {
+        CaptureChunk(samples: samples, frames: 480, position: Int64(position), captureTime: 0,
+                     readUptime: 0, overruns: 0, framesLost: 0, followedAtOnce: followed)
+    }
+
+    static func waitUntil(_ condition: () -> Bool) -> Bool {
+        let deadline = DispatchTime.now().uptimeNanoseconds + 30_000_000_000
+        while !condition() {
+            if DispatchTime.now().uptimeNanoseconds > deadline { return false }
+            usleep(1000)
+        }
+        return true
+    }
+
+    @Test func theEndOfABurstWakesTheWorkerForEveryChunkInIt() {
+        // 10 s at 48 kHz: 256 KiB is 65 536 frames, so a burst of 20 chunks of 480 stays below it.
+        let (worker, taken) = Self.worker(frames: 480_000)
+        defer { worker.stop() }
+        for round in 0..<200 {
+            for index in 0..<20 {
+                let position = (round * 21 + index) * 480
+                #expect(worker.push(Self.chunk(position: position, followed: true), patience: 0))
+            }
+            // The burst's last chunk (a paced device's read): the worker takes all 21.
+            #expect(worker.push(Self.chunk(position: (round * 21 + 20) * 480, followed: false), patience: 0))
+            #expect(Self.waitUntil { taken.withLockedValue { $0.count } == (round + 1) * 21 }, "round \(round)")
+        }
+        #expect(taken.withLockedValue { $0 } == (0..<(200 * 21)).map { Int64($0 * 480) })
+    }
+
+    @Test func aControlBlockRunsAfterEveryChunkPushedBeforeItEvenInABurst() {
+        let (worker, taken) = Self.worker(frames: 480_000)
+        defer { worker.stop() }
+        for round in 0..<100 {
+            for index in 0..<5 {
+                _ = worker.push(Self.chunk(position: (round * 5 + index) * 480, followed: true), patience: 0)
+            }
+            // As a pause or a stop: after every chunk before it, though none woke the worker.
+            let seen = worker.perform { taken.withLockedValue { $0.count } }
+            #expect(seen == (round + 1) * 5, "round \(round)")
+        }
+    }
+
+    @Test func aProducerThatOutrunsTheWorkerWaitsForRoomAndLosesNothing() {
+        // A ring of 4 800 frames, chunks of 480 pushed flat out, as from a file device: the
+        // capture thread waits for room (up to its patience) instead of losing chunks.
+        let (worker, taken) = Self.worker(frames: 4800)
+        defer { worker.stop() }
+        var refused = 0
+        // The last one ends the burst, as a read that emptied the device does.
+        for index in 0..<20_000 where !worker.push(Self.chunk(position: index * 480, followed: index < 19_999),
+                                                    patience: 5_000_000_000) {
+            refused += 1
+        }
+        #expect(refused == 0)
+        #expect(Self.waitUntil { taken.withLockedValue { $0.count } == 20_000 })
+        #expect(taken.withLockedValue { $0 } == (0..<20_000).map { Int64($0 * 480) })
+    }
+}
