@@ -213,11 +213,16 @@ final class ChunkWorker: @unchecked Sendable {
     /// only once the ring holds `batchBytes`: behind a device that delivers faster than real
     /// time the worker then takes chunks in batches instead of being woken for each (a futex
     /// wake and, on another CPU, an interrupt: BENCHMARKS.md, issue 36's capture rows). A
-    /// paced device's chunk, the last of a burst, wakes it at once.
+    /// paced device's chunk, the last of a burst, wakes it at once. A deferred chunk still
+    /// wakes a worker in its untimed sleep; one napping (after work) takes it within `nap`:
+    /// a device that says more is ready and then blocks in its read (a file plugin reading a
+    /// pipe) leaves no chunk waiting longer than that.
     func push(_ chunk: CaptureChunk, patience: UInt64) -> Bool {
         if ring.push(chunk) {
             if !chunk.followedAtOnce || ring.heldFrames.load(ordering: .relaxed) * ring.bytesPerFrame >= batchBytes {
                 wakeIfAsleep()
+            } else {
+                wakeIfSleeping()
             }
             return true
         }
@@ -254,7 +259,16 @@ final class ChunkWorker: @unchecked Sendable {
         // The chunk's count is stored before `asleep` is read (the worker: `asleep` stored
         // before the count is read), so one of the two sees the other.
         atomicMemoryFence(ordering: .sequentiallyConsistent)
-        if asleep.exchange(false, ordering: .sequentiallyConsistent) { wake.signal() }
+        if asleep.exchange(Self.awake, ordering: .sequentiallyConsistent) != Self.awake { wake.signal() }
+    }
+
+    /// Wakes the worker only if it sleeps without a timeout.
+    private func wakeIfSleeping() {
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        guard asleep.load(ordering: .sequentiallyConsistent) == Self.sleeping else { return }
+        if asleep.compareExchange(expected: Self.sleeping, desired: Self.awake, ordering: .sequentiallyConsistent).exchanged {
+            wake.signal()
+        }
     }
 
     /// Bytes of room the producer waits for in `push` (0: it is not waiting). The worker wakes
@@ -263,8 +277,14 @@ final class ChunkWorker: @unchecked Sendable {
     /// futex wake and a context switch each (BENCHMARKS.md, issue 36's capture rows).
     private let producerNeeds = Atomic<Int>(0)
     private let room = DispatchSemaphore(value: 0)
-    /// The worker waits on `wake`, or is about to: whoever hands it work then signals it.
-    private let asleep = Atomic<Bool>(false)
+    /// Whether the worker waits on `wake` (or is about to): `napping` for at most `nap` after
+    /// it took chunks, `sleeping` without a timeout after a nap that found none.
+    private let asleep = Atomic<Int>(ChunkWorker.awake)
+    private static let awake = 0
+    private static let napping = 1
+    private static let sleeping = 2
+    /// How long a worker that took chunks waits before it looks again unwoken.
+    static let nap = 0.05
 
     /// Capture thread (or the stall watch): runs `body` on the worker after every chunk
     /// pushed before.
@@ -299,6 +319,7 @@ final class ChunkWorker: @unchecked Sendable {
 
     private func run() {
         while true {
+            let before = ring.takenCount
             while takeChunk() {}
             if let body = last.withLock({ body in defer { body = nil }; return body }) {
                 // The capture thread's last word comes after its last chunk: all of them first.
@@ -325,11 +346,19 @@ final class ChunkWorker: @unchecked Sendable {
             }
             if pending.isEmpty {
                 // Asleep first, then the last look: a chunk pushed in between is either seen
-                // here or finds `asleep` set and signals.
-                asleep.store(true, ordering: .sequentiallyConsistent)
+                // here or finds `asleep` set and signals. After work a nap (chunks of a burst
+                // may be deferred, `push`), after a nap that found nothing a sleep.
+                let napping = ring.takenCount != before
+                asleep.store(napping ? Self.napping : Self.sleeping, ordering: .sequentiallyConsistent)
                 atomicMemoryFence(ordering: .sequentiallyConsistent)
-                if ring.isEmpty { wake.wait() }
-                asleep.store(false, ordering: .sequentiallyConsistent)
+                if ring.isEmpty {
+                    if napping {
+                        _ = wake.wait(timeout: .now() + .nanoseconds(Int(Self.nap * 1e9)))
+                    } else {
+                        wake.wait()
+                    }
+                }
+                asleep.store(Self.awake, ordering: .sequentiallyConsistent)
             }
         }
     }

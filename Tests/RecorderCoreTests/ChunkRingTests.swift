@@ -203,8 +203,8 @@ struct ChunkRingTests {
 }
 
 /// The writer thread's side of the hand-over (`ChunkWorker`): whatever the batching of a burst,
-/// no chunk is left in the ring while the worker sleeps once the burst ends, a control block
-/// runs after every chunk pushed before it, and a capture thread waiting for room gets it.
+/// no chunk is left in the ring while the worker sleeps, however the burst ends; a control
+/// block runs after every chunk pushed before it; a capture thread waiting for room gets it.
 @Suite("write buffer worker")
 struct ChunkWorkerTests {
     /// A worker over a ring of `frames` 4-byte frames that records the positions it took.
@@ -252,6 +252,19 @@ struct ChunkWorkerTests {
             #expect(Self.waitUntil { taken.withLockedValue { $0.count } == (round + 1) * 21 }, "round \(round)")
         }
         #expect(taken.withLockedValue { $0 } == (0..<(200 * 21)).map { Int64($0 * 480) })
+    }
+
+    @Test func aBurstThatEndsWithoutAWordIsTakenAllTheSame() {
+        // A device that says more is ready and then blocks in its read (ALSA's file plugin on
+        // a pipe): every chunk was deferred, none ended the burst. They are taken all the same.
+        let (worker, taken) = Self.worker(frames: 480_000)
+        defer { worker.stop() }
+        for round in 0..<50 {
+            for index in 0..<5 {
+                _ = worker.push(Self.chunk(position: (round * 5 + index) * 480, followed: true), patience: 0)
+            }
+            #expect(Self.waitUntil { taken.withLockedValue { $0.count } == (round + 1) * 5 }, "round \(round)")
+        }
     }
 
     @Test func aControlBlockRunsAfterEveryChunkPushedBeforeItEvenInABurst() {
