@@ -1,7 +1,7 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-// Data flows one way: ALSA device -> RecorderCore -> RecdServer -> socket -> recctl.
+// Data flows one way: ALSA device -> AudioGraph -> RecorderCore -> RecdServer -> socket -> recctl.
 // Each C library has exactly one Swift module that imports it.
 
 // `make` links the released recctl as a static position-independent executable: no dynamic
@@ -87,9 +87,15 @@ let package = Package(
         // The values the recorder publishes (state, recording, levels, errors, settings): plain
         // Codable structs shared by the daemon, the protocol and the client.
         .target(name: "RecorderModel"),
-        // Observed<T>, Recorder, the capture pipeline.
+        // The data plane: the capture engine (its thread, the device's reads, the frames'
+        // times), the node protocol and the one hand-over to a node's worker thread.
+        .target(name: "AudioGraph", dependencies: [
+            "RecorderModel", "ALSA", "CLinux",
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ]),
+        // Observed<T>, Recorder (the control plane) and the graph's nodes.
         .target(name: "RecorderCore", dependencies: [
-            "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux", "MPEG4",
+            "AudioGraph", "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux", "MPEG4",
             .product(name: "Logging", package: "swift-log"),
             // A pthread lock for Observed: ThreadSanitizer cannot see Synchronization.Mutex's
             // futex on Linux and reports every access it guards as a race.
@@ -176,7 +182,7 @@ let package = Package(
         // The web page and /metrics: a client of recd's socket in a process of its own, so that
         // recd stays off the network (doc/web.md).
         .executableTarget(name: "recd-web", dependencies: [
-            "RecdClient", "RecdProtocol", "RecorderModel", "RecorderCore", "RecdConfiguration", "CBuildInfo", "Systemd",
+            "RecdClient", "RecdProtocol", "RecorderModel", "RecorderCore", "AudioGraph", "RecdConfiguration", "CBuildInfo", "Systemd",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdCore", package: "hummingbird"),
             .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -199,7 +205,7 @@ let package = Package(
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport", swiftSettings: optimizedTestCode),
         .testTarget(name: "RecorderCoreTests", dependencies: [
-            "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "RecdTestSupport",
+            "AudioGraph", "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "RecdTestSupport",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
         ]),

@@ -1,4 +1,5 @@
 import ALSA
+import AudioGraph
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -88,16 +89,17 @@ final class TapSubscriber: @unchecked Sendable {
     }
 }
 
-/// A consumer of the capture engine that feeds clients in one format: on the capture thread it
-/// only copies each chunk into a bounded ring (dropping, and counting, what does not fit); a
-/// thread of its own (`recd-tap`) converts (soxr for the rate, as recordings do) and hands the
-/// result to every subscriber, which may drop it too. Nothing here ever waits on a client.
+/// A consumer of the capture engine that feeds clients in one format: a worker node. On the
+/// capture thread it only pushes each chunk into its `ChunkWorker`'s ring (dropping, and
+/// counting, what does not fit); the worker's thread (`recd-tap`) converts (soxr for the rate,
+/// as recordings do) and hands the result to every subscriber, which may drop it too. Nothing
+/// here ever waits on a client.
 ///
 /// One tap serves every client that asks for the same format; a client that asks for pre-roll
 /// gets a tap of its own, which begins with the pre-roll ring's frames.
 final class AudioTap: CaptureConsumer, @unchecked Sendable {
-    // @unchecked: the ring's indices and `entries` are behind `lock` (held only to copy
-    // indices); `converter`, `output`, `expected*` are the tap thread's; `subscribers` is
+    // @unchecked: `framesDroppedAtHandOver` is the capture thread's; `converter`, `output`,
+    // `expectedPosition`, `startsWithGap` and the anchor are the worker's; `subscribers` is
     // behind its own lock.
 
     let format: TapFormat
@@ -105,42 +107,18 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     /// Whether this tap was made for one client that asked for pre-roll (not shared).
     let exclusive: Bool
     private let converter: FormatConverter?
-    private let maxChunkFrames: Int
-
-    // The hand-over ring: device bytes, and one entry per chunk.
-    private struct Entry {
-        var offset: Int
-        var frames: Int
-        var position: Int64
-        var captureTime: Double
-        var gap: Bool
-        var lostBefore: Int64
-        var preRoll: Bool
-        /// Ring bytes the entry holds (with the tail it skipped to stay contiguous).
-        var bytes: Int
-    }
-    private let ring: UnsafeMutableRawPointer
-    private let ringBytes: Int
-    private let lock = NIOLock()
-    private var writeOffset = 0
-    private var usedBytes = 0
-    private var entries: [Entry] = []
-    private var entryHead = 0
-    private var entryCount = 0
-    /// Capture thread: the position the next chunk should have; frames dropped at the hand-over.
-    private var nextPosition: Int64 = -1
+    private var worker: ChunkWorker!
+    /// Worker: the position the next chunk should have (a jump is frames lost: dropped at the
+    /// hand-over, or another engine's stream).
+    private var expectedPosition: Int64?
     /// The first chunk follows a device that went away (a tap made for the engine that reopened it).
     private var startsWithGap: Bool
-    private var droppedAtHandOver: Int64 = 0
     /// Capture thread: every frame dropped at the hand-over so far (what a pre-roll replay lost).
     private(set) var framesDroppedAtHandOver: Int64 = 0
-    /// While the ring's pre-roll is replayed (capture thread), chunks are marked pre-roll.
-    var replaying = false
 
-    private let wake = DispatchSemaphore(value: 0)
     private let closed = Atomic<Bool>(false)
     private let subscribers = NIOLockedValueBox<[TapSubscriber]>([])
-    /// Tap thread: the output buffer (header room + payload), sized for the largest chunk.
+    /// Worker: the output buffer (header room + payload), sized for the largest chunk.
     private let output: UnsafeMutableRawPointer
     private let outputCapacity: Int
 
@@ -155,7 +133,6 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
         self.captureTimeOfPosition = captureTime
         self.device = device
         self.exclusive = exclusive
-        self.maxChunkFrames = maxChunkFrames
         if format.sampleRate != device.sampleRate || format.channels != device.channels
             || !Self.passesThrough(device.sampleFormat, format.encoding) {
             do {
@@ -170,20 +147,18 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
         } else {
             converter = nil
         }
-        ringBytes = Swift.max(Int(seconds * Double(device.sampleRate)), 4 * maxChunkFrames) * device.bytesPerFrame
-        ring = .allocate(byteCount: ringBytes, alignment: 16)
-        // An entry per chunk: room for the ring's worth of period-sized chunks.
-        let entryCount = Swift.max(256, ringBytes / Swift.max(1, device.periodFrames * device.bytesPerFrame) + 16)
-        entries = Array(repeating: Entry(offset: 0, frames: 0, position: 0, captureTime: 0, gap: false, lostBefore: 0, preRoll: false, bytes: 0),
-                        count: entryCount)
         let upsampling = (format.sampleRate + device.sampleRate - 1) / device.sampleRate
         outputCapacity = TapChunkHeader.size + (maxChunkFrames * Swift.max(1, upsampling) + 1024) * format.bytesPerFrame
         output = .allocate(byteCount: outputCapacity, alignment: 16)
-        DedicatedThread.spawn(name: "recd-tap") { [self] in run() }
+        let ring = ChunkRing(frames: Swift.max(Int(seconds * Double(device.sampleRate)), 4 * maxChunkFrames),
+                             bytesPerFrame: device.bytesPerFrame, typicalChunkFrames: Swift.max(1, device.periodFrames))
+        // Weak: a tap let go while its worker is between two chunks is not touched again.
+        worker = ChunkWorker(ring: ring) { [weak self] chunk in self?.take(chunk) }
+        worker.start(name: "recd-tap")
     }
 
     deinit {
-        ring.deallocate()
+        worker.stop()
         output.deallocate()
     }
 
@@ -206,85 +181,38 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
 
     var currentSubscribers: [TapSubscriber] { subscribers.withLockedValue { $0 } }
 
-    /// Ends the thread; the subscribers are told (with `error`) unless `quietly`.
+    /// Ends the worker; the subscribers are told (with `error`) unless `quietly`.
     func close(error: RecorderError? = nil, quietly: Bool = false) {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let list = subscribers.withLockedValue { list in defer { list = [] }; return list }
         if !quietly { for subscriber in list { subscriber.sink.tapEnded(error) } }
-        wake.signal()
+        worker.stop()
     }
 
     // MARK: Capture thread
 
     func receive(_ chunk: CaptureChunk) -> Bool {
         if closed.load(ordering: .relaxed) { return false }
-        let bytes = chunk.frames * device.bytesPerFrame
-        // A chunk that does not follow the one before: another engine (the device came back),
-        // or frames the device lost to an overrun.
-        let gap = (nextPosition >= 0 && chunk.position != nextPosition) || chunk.overruns > 0 || startsWithGap
-        startsWithGap = false
-        nextPosition = chunk.position + Int64(chunk.frames)
-        // Copied under the lock (a memcpy of one chunk): the tap thread takes an entry only
-        // whole, and holds the lock only to move indices.
-        let queued: Bool = lock.withLock {
-            guard entryCount < entries.count, usedBytes + bytes <= ringBytes else { return false }
-            // The chunk stays contiguous: skip the ring's tail if it does not fit there.
-            var offset = writeOffset
-            var skipped = 0
-            if offset + bytes > ringBytes {
-                skipped = ringBytes - offset
-                guard usedBytes + skipped + bytes <= ringBytes else { return false }
-                offset = 0
-            }
-            (ring + offset).copyMemory(from: chunk.samples, byteCount: bytes)
-            entries[(entryHead + entryCount) % entries.count] = Entry(
-                offset: offset, frames: chunk.frames, position: chunk.position, captureTime: chunk.captureTime,
-                gap: gap || droppedAtHandOver > 0, lostBefore: droppedAtHandOver + chunk.framesLost, preRoll: replaying,
-                bytes: skipped + bytes)
-            entryCount += 1
-            usedBytes += skipped + bytes
-            writeOffset = offset + bytes
-            return true
-        }
-        if queued {
-            droppedAtHandOver = 0
-            wake.signal()
-        } else {
-            droppedAtHandOver += Int64(chunk.frames)
-            framesDroppedAtHandOver += Int64(chunk.frames)
-        }
+        // A full ring drops the chunk: the worker sees the jump in the next one's position.
+        if !worker.push(chunk, patience: 0) { framesDroppedAtHandOver += Int64(chunk.frames) }
         return true
     }
 
     func engineFailed(_ error: RecorderError) {}
 
-    // MARK: Tap thread
+    // MARK: The worker
 
-    private func run() {
-        while true {
-            wake.wait()
-            if closed.load(ordering: .acquiring) { return }
-            drain()
-        }
+    private func take(_ chunk: CaptureChunk) {
+        // A chunk that does not follow the one before: frames dropped at the hand-over, or
+        // lost to an overrun, or another engine's (the device came back).
+        let jump = expectedPosition.map { chunk.position - $0 } ?? 0
+        let gap = jump != 0 || chunk.overruns > 0 || startsWithGap
+        startsWithGap = false
+        expectedPosition = chunk.position + Int64(chunk.frames)
+        deliver(chunk, gap: gap, lostBefore: Swift.max(0, jump) + chunk.framesLost)
     }
 
-    private func drain() {
-        while true {
-            let taken: Entry? = lock.withLock { entryCount > 0 ? entries[entryHead] : nil }
-            guard let entry = taken else { return }
-            deliver(entry)
-            let more = lock.withLock {
-                entryHead = (entryHead + 1) % entries.count
-                entryCount -= 1
-                usedBytes -= entry.bytes
-                return entryCount > 0
-            }
-            // One signal per entry: take the one of the entry just done.
-            if more { _ = wake.wait(timeout: .now()) }
-        }
-    }
-
-    /// Tap thread: the converter's next output frame was captured `framesSinceAnchor` output
+    /// Worker: the converter's next output frame was captured `framesSinceAnchor` output
     /// frames after the input frame at `anchor.position` (soxr's output begins with the input's
     /// first frame; set again after a gap). `anchor.time`: that frame's time if the engine has none.
     private var anchor: (position: Int64, time: Double)?
@@ -299,23 +227,23 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
         captureTimeOfPosition(position) ?? fallback
     }
 
-    private func deliver(_ entry: Entry) {
-        let samples = UnsafeRawPointer(ring + entry.offset)
+    private func deliver(_ chunk: CaptureChunk, gap: Bool, lostBefore: Int64) {
+        let samples = chunk.samples
         let deviceRate = Double(device.sampleRate)
-        let lost = UInt64((Double(entry.lostBefore) * Double(format.sampleRate) / deviceRate).rounded())
-        let flags = (entry.gap ? TapChunkHeader.gapFlag : 0) | (entry.preRoll ? TapChunkHeader.preRollFlag : 0)
-        if entry.gap || anchor == nil {
-            anchor = (entry.position, entry.captureTime)
+        let lost = UInt64((Double(lostBefore) * Double(format.sampleRate) / deviceRate).rounded())
+        let flags = (gap ? TapChunkHeader.gapFlag : 0) | (chunk.isPreRoll ? TapChunkHeader.preRollFlag : 0)
+        if gap || anchor == nil {
+            anchor = (chunk.position, chunk.captureTime)
             framesSinceAnchor = 0
         }
-        let anchor = anchor ?? (entry.position, entry.captureTime)
-        // What this entry says (a gap, frames lost) goes with the next output: a converter
+        let anchor = anchor ?? (chunk.position, chunk.captureTime)
+        // What this chunk says (a gap, frames lost) goes with the next output: a converter
         // starting again may give nothing for its first input.
         carriedLost += lost
         carriedFlags |= flags
         let send = { (payload: UnsafeRawPointer, frames: Int) in
             guard frames > 0 else { return }
-            let time = self.converter == nil ? self.captureTime(ofPosition: entry.position, orElse: entry.captureTime)
+            let time = self.converter == nil ? self.captureTime(ofPosition: chunk.position, orElse: chunk.captureTime)
                 : self.captureTime(ofPosition: anchor.position, orElse: anchor.time)
                     + Double(self.framesSinceAnchor) / Double(self.format.sampleRate)
             self.framesSinceAnchor += frames
@@ -323,14 +251,14 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
             self.carriedLost = 0
             self.carriedFlags = 0
         }
-        guard let converter else { return send(samples, entry.frames) }
+        guard let converter else { return send(samples, chunk.frames) }
         do {
             if converter.resamplesSixteenBit {
-                try converter.resample(samples.assumingMemoryBound(to: Int16.self), frames: entry.frames) { converted, frames in
+                try converter.resample(samples.assumingMemoryBound(to: Int16.self), frames: chunk.frames) { converted, frames in
                     if case .int16(let pointer) = converted { send(UnsafeRawPointer(pointer), frames) }
                 }
             } else {
-                try converter.convert(samples, format: device.sampleFormat, frames: entry.frames, meter: { _ in }) { converted, frames in
+                try converter.convert(samples, format: device.sampleFormat, frames: chunk.frames, meter: { _ in }) { converted, frames in
                     guard case .float(let pointer) = converted else { return }
                     switch format.encoding {
                     case .f32le:
@@ -344,7 +272,7 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
             }
         } catch {
             // soxr failed on this chunk (it does not, short of memory): its frames are lost.
-            let frames = Int((Double(entry.frames) * Double(format.sampleRate) / Double(device.sampleRate)).rounded())
+            let frames = Int((Double(chunk.frames) * Double(format.sampleRate) / Double(device.sampleRate)).rounded())
             for subscriber in currentSubscribers { subscriber.lose(frames) }
         }
     }

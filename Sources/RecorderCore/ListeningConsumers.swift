@@ -1,4 +1,5 @@
 import ALSA
+import AudioGraph
 import FoundationEssentials
 import NIOConcurrencyHelpers
 import RecorderModel
@@ -98,7 +99,7 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
             let chunk = CaptureChunk(samples: storage + index * bytesPerFrame, frames: count, position: position,
                                      captureTime: time ?? Date().timeIntervalSince1970,
                                      readUptime: CaptureEngine.uptime(), overruns: 0, framesLost: 0, anchoredTime: time,
-                                     followedAtOnce: remaining > count)
+                                     followedAtOnce: remaining > count, isPreRoll: true)
             guard consumer.receive(chunk) else { break }
             index = (index + count) % capacityFrames
             position += Int64(count)

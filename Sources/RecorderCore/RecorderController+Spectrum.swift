@@ -1,3 +1,4 @@
+import AudioGraph
 import FoundationEssentials
 import MPEG4
 import RecorderModel

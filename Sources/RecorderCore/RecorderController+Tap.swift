@@ -1,4 +1,5 @@
 import ALSA
+import AudioGraph
 import FoundationEssentials
 import NIOConcurrencyHelpers
 import RecorderModel
@@ -67,14 +68,12 @@ extension RecorderController {
                     try engine.attach(tap) { engine in
                         // The ring's newest frames first, then the stream from the next read on.
                         guard let ring else { return true }
-                        tap.replaying = true
                         let dropped = tap.framesDroppedAtHandOver
                         replayed = ring.replay(frames: Int((preRoll * Double(engine.configuration.sampleRate)).rounded()),
                                                into: tap, chunkFrames: engine.maximumChunkFrames,
                                                captureTime: engine.captureTime(ofPosition:)).frames
                         // What the answer says it begins with: what the tap took, not what was offered.
                         replayed -= Int(tap.framesDroppedAtHandOver - dropped)
-                        tap.replaying = false
                         return true
                     }
                     tapGroup.tap = tap

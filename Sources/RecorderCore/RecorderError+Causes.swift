@@ -20,10 +20,6 @@ extension RecorderError {
         }
     }
 
-    static func deviceLost(_ error: ALSAError) -> RecorderError {
-        RecorderError(.deviceLost, "capture device '\(error.device)' failed: \(error.reason) (\(error.function))")
-    }
-
     /// A write, sync or close of the recording's file failed (SndfileError, MPEG4Error).
     static func saving(_ error: any Error) -> RecorderError {
         RecorderError(.failedToSave, "cannot write \(error)")

@@ -1,4 +1,5 @@
 import ALSA
+import AudioGraph
 import FoundationEssentials
 import Glibc
 import MPEG4

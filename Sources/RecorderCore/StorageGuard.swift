@@ -1,3 +1,4 @@
+import AudioGraph
 import Dispatch
 import FoundationEssentials
 import Glibc

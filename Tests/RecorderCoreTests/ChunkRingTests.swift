@@ -1,6 +1,7 @@
 import Dispatch
 import Glibc
 import NIOConcurrencyHelpers
+@testable import AudioGraph
 @testable import RecorderCore
 import Testing
 

@@ -1,4 +1,5 @@
 @testable import ALSA
+@testable import AudioGraph
 @testable import RecorderCore
 import RecorderModel
 import Testing

@@ -1,6 +1,7 @@
 @testable import ALSA
 import Foundation
 import Glibc
+@testable import AudioGraph
 @testable import RecorderCore
 import RecorderModel
 import Testing

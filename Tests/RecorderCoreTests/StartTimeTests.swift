@@ -1,4 +1,5 @@
 import Foundation
+@testable import AudioGraph
 @testable import RecorderCore
 import RecorderModel
 import Sndfile

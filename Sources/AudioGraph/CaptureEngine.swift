@@ -7,55 +7,6 @@ import NIOConcurrencyHelpers
 import RecorderModel
 import Synchronization
 
-/// One read from the device, as every consumer receives it: interleaved frames in the
-/// device's format, valid only during the call.
-struct CaptureChunk {
-    let samples: UnsafeRawPointer
-    let frames: Int
-    /// The engine's count of the first frame: frames delivered before it since the device opened.
-    let position: Int64
-    /// When the first frame was captured (seconds since 1970), estimated from this read: its
-    /// time less the frames it and the device's buffer hold. A late read makes it later, so
-    /// consumers keep the least delayed estimate.
-    let captureTime: Double
-    /// Uptime (ns) of the read.
-    let readUptime: UInt64
-    /// Overruns since the chunk before, and the frames they lost (estimated).
-    let overruns: Int
-    let framesLost: Int64
-    /// The engine's least delayed estimate of when the first frame was captured, as of this
-    /// read (nil: none yet). A consumer that takes the chunk later (on a worker) times it with
-    /// this, not with the engine's estimate by then: a device that delivers faster than real
-    /// time (a file) moves that ever earlier.
-    var anchoredTime: Double? = nil
-    /// Another chunk follows at once: the device held at least a period beyond this read (an
-    /// unpaced device, a catch-up after a stall, a pre-roll replayed). A consumer may leave
-    /// its worker asleep until that one, or until its ring fills (`ChunkWorker.push`).
-    var followedAtOnce = false
-}
-
-/// What a consumer of the capture engine promises: it takes a chunk on the capture thread
-/// and returns without waiting for anything (no lock another thread holds for long, no disk
-/// sync, no socket). Slow work goes to a thread of its own, with a bounded hand-over.
-protocol CaptureConsumer: AnyObject {
-    /// Capture thread, every chunk in capture order. false: detach me (I am done).
-    func receive(_ chunk: CaptureChunk) -> Bool
-    /// Capture thread: the device failed, no more chunks will come (the engine ended).
-    func engineFailed(_ error: RecorderError)
-    /// Seconds the consumer lets the capture thread sleep between two reads: the thread wakes
-    /// as often as the most demanding consumer attached needs (0: every device period).
-    var wakeInterval: Double { get }
-    /// Capture thread: memory of the consumer's own where the next read of up to `frames`
-    /// frames may go, so that its `receive` keeps the chunk without copying it (nil: the
-    /// engine's buffer). The first consumer attached that offers one gets the read.
-    func readTarget(frames: Int) -> UnsafeMutableRawPointer?
-}
-
-extension CaptureConsumer {
-    var wakeInterval: Double { 0 }
-    func readTarget(frames: Int) -> UnsafeMutableRawPointer? { nil }
-}
-
 /// Owns the capture device: opens and reads it on a thread of its own, recovers overruns,
 /// estimates when each frame was captured and the device clock's drift, and hands every
 /// chunk to the consumers attached (level meter, pre-roll ring, recording). With no
@@ -65,30 +16,30 @@ extension CaptureConsumer {
 /// Consumers are attached, detached and asked things through `perform`, which runs a block
 /// on the capture thread between two reads: a consumer's state is only ever touched by
 /// that thread, and a block sees the stream at an exact frame.
-final class CaptureEngine: @unchecked Sendable {
+public final class CaptureEngine: @unchecked Sendable {
     // @unchecked: `consumers`, `buffer`, `deviceRunning`, `drift` and the anchors are used by
     // the capture thread only; commands pass through `commands` (a lock); counters are atomic.
 
-    let pcm: CapturePCM
-    let configuration: PCMConfiguration
+    public let pcm: CapturePCM
+    public let configuration: PCMConfiguration
     /// Tells engines apart for callbacks that run after one may be gone (an address may be reused).
-    let serial = CaptureEngine.serials.add(1, ordering: .relaxed).newValue
+    public let serial = CaptureEngine.serials.add(1, ordering: .relaxed).newValue
     private static let serials = Atomic<UInt64>(0)
     /// `close()` asked: the thread ends at its next turn even if the block that says so timed out.
     private let closeRequested = Atomic<Bool>(false)
     /// Frames delivered since the device opened: the next chunk's position.
-    let framesCaptured = Atomic<Int64>(0)
-    let overruns = Atomic<Int>(0)
-    let framesLost = Atomic<Int64>(0)
+    public let framesCaptured = Atomic<Int64>(0)
+    public let overruns = Atomic<Int>(0)
+    public let framesLost = Atomic<Int64>(0)
     /// Uptime (ns) of the last successful read and of the consumers' return from its chunk, or
     /// of the device starting: the watchdog's proof, and the stall watch's.
-    let lastProgress = Atomic<UInt64>(0)
+    public let lastProgress = Atomic<UInt64>(0)
     /// `lastProgress` on the wall clock.
-    var lastProgressDate: Date {
+    public var lastProgressDate: Date {
         Date(timeIntervalSinceNow: -Double(Self.uptime() &- lastProgress.load(ordering: .relaxed)) / 1e9)
     }
     /// Whether the device is running (a consumer is attached).
-    let isRunning = Atomic<Bool>(false)
+    public let isRunning = Atomic<Bool>(false)
     /// The failure that ended the engine, once it has.
     private let failure = NIOLockedValueBox<RecorderError?>(nil)
     private let ended = Atomic<Bool>(false)
@@ -135,7 +86,7 @@ final class CaptureEngine: @unchecked Sendable {
         init(_ body: @escaping (CaptureEngine) -> Void) { self.body = body }
     }
 
-    init(pcm: CapturePCM, configuration: PCMConfiguration) {
+    public init(pcm: CapturePCM, configuration: PCMConfiguration) {
         self.pcm = pcm
         self.configuration = configuration
         self.drift = ClockDriftEstimator(rate: configuration.sampleRate)
@@ -151,19 +102,19 @@ final class CaptureEngine: @unchecked Sendable {
     }
 
     /// The most frames one chunk holds.
-    var maximumChunkFrames: Int { chunkFrames }
+    public var maximumChunkFrames: Int { chunkFrames }
 
     /// Whether the thread has ended (device lost, or closed).
-    var hasEnded: Bool { ended.load(ordering: .acquiring) }
+    public var hasEnded: Bool { ended.load(ordering: .acquiring) }
 
     /// When the frame at `position` was captured, by the least delayed estimate so far; nil
     /// before the first read.
-    func captureTime(ofPosition position: Int64) -> Double? {
+    public func captureTime(ofPosition position: Int64) -> Double? {
         let anchor = Double(bitPattern: anchorBits.load(ordering: .relaxed))
         return anchor.isNaN ? nil : anchor + Double(position) / Double(configuration.sampleRate)
     }
 
-    var deviceClockDriftPPM: Double? {
+    public var deviceClockDriftPPM: Double? {
         let value = Double(bitPattern: driftBits.load(ordering: .relaxed))
         return value.isNaN ? nil : value
     }
@@ -173,7 +124,7 @@ final class CaptureEngine: @unchecked Sendable {
     /// Starts the capture thread; the device starts when the first consumer is attached.
     /// `onEnd` runs once when the device fails (not after `close()`): on that thread, or on
     /// the stall watch's when the device stopped delivering (`endIfStalled`).
-    func start(onEnd: @escaping @Sendable (RecorderError) -> Void) {
+    public func start(onEnd: @escaping @Sendable (RecorderError) -> Void) {
         lastProgress.store(Self.uptime(), ordering: .relaxed)
         self.onEnd = onEnd
         let watch = DispatchSource.makeTimerSource(queue: Self.stallWatchQueue)
@@ -195,11 +146,11 @@ final class CaptureEngine: @unchecked Sendable {
     private func end(_ error: RecorderError?) {
         stallWatch?.cancel()
         if let error {
-            failure.withLock { $0 = error }
+            failure.withLockedValue { $0 = error }
             for consumer in consumers { consumer.engineFailed(error) }
         }
         consumers = []
-        let waiting = commands.withLock { pending in
+        let waiting = commands.withLockedValue { pending in
             ended.store(true, ordering: .releasing)
             defer { pending = [] }
             return pending
@@ -215,7 +166,7 @@ final class CaptureEngine: @unchecked Sendable {
     /// any device's buffer (at most half a second here) and the 2 s blocks of an idle
     /// PulseAudio sink; below what withholds systemd's watchdog pings long enough for a
     /// restart (recd.service: WatchdogSec=10s, pings withheld after 5 s without progress).
-    static let stallLimit: UInt64 = 6_000_000_000
+    public static let stallLimit: UInt64 = 6_000_000_000
     private static let stallWatchQueue = DispatchQueue(label: "recd.capture-stall-watch")
 
     /// Ends the engine with `deviceLost` when the running device has delivered nothing for
@@ -240,21 +191,21 @@ final class CaptureEngine: @unchecked Sendable {
     /// Runs `body` on the capture thread between two reads and returns its result, or nil
     /// when the thread did not get to it within `timeout` seconds (stuck in the driver): the
     /// block is then cancelled and never runs. On an ended engine, runs it here.
-    func perform<T>(timeout: Double = 5, _ body: @escaping (CaptureEngine) -> T) -> T? {
+    public func perform<T>(timeout: Double = 5, _ body: @escaping (CaptureEngine) -> T) -> T? {
         let result = NIOLockedValueBox<T?>(nil)
         let command = Command { engine in
             let value = body(engine)
-            result.withLock { $0 = value }
+            result.withLockedValue { $0 = value }
         }
         var posted = false
-        commands.withLock { pending in
+        commands.withLockedValue { pending in
             guard !ended.load(ordering: .acquiring) else { return }
             pending.append(command)
             posted = true
         }
         guard posted else {
             afterEnd.withLock { execute(command) }
-            return result.withLock { $0 }
+            return result.withLockedValue { $0 }
         }
         wake.signal()
         if wakeDescriptor >= 0 {
@@ -262,27 +213,27 @@ final class CaptureEngine: @unchecked Sendable {
             _ = Glibc.write(wakeDescriptor, &one, 8)
         }
         if command.done.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success {
-            return result.withLock { $0 }
+            return result.withLockedValue { $0 }
         }
-        let cancelled = command.state.withLock { state -> Bool in
+        let cancelled = command.state.withLockedValue { state -> Bool in
             guard state == .pending else { return false }
             state = .cancelled
             return true
         }
         if cancelled { return nil }
         command.done.wait()  // it is running now: blocks do not wait, so it ends soon
-        return result.withLock { $0 }
+        return result.withLockedValue { $0 }
     }
 
     /// Attaches `consumer` and starts the device if it was stopped. `prepare` runs on the
     /// capture thread just before, where it may hand the consumer frames the engine kept (the
     /// pre-roll); false from it: do not attach after all. Throws `failure` (with the reason)
     /// when the device will not start; the consumer is then not attached.
-    func attach(_ consumer: any CaptureConsumer, failure code: RecorderError.Code = .failedToBegin,
+    public func attach(_ consumer: any CaptureConsumer, failure code: RecorderError.Code = .failedToBegin,
                 timeout: Double = 5, prepare: @escaping (CaptureEngine) -> Bool = { _ in true }) throws(RecorderError) {
         let outcome: Result<Void, RecorderError>? = perform(timeout: timeout) { engine in
             if engine.hasEnded {
-                let reason = engine.failure.withLock { $0?.message } ?? "the device was closed"
+                let reason = engine.failure.withLockedValue { $0?.message } ?? "the device was closed"
                 return .failure(RecorderError(code, "capture on '\(engine.pcm.name)' has ended: \(reason)"))
             }
             do throws(ALSAError) {
@@ -302,7 +253,7 @@ final class CaptureEngine: @unchecked Sendable {
     /// Detaches `consumer`; `lastly` runs on the capture thread after its last chunk. false:
     /// the thread did not answer within `timeout` (stuck in the driver).
     @discardableResult
-    func detach(_ consumer: any CaptureConsumer, timeout: Double = 5,
+    public func detach(_ consumer: any CaptureConsumer, timeout: Double = 5,
                 lastly: @escaping (CaptureEngine) -> Void = { _ in }) -> Bool {
         perform(timeout: timeout) { engine in
             engine.consumers.removeAll { $0 === consumer }
@@ -314,7 +265,7 @@ final class CaptureEngine: @unchecked Sendable {
     /// Ends the thread and lets the device go (when the engine is released). false if the
     /// thread is stuck in the driver: it ends by itself whenever the driver lets it go.
     @discardableResult
-    func close(timeout: Double = 5) -> Bool {
+    public func close(timeout: Double = 5) -> Bool {
         closeRequested.store(true, ordering: .releasing)
         return perform(timeout: timeout) { engine in
             engine.closing = true
@@ -323,19 +274,19 @@ final class CaptureEngine: @unchecked Sendable {
         } ?? false
     }
 
-    static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    public static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     // MARK: The capture thread
 
     private func execute(_ command: Command) {
-        let run = command.state.withLock { state -> Bool in
+        let run = command.state.withLockedValue { state -> Bool in
             guard state == .pending else { return false }
             state = .running
             return true
         }
         guard run else { return }
         command.body(self)
-        command.state.withLock { $0 = .done }
+        command.state.withLockedValue { $0 = .done }
         command.done.signal()
     }
 
@@ -366,7 +317,7 @@ final class CaptureEngine: @unchecked Sendable {
             var count: UInt64 = 0
             _ = Glibc.read(wakeDescriptor, &count, 8)  // non-blocking: clears what `perform` wrote
         }
-        let pending = commands.withLock { pending in defer { pending = [] }; return pending }
+        let pending = commands.withLockedValue { pending in defer { pending = [] }; return pending }
         for command in pending { execute(command) }
     }
 
@@ -508,7 +459,7 @@ final class CaptureEngine: @unchecked Sendable {
 
     /// Reads since the anchor was set (capture thread), and how many come every period first.
     private var readsSinceAnchored = 0
-    static let denseReads = 500
+    public static let denseReads = 500
 
     /// Runs `body` (a call into the driver that may block) without `ownership`.
     private func inDriver<T>(_ body: () throws(ALSAError) -> T) throws(ALSAError) -> T {
@@ -563,33 +514,8 @@ final class ThreadOwnership: @unchecked Sendable {
     func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
 }
 
-/// A thread of its own, for work that blocks for as long as it runs (the capture loop in the
-/// driver, a writer, recd-web's readers of recd's socket): on Linux, Dispatch's pool does not
-/// grow for workers blocked in a system call, so each would keep one of its few threads (eight
-/// of recd-web's open pages delayed every other request by seconds).
-public enum DedicatedThread {
-    public static func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
-        let box = Unmanaged.passRetained(Body {
-            _ = name.withCString { recd_name_current_thread($0) }
-            body()
-        })
-        var thread = pthread_t()
-        let created = pthread_create(&thread, nil, { argument in
-            let body = Unmanaged<Body>.fromOpaque(argument!).takeRetainedValue()
-            body.run()
-            return nil
-        }, box.toOpaque())
-        guard created == 0 else {
-            // No thread of its own (the system is out of them): a Dispatch worker, as before.
-            let body = box.takeRetainedValue()
-            DispatchQueue(label: name).async { body.run() }
-            return
-        }
-        pthread_detach(thread)
-    }
-
-    private final class Body: @unchecked Sendable {
-        let run: @Sendable () -> Void
-        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+extension RecorderError {
+    static func deviceLost(_ error: ALSAError) -> RecorderError {
+        RecorderError(.deviceLost, "capture device '\(error.device)' failed: \(error.reason) (\(error.function))")
     }
 }

@@ -4,174 +4,14 @@ import Glibc
 import NIOConcurrencyHelpers
 import Synchronization
 
-/// The hand-over from the capture thread to a worker thread: chunks copied into memory
-/// allocated (and touched) once, taken by the worker in capture order. One producer (the
-/// capture thread), one consumer (the worker): no lock, no allocation, and no system call on
-/// the capture thread but the semaphore post that wakes a sleeping worker. When the worker
-/// falls behind by more than the ring holds (a disk that stalls for longer than the write
-/// buffer), `push` refuses the chunk: the frames are lost, and the worker sees it as a jump
-/// in the next chunk's position.
-///
-/// Chunks are stored whole, each in one contiguous piece: a chunk that does not fit before the
-/// end of the storage starts again at its beginning (the bytes skipped count as used until
-/// the worker has taken the chunk).
-final class ChunkRing: @unchecked Sendable {
-    // @unchecked: `storage` and `headers` are written by the producer only in the part the
-    // counters say is free, and read by the consumer only in the part they say is filled;
-    // the counters are atomics with release/acquire ordering.
-
-    struct Header {
-        var start: Int
-        var end: Int
-        var frames: Int
-        var position: Int64
-        var captureTime: Double
-        var readUptime: UInt64
-        var overruns: Int
-        var framesLost: Int64
-        var anchoredTime: Double
-    }
-
-    let capacityBytes: Int
-    let bytesPerFrame: Int
-    private let storage: UnsafeMutableRawPointer
-    private let headers: UnsafeMutablePointer<Header>
-    private let headerCapacity: Int
-    /// Chunks pushed and taken (monotonic counts).
-    private let pushed = Atomic<Int>(0)
-    private let taken = Atomic<Int>(0)
-    /// Bytes used up to the newest chunk pushed and the oldest chunk still held (monotonic).
-    private var producerBytes = 0
-    private let releasedBytes = Atomic<Int>(0)
-    /// Frames held now and the most ever held, for status.
-    let heldFrames = Atomic<Int>(0)
-    let peakFrames = Atomic<Int>(0)
-
-    /// Room for `frames` device frames in chunks of `typicalChunkFrames` (a chunk larger than
-    /// the whole ring is refused).
-    init(frames: Int, bytesPerFrame: Int, typicalChunkFrames: Int) {
-        self.bytesPerFrame = bytesPerFrame
-        capacityBytes = Swift.max(1, frames) * bytesPerFrame
-        headerCapacity = Swift.max(64, 2 * frames / Swift.max(1, typicalChunkFrames) + 16)
-        storage = .allocate(byteCount: capacityBytes, alignment: 16)
-        // Every page now, off the capture thread: its first pass through the ring must not
-        // fault them in one by one.
-        storage.initializeMemory(as: UInt8.self, repeating: 0, count: capacityBytes)
-        headers = .allocate(capacity: headerCapacity)
-        headers.initialize(repeating: Header(start: 0, end: 0, frames: 0, position: 0, captureTime: 0, readUptime: 0,
-                                             overruns: 0, framesLost: 0, anchoredTime: .nan), count: headerCapacity)
-    }
-
-    deinit {
-        storage.deallocate()
-        headers.deallocate()
-    }
-
-    /// Memory the ring takes, in bytes.
-    var bytes: Int { capacityBytes + headerCapacity * MemoryLayout<Header>.stride }
-
-    /// Producer: where a chunk of up to `frames` frames goes next, if the ring has room for
-    /// that many now (nil: it has not). The capture engine reads the device straight into it;
-    /// `push` of a chunk read there keeps it where it is. A read that fails leaves the ring as
-    /// it was (at most moved back to its start, empty).
-    func reservation(frames: Int) -> UnsafeMutableRawPointer? {
-        guard pushed.load(ordering: .relaxed) - taken.load(ordering: .acquiring) < headerCapacity else { return nil }
-        return place(frames * bytesPerFrame).map { storage + $0.offset }
-    }
-
-    /// Where `size` bytes go next (the storage's start if they do not fit before its end) and
-    /// the producer's count after them; nil: not that much room.
-    private func place(_ size: Int) -> (offset: Int, end: Int)? {
-        guard size <= capacityBytes else { return nil }
-        rewindIfEmpty()
-        let offset = producerBytes % capacityBytes
-        let skipped = offset + size > capacityBytes ? capacityBytes - offset : 0
-        let end = producerBytes + skipped + size
-        guard end - releasedBytes.load(ordering: .acquiring) <= capacityBytes else { return nil }
-        return (skipped > 0 ? 0 : offset, end)
-    }
-
-    /// Producer: back to the storage's start whenever the worker has taken everything. A
-    /// worker that keeps up (a paced device) then has the capture thread fill the same few
-    /// kilobytes over and over, which stay in the CPU's caches, instead of streaming through
-    /// the whole buffer (megabytes, fetched from memory again on each pass: BENCHMARKS.md,
-    /// issue 36). The producer may move the released count too: with nothing held, the
-    /// worker has stored its last and touches it again only for a chunk pushed after this.
-    private func rewindIfEmpty() {
-        let offset = producerBytes % capacityBytes
-        guard offset > 0, taken.load(ordering: .acquiring) == pushed.load(ordering: .relaxed) else { return }
-        producerBytes += capacityBytes - offset
-        releasedBytes.store(producerBytes, ordering: .releasing)
-    }
-
-    /// Producer: copies `chunk` in, or keeps it where it is if it was read into the ring's
-    /// `reservation`. false: no room (the chunk is not kept).
-    func push(_ chunk: CaptureChunk) -> Bool {
-        let count = pushed.load(ordering: .relaxed)
-        guard count - taken.load(ordering: .acquiring) < headerCapacity else { return false }
-        let size = chunk.frames * bytesPerFrame
-        let offset: Int
-        let end: Int
-        let inPlace = UnsafeRawPointer(storage)
-        if chunk.samples >= inPlace, chunk.samples < inPlace + capacityBytes {
-            // Read into the reservation: at the producer's place, or at the start if a whole
-            // chunk did not fit before the end (this smaller one may have).
-            offset = chunk.samples - inPlace
-            let current = producerBytes % capacityBytes
-            assert(offset == current || offset == 0, "a chunk in the ring but not at its reservation")
-            end = producerBytes + (offset == current ? 0 : capacityBytes - current) + size
-        } else {
-            guard let (at, after) = place(size) else { return false }
-            offset = at
-            end = after
-            (storage + offset).copyMemory(from: chunk.samples, byteCount: size)
-        }
-        headers[count % headerCapacity] = Header(start: offset, end: end, frames: chunk.frames, position: chunk.position,
-                                                 captureTime: chunk.captureTime, readUptime: chunk.readUptime,
-                                                 overruns: chunk.overruns, framesLost: chunk.framesLost,
-                                                 anchoredTime: chunk.anchoredTime ?? .nan)
-        producerBytes = end
-        pushed.store(count + 1, ordering: .releasing)
-        let held = heldFrames.add(chunk.frames, ordering: .relaxed).newValue
-        if held > peakFrames.load(ordering: .relaxed) { peakFrames.store(held, ordering: .relaxed) }
-        return true
-    }
-
-    /// Consumer: the oldest chunk held, valid until `release()`; nil when empty.
-    func peek() -> CaptureChunk? {
-        let count = taken.load(ordering: .relaxed)
-        guard count < pushed.load(ordering: .acquiring) else { return nil }
-        let header = headers[count % headerCapacity]
-        return CaptureChunk(samples: storage + header.start, frames: header.frames, position: header.position,
-                            captureTime: header.captureTime, readUptime: header.readUptime,
-                            overruns: header.overruns, framesLost: header.framesLost,
-                            anchoredTime: header.anchoredTime.isNaN ? nil : header.anchoredTime)
-    }
-
-    /// Consumer: done with the chunk `peek()` returned; its room goes back to the producer.
-    func release() {
-        let count = taken.load(ordering: .relaxed)
-        let header = headers[count % headerCapacity]
-        heldFrames.subtract(header.frames, ordering: .relaxed)
-        releasedBytes.store(header.end, ordering: .releasing)
-        taken.store(count + 1, ordering: .releasing)
-    }
-
-    var isEmpty: Bool { taken.load(ordering: .acquiring) >= pushed.load(ordering: .acquiring) }
-
-    /// Chunks pushed and taken so far (any thread).
-    var pushedCount: Int { pushed.load(ordering: .acquiring) }
-    var takenCount: Int { taken.load(ordering: .acquiring) }
-}
-
 /// A thread of its own that takes chunks from a `ChunkRing` and hands them to `process`, in
 /// order, and runs control blocks between two chunks. What the capture thread must not do
 /// (write and sync files, encode, create and rename files) runs here: a stall of this thread
 /// costs nothing until the ring is full.
-final class ChunkWorker: @unchecked Sendable {
+public final class ChunkWorker: @unchecked Sendable {
     // @unchecked: `process` is used by the worker thread only; commands pass through a lock.
 
-    let ring: ChunkRing
+    public let ring: ChunkRing
     private var process: ((CaptureChunk) -> Void)?
     private let wake = DispatchSemaphore(value: 0)
     private let commands = NIOLockedValueBox<[Command]>([])
@@ -190,13 +30,13 @@ final class ChunkWorker: @unchecked Sendable {
         init(_ body: @escaping () -> Void) { self.body = body }
     }
 
-    init(ring: ChunkRing, process: @escaping (CaptureChunk) -> Void) {
+    public init(ring: ChunkRing, process: @escaping (CaptureChunk) -> Void) {
         self.ring = ring
         self.process = process
     }
 
     /// Starts the thread (once).
-    func start(name: String) {
+    public func start(name: String) {
         guard !running.exchange(true, ordering: .acquiringAndReleasing) else { return }
         DedicatedThread.spawn(name: name) { [self] in run() }
     }
@@ -217,7 +57,7 @@ final class ChunkWorker: @unchecked Sendable {
     /// wakes a worker in its untimed sleep; one napping (after work) takes it within `nap`:
     /// a device that says more is ready and then blocks in its read (a file plugin reading a
     /// pipe) leaves no chunk waiting longer than that.
-    func push(_ chunk: CaptureChunk, patience: UInt64) -> Bool {
+    public func push(_ chunk: CaptureChunk, patience: UInt64) -> Bool {
         if ring.push(chunk) {
             if !chunk.followedAtOnce || ring.heldFrames.load(ordering: .relaxed) * ring.bytesPerFrame >= batchBytes {
                 wakeIfAsleep()
@@ -284,21 +124,21 @@ final class ChunkWorker: @unchecked Sendable {
     private static let napping = 1
     private static let sleeping = 2
     /// How long a worker that took chunks waits before it looks again unwoken.
-    static let nap = 0.05
+    public static let nap = 0.05
 
     /// Capture thread (or the stall watch): runs `body` on the worker after every chunk
     /// pushed before.
-    func finally(_ body: @escaping () -> Void) {
-        last.withLock { $0 = body }
+    public func finally(_ body: @escaping () -> Void) {
+        last.withLockedValue { $0 = body }
         wake.signal()
     }
 
     /// Runs `body` on the worker after every chunk pushed before, and returns its result.
     /// On a worker that has ended (or never started), runs it here.
-    func perform<T>(_ body: @escaping () -> T) -> T {
+    public func perform<T>(_ body: @escaping () -> T) -> T {
         let result = NIOLockedValueBox<T?>(nil)
-        let command = Command { result.withLock { $0 = body() } }
-        let posted = commands.withLock { pending -> Bool in
+        let command = Command { result.withLockedValue { $0 = body() } }
+        let posted = commands.withLockedValue { pending -> Bool in
             guard running.load(ordering: .acquiring), !stopping.load(ordering: .acquiring) else { return false }
             command.after = ring.pushedCount
             pending.append(command)
@@ -307,12 +147,12 @@ final class ChunkWorker: @unchecked Sendable {
         guard posted else { return body() }
         wake.signal()
         command.done.wait()
-        return result.withLock { $0! }
+        return result.withLockedValue { $0! }
     }
 
     /// Ends the thread after what it is doing (chunks still held are dropped). Any thread,
     /// the worker included.
-    func stop() {
+    public func stop() {
         stopping.store(true, ordering: .releasing)
         wake.signal()
     }
@@ -321,12 +161,12 @@ final class ChunkWorker: @unchecked Sendable {
         while true {
             let before = ring.takenCount
             while takeChunk() {}
-            if let body = last.withLock({ body in defer { body = nil }; return body }) {
+            if let body = last.withLockedValue({ body in defer { body = nil }; return body }) {
                 // The capture thread's last word comes after its last chunk: all of them first.
                 while takeChunk() {}
                 body()
             }
-            let pending = commands.withLock { pending in defer { pending = [] }; return pending }
+            let pending = commands.withLockedValue { pending in defer { pending = [] }; return pending }
             for command in pending {
                 // Chunks pushed after the ring was drained above and before the command was
                 // posted come first: `perform` promises every chunk pushed before it.
@@ -336,7 +176,7 @@ final class ChunkWorker: @unchecked Sendable {
             }
             if stopping.load(ordering: .acquiring) {
                 // Blocks posted meanwhile run here, where `perform` waits for them.
-                let late = commands.withLock { pending in defer { pending = [] }; running.store(false, ordering: .releasing); return pending }
+                let late = commands.withLockedValue { pending in defer { pending = [] }; running.store(false, ordering: .releasing); return pending }
                 for command in late {
                     command.body()
                     command.done.signal()
