@@ -306,3 +306,11 @@ extension RecorderController {
         activeEngine.withLock { $0 = nil }
     }
 }
+
+extension DeviceFormat {
+    /// The format the device was opened in, as status and the recording topic say it.
+    init(_ configuration: PCMConfiguration) {
+        self.init(sampleFormat: configuration.sampleFormat.rawValue, sampleRate: configuration.sampleRate,
+                  channels: configuration.channels)
+    }
+}
