@@ -28,18 +28,24 @@ public final class CaptureEngine: @unchecked Sendable {
     /// `close()` asked: the thread ends at its next turn even if the block that says so timed out.
     private let closeRequested = Atomic<Bool>(false)
     /// Frames delivered since the device opened: the next chunk's position.
-    public let framesCaptured = Atomic<Int64>(0)
-    public let overruns = Atomic<Int>(0)
-    public let framesLost = Atomic<Int64>(0)
+    let framesCaptured = Atomic<Int64>(0)
+    let overruns = Atomic<Int>(0)
+    let framesLost = Atomic<Int64>(0)
     /// Uptime (ns) of the last successful read and of the consumers' return from its chunk, or
     /// of the device starting: the watchdog's proof, and the stall watch's.
-    public let lastProgress = Atomic<UInt64>(0)
+    let lastProgress = Atomic<UInt64>(0)
     /// `lastProgress` on the wall clock.
     public var lastProgressDate: Date {
         Date(timeIntervalSinceNow: -Double(Self.uptime() &- lastProgress.load(ordering: .relaxed)) / 1e9)
     }
     /// Whether the device is running (a consumer is attached).
-    public let isRunning = Atomic<Bool>(false)
+    let isRunning = Atomic<Bool>(false)
+
+    // Read-only, for the control plane (any thread).
+    public var frameCount: Int64 { framesCaptured.load(ordering: .acquiring) }
+    public var overrunCount: Int { overruns.load(ordering: .relaxed) }
+    public var lastProgressUptime: UInt64 { lastProgress.load(ordering: .relaxed) }
+    public var isDeviceRunning: Bool { isRunning.load(ordering: .acquiring) }
     /// The failure that ended the engine, once it has.
     private let failure = NIOLockedValueBox<RecorderError?>(nil)
     private let ended = Atomic<Bool>(false)
@@ -191,7 +197,7 @@ public final class CaptureEngine: @unchecked Sendable {
     /// Runs `body` on the capture thread between two reads and returns its result, or nil
     /// when the thread did not get to it within `timeout` seconds (stuck in the driver): the
     /// block is then cancelled and never runs. On an ended engine, runs it here.
-    public func perform<T>(timeout: Double = 5, _ body: @escaping (CaptureEngine) -> T) -> T? {
+    func perform<T>(timeout: Double = 5, _ body: @escaping (CaptureEngine) -> T) -> T? {
         let result = NIOLockedValueBox<T?>(nil)
         let command = Command { engine in
             let value = body(engine)
@@ -459,7 +465,7 @@ public final class CaptureEngine: @unchecked Sendable {
 
     /// Reads since the anchor was set (capture thread), and how many come every period first.
     private var readsSinceAnchored = 0
-    public static let denseReads = 500
+    static let denseReads = 500
 
     /// Runs `body` (a call into the driver that may block) without `ownership`.
     private func inDriver<T>(_ body: () throws(ALSAError) -> T) throws(ALSAError) -> T {

@@ -49,10 +49,11 @@ public struct CaptureChunk {
 /// thread holds for long, no disk sync, no socket, no allocation). A node is one of two kinds:
 ///
 /// - **real-time**: its work is done in `receive`, on the capture thread (the input meter, the
-///   pre-roll ring, a tap's copy);
+///   pre-roll ring);
 /// - **worker**: `receive` only pushes the chunk into the node's `ChunkWorker` (one producer,
 ///   one consumer, memory allocated once) and the work runs on the worker's thread (the
-///   recording's writer, the spectrum). The one hand-over from the capture thread to another.
+///   recording's writer, the spectrum, a tap). The one hand-over from the capture thread to
+///   another. A worker node's state belongs to its worker; `ChunkWorker.perform` changes it.
 public protocol CaptureConsumer: AnyObject {
     /// Capture thread, every chunk in capture order. false: detach me (I am done).
     func receive(_ chunk: CaptureChunk) -> Bool

@@ -45,8 +45,10 @@ public final class ChunkRing: @unchecked Sendable {
     private var producerBytes = 0
     private let releasedBytes = Atomic<Int>(0)
     /// Frames held now and the most ever held, for status.
-    public let heldFrames = Atomic<Int>(0)
-    public let peakFrames = Atomic<Int>(0)
+    let heldFrames = Atomic<Int>(0)
+    let peakFrames = Atomic<Int>(0)
+    public var framesHeld: Int { heldFrames.load(ordering: .relaxed) }
+    public var mostFramesHeld: Int { peakFrames.load(ordering: .relaxed) }
 
     /// Room for `frames` device frames in chunks of `typicalChunkFrames` (a chunk larger than
     /// the whole ring is refused).
@@ -107,7 +109,7 @@ public final class ChunkRing: @unchecked Sendable {
 
     /// Producer: copies `chunk` in, or keeps it where it is if it was read into the ring's
     /// `reservation`. false: no room (the chunk is not kept).
-    public func push(_ chunk: CaptureChunk) -> Bool {
+    func push(_ chunk: CaptureChunk) -> Bool {
         let count = pushed.load(ordering: .relaxed)
         guard count - taken.load(ordering: .acquiring) < headerCapacity else { return false }
         let size = chunk.frames * bytesPerFrame
@@ -139,7 +141,7 @@ public final class ChunkRing: @unchecked Sendable {
     }
 
     /// Consumer: the oldest chunk held, valid until `release()`; nil when empty.
-    public func peek() -> CaptureChunk? {
+    func peek() -> CaptureChunk? {
         let count = taken.load(ordering: .relaxed)
         guard count < pushed.load(ordering: .acquiring) else { return nil }
         let header = headers[count % headerCapacity]
@@ -151,7 +153,7 @@ public final class ChunkRing: @unchecked Sendable {
     }
 
     /// Consumer: done with the chunk `peek()` returned; its room goes back to the producer.
-    public func release() {
+    func release() {
         let count = taken.load(ordering: .relaxed)
         let header = headers[count % headerCapacity]
         heldFrames.subtract(header.frames, ordering: .relaxed)
@@ -159,9 +161,9 @@ public final class ChunkRing: @unchecked Sendable {
         taken.store(count + 1, ordering: .releasing)
     }
 
-    public var isEmpty: Bool { taken.load(ordering: .acquiring) >= pushed.load(ordering: .acquiring) }
+    var isEmpty: Bool { taken.load(ordering: .acquiring) >= pushed.load(ordering: .acquiring) }
 
     /// Chunks pushed and taken so far (any thread).
-    public var pushedCount: Int { pushed.load(ordering: .acquiring) }
-    public var takenCount: Int { taken.load(ordering: .acquiring) }
+    var pushedCount: Int { pushed.load(ordering: .acquiring) }
+    var takenCount: Int { taken.load(ordering: .acquiring) }
 }

@@ -124,7 +124,7 @@ public final class ChunkWorker: @unchecked Sendable {
     private static let napping = 1
     private static let sleeping = 2
     /// How long a worker that took chunks waits before it looks again unwoken.
-    public static let nap = 0.05
+    static let nap = 0.05
 
     /// Capture thread (or the stall watch): runs `body` on the worker after every chunk
     /// pushed before.

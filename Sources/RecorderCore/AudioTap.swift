@@ -1,6 +1,5 @@
 import ALSA
 import AudioGraph
-import Dispatch
 import FoundationEssentials
 import Glibc
 import NIOConcurrencyHelpers

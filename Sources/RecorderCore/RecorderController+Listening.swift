@@ -107,9 +107,9 @@ extension RecorderController {
         let ring = listeningParts.withLock { $0.ring }
         let rate = Double(engine.configuration.sampleRate)
         status.preRollHeld = Double(ring?.heldFrames.load(ordering: .relaxed) ?? 0) / rate
-        status.framesCaptured = engine.framesCaptured.load(ordering: .acquiring)
+        status.framesCaptured = engine.frameCount
         status.firstFrameAt = engine.captureTime(ofPosition: 0).map { Date(timeIntervalSince1970: $0) }
-        status.xruns = engine.overruns.load(ordering: .relaxed)
+        status.xruns = engine.overrunCount
         return status
     }
 
@@ -182,7 +182,7 @@ extension RecorderController {
         published.listening.send(ListeningStatus(
             device: listenPlan.configuration.device, deviceFormat: engine.map { DeviceFormat($0.configuration) },
             since: listenPlan.since, preRollCapacity: listenPlan.preRoll, preRollBytes: ring?.bytes ?? 0,
-            preRollHeld: 0, framesCaptured: engine?.framesCaptured.load(ordering: .relaxed) ?? 0,
+            preRollHeld: 0, framesCaptured: engine?.frameCount ?? 0,
             firstFrameAt: nil, xruns: 0, wait: listenPlan.wait))
     }
 

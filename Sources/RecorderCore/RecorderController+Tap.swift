@@ -53,11 +53,14 @@ extension RecorderController {
                 if let tap = tapGroup.tap {
                     tap.add(subscriber)
                 } else {
-                    // A pre-roll tap's ring takes the whole replay at once, with room to spare.
-                    let tap = try makeTap(tapGroup, on: engine, seconds: preRoll + 2)
+                    // A pre-roll tap's ring takes the whole replay at once, with room to spare:
+                    // as much as listening's ring holds, not more (the ring is touched whole
+                    // when it is made).
+                    let ring = preRoll > 0 ? listeningParts.withLock { $0.ring } : nil
+                    let replayable = Double(ring?.capacityFrames ?? 0) / Double(engine.configuration.sampleRate)
+                    let tap = try makeTap(tapGroup, on: engine, seconds: Swift.min(preRoll, replayable) + 2)
                     for earlier in tapGroup.subscribers { tap.add(earlier) }
                     tap.add(subscriber)
-                    let ring = preRoll > 0 ? listeningParts.withLock { $0.ring } : nil
                     defer {
                         if tapGroup.tap == nil {
                             // The device would not start: no tap, and no listening for it alone.

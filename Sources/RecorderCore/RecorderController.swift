@@ -366,8 +366,8 @@ final class RecorderController: @unchecked Sendable {
     /// recording) and the capture thread has not read from it for `maximumSilence`. The watchdog asks this.
     func captureIsHealthy(maximumSilence: Duration) -> Bool {
         activeEngine.withLock { engine in
-            guard let engine, engine.isRunning.load(ordering: .acquiring), !engine.hasEnded else { return true }
-            let silence = CaptureEngine.uptime() &- engine.lastProgress.load(ordering: .relaxed)
+            guard let engine, engine.isDeviceRunning, !engine.hasEnded else { return true }
+            let silence = CaptureEngine.uptime() &- engine.lastProgressUptime
             let (seconds, attoseconds) = maximumSilence.components
             return silence <= UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
         }

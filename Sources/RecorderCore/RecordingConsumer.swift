@@ -422,8 +422,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// Frames the write buffer holds now and the most it held, in seconds of the device's audio.
     var writeBufferFill: (now: Double, peak: Double) {
         let rate = Double(configuration.sampleRate)
-        return (Double(worker.ring.heldFrames.load(ordering: .relaxed)) / rate,
-                Double(worker.ring.peakFrames.load(ordering: .relaxed)) / rate)
+        return (Double(worker.ring.framesHeld) / rate, Double(worker.ring.mostFramesHeld) / rate)
     }
 
     /// Worker: writes one chunk (or the part of it the frame limit still takes). false once
