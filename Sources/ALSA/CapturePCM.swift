@@ -140,15 +140,16 @@ public final class CapturePCM {
 
     /// `wait(timeoutMilliseconds:)` that also returns when `descriptor` (an eventfd another
     /// thread writes to) is readable, so that the capture thread can be woken between two
-    /// periods. `true` when a period can be read; `false` on timeout or when woken. Errors as
-    /// `snd_pcm_wait` reports them (overrun, suspend, the device gone).
-    public func wait(timeoutMilliseconds: Int32, orReadable descriptor: Int32) throws(ALSAError) -> Bool {
+    /// periods. Returns the frames ready to be read once the device says so (`available()`
+    /// then, usually a period or more); 0 on timeout or when woken. Errors as `snd_pcm_wait`
+    /// reports them (overrun, suspend, the device gone).
+    public func wait(timeoutMilliseconds: Int32, orReadable descriptor: Int32) throws(ALSAError) -> Int {
         // As snd_pcm_wait: no poll when a period is there already.
         let available = snd_pcm_avail_update(handle)
         if available < 0 { throw ALSAError(code: Int32(available), function: "snd_pcm_avail_update", device: name) }
-        if available >= periodFrames { return true }
+        if available >= periodFrames { return Int(available) }
         let count = Int(snd_pcm_poll_descriptors_count(handle))
-        guard count > 0 else { return try wait(timeoutMilliseconds: timeoutMilliseconds) }
+        guard count > 0 else { return try wait(timeoutMilliseconds: timeoutMilliseconds) ? Swift.max(1, try self.available()) : 0 }
         if pollDescriptors.count != count + 1 { pollDescriptors = Array(repeating: pollfd(), count: count + 1) }
         let filled = pollDescriptors.withUnsafeMutableBufferPointer { fds in
             Int(snd_pcm_poll_descriptors(handle, fds.baseAddress, UInt32(count)))
@@ -157,10 +158,10 @@ public final class CapturePCM {
         pollDescriptors[filled] = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
         let ready = pollDescriptors.withUnsafeMutableBufferPointer { fds in poll(fds.baseAddress, nfds_t(filled + 1), timeoutMilliseconds) }
         if ready < 0 {
-            if errno == EINTR { return false }
+            if errno == EINTR { return 0 }
             throw ALSAError(code: -errno, function: "poll", device: name)
         }
-        if ready == 0 { return false }
+        if ready == 0 { return 0 }
         var events: UInt16 = 0
         let demangled = pollDescriptors.withUnsafeMutableBufferPointer { fds in
             snd_pcm_poll_descriptors_revents(handle, fds.baseAddress, UInt32(filled), &events)
@@ -171,7 +172,9 @@ public final class CapturePCM {
             try check(snd_pcm_wait(handle, 0), "snd_pcm_wait", name)
             throw ALSAError(code: -EIO, function: "poll", device: name)
         }
-        return events & UInt16(POLLIN) != 0
+        // Ready: at least one frame, so that the caller reads (a period, waiting in the read
+        // for what is not there yet), as after snd_pcm_wait.
+        return events & UInt16(POLLIN) != 0 ? Swift.max(1, try self.available()) : 0
     }
 
     /// Frames ready to be read now.

@@ -64,6 +64,12 @@ public final class CaptureEngine: @unchecked Sendable {
     private let chunkFrames: Int
     private let buffer: UnsafeMutableRawPointer
     private let commands = NIOLockedValueBox<[Command]>([])
+    /// Set by `perform` after it posted a command and wrote the eventfd: the capture thread
+    /// reads the eventfd and takes the commands only then, not with two more system calls and
+    /// a lock on every read. Each write is followed by a store, and each store by a read of the
+    /// eventfd after it, so the eventfd never stays readable (which would keep `poll` from
+    /// sleeping).
+    private let commandsPosted = Atomic<Bool>(false)
     private let wake = DispatchSemaphore(value: 0)
     /// Written by `perform`, watched beside the PCM's descriptors: a control block runs at once,
     /// not after the next period.
@@ -213,11 +219,14 @@ public final class CaptureEngine: @unchecked Sendable {
             afterEnd.withLock { execute(command) }
             return result.withLockedValue { $0 }
         }
-        wake.signal()
         if wakeDescriptor >= 0 {
             var one: UInt64 = 1
             _ = Glibc.write(wakeDescriptor, &one, 8)
         }
+        // Before the semaphore: a thread that waits there for a consumer runs the command
+        // once woken, only if it sees the flag.
+        commandsPosted.store(true, ordering: .releasing)
+        wake.signal()
         if command.done.wait(timeout: .now() + .nanoseconds(Int(timeout * 1e9))) == .success {
             return result.withLockedValue { $0 }
         }
@@ -319,6 +328,7 @@ public final class CaptureEngine: @unchecked Sendable {
     }
 
     private func runCommands() {
+        guard commandsPosted.exchange(false, ordering: .acquiringAndReleasing) else { return }
         if wakeDescriptor >= 0 {
             var count: UInt64 = 0
             _ = Glibc.read(wakeDescriptor, &count, 8)  // non-blocking: clears what `perform` wrote
@@ -358,10 +368,16 @@ public final class CaptureEngine: @unchecked Sendable {
             do throws(ALSAError) {
                 // In the driver without `ownership`: a stall watch may end the engine meanwhile.
                 let read = try inDriver { () throws(ALSAError) -> (available: Int, got: Int)? in
-                    let ready = wakeDescriptor >= 0 ? try pcm.wait(timeoutMilliseconds: 100, orReadable: wakeDescriptor)
-                                                    : try pcm.wait(timeoutMilliseconds: 100)
-                    guard ready else { return nil }
-                    let available = try pcm.available()
+                    let available: Int
+                    if wakeDescriptor >= 0 {
+                        // What the wait found ready: no second look into the driver (through
+                        // the pulse plugin, a lock and a walk of libpulse's queue each).
+                        available = try pcm.wait(timeoutMilliseconds: 100, orReadable: wakeDescriptor)
+                        guard available > 0 else { return nil }
+                    } else {
+                        guard try pcm.wait(timeoutMilliseconds: 100) else { return nil }
+                        available = try pcm.available()
+                    }
                     let frames = Swift.min(Swift.max(available, configuration.periodFrames), chunkFrames)
                     return (available, try pcm.read(into: target, frames: frames))
                 }
