@@ -17,7 +17,7 @@ import Synchronization
 /// on the capture thread between two reads: a consumer's state is only ever touched by
 /// that thread, and a block sees the stream at an exact frame.
 public final class CaptureEngine: @unchecked Sendable {
-    // @unchecked: `consumers`, `buffer`, `deviceRunning`, `drift` and the anchors are used by
+    // @unchecked: `consumers`, `buffer`, `drift`, `lastRead` and the anchors are used by
     // the capture thread only; commands pass through `commands` (a lock); counters are atomic.
 
     public let pcm: CapturePCM
