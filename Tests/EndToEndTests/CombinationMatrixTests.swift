@@ -137,22 +137,33 @@ struct CombinationMatrixTests {
         let input = writeCounterInput(inputs, seconds: 30)
         let daemon = try Daemon(device: TestDevices.pacedFile(input.path, server: server))
         let client = try daemon.connect()
-        // 6 s: the splits at 0.7 and 1.6 s must come before the end even when a loaded machine
-        // (ThreadSanitizer, parallel tests) answers the test's status polls late.
-        let started: Recording = try client.call(.start, StartParams(name: "cut", format: format, sampleRate: Self.rate, channels: 2,
-                                                                     duration: 6))
+        // No duration: the recording ends when the test stops it, so no split can meet its end.
+        // (With one, a loaded machine made a split at 1.6 s of a 6 s recording come after the
+        // end: currentTime counts frames written, and the writer can trail capture by seconds.)
+        let started: Recording = try client.call(.start, StartParams(name: "cut", format: format, sampleRate: Self.rate, channels: 2))
+        var closed: [Segment] = []
         for at in [0.7, 1.6] {
             #expect(daemon.waitForStatus { $0.currentTime >= at } != nil, "\(cell): never reached \(at) s")
             let result: SplitResult = try client.call(.split)
             #expect(result.recording?.segment != nil, "\(cell): no next segment after the split")
+            closed.append(result.closed)
         }
-        let ended = try #require(daemon.waitForStatus { $0.recording?.id == started.id && !$0.state.isActive }, "\(cell): never ended")
-        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        // The third file holds audio too before the stop.
+        #expect(daemon.waitForStatus { $0.currentTime >= 2.2 } != nil, "\(cell): never reached 2.2 s")
+        let stopped: Recording = try client.call(.stop)
         let files = try sessionFiles(daemon, started)
         #expect(files.map(\.file) == ["cut", "cut-2", "cut-3"].map { "\($0).\(format.fileExtension)" }, "\(cell)")
-        #expect(files.reduce(0) { $0 + $1.frames } == 288_000, "\(cell): \(files.map(\.frames))")
+        try #require(files.count == 3, "\(cell)")
+        // Each split closed its file where it said, after what status had shown written; the
+        // three files hold every frame the recording counts, the input without a frame lost or
+        // repeated at a cut.
+        #expect(files.prefix(2).map(\.frames) == closed.map(\.frames), "\(cell): files \(files.map(\.frames)), splits said \(closed.map(\.frames))")
+        #expect(files[0].frames >= 33600 && files[0].frames + files[1].frames >= 76800 && files[2].frames > 0,
+                "\(cell): \(files.map(\.frames))")
+        let total = Int(files.reduce(0) { $0 + $1.frames })
+        #expect(Int64(total) == stopped.frames, "\(cell): \(files.map(\.frames)), the recording counts \(stopped.frames)")
         let samples = try readBack(files, format: format, cell: cell)
-        expectInput(samples, input.samples, format: format, frames: 288_000, cell: cell)
+        expectInput(samples, input.samples, format: format, frames: total, cell: cell)
         try expectOnlyListedFiles(daemon, cell: cell)
     }
 
@@ -256,9 +267,12 @@ struct CombinationMatrixTests {
         try server.tone()
         let daemon = try Daemon(device: TestDevices.paced(server))
         let client = try daemon.connect()
+        // The pause must come before the recording's end: it is sent once 0.6 s are captured
+        // (not written: the writer can trail capture by seconds on a loaded machine, and capture
+        // never runs ahead of the device's clock), 3.4 s before the duration.
         let started: Recording = try client.call(.start, StartParams(name: "held", format: format, sampleRate: Self.rate, channels: 2,
-                                                                     duration: 2))
-        #expect(daemon.waitForStatus { $0.currentTime >= 0.6 } != nil, "\(cell): never recorded")
+                                                                     duration: 4))
+        #expect(daemon.waitForStatus { $0.statistics.framesCaptured >= 28800 } != nil, "\(cell): never recorded")
         let paused: StateResult = try client.call(.pause)
         #expect(paused.state.name == .paused, "\(cell): \(paused.state)")
         let heldAt = (try client.call(.status) as StatusResult).currentTime
@@ -270,7 +284,7 @@ struct CombinationMatrixTests {
         #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
         let list: RecordingsListResult = try client.call(.recordingsList)
         #expect(list.recordings.map(\.file) == ["held.\(format.fileExtension)"], "\(cell)")
-        #expect(list.recordings.first?.frames == 96000, "\(cell): pauses excluded, the file holds the duration")
+        #expect(list.recordings.first?.frames == 192_000, "\(cell): pauses excluded, the file holds the duration")
         _ = try readBack(list.recordings, format: format, cell: cell)
         try expectOnlyListedFiles(daemon, cell: cell)
     }
@@ -282,9 +296,12 @@ struct CombinationMatrixTests {
         try server.tone()
         let daemon = try Daemon(device: TestDevices.paced(server))
         let client = try daemon.connect()
+        // The device must go before the recording's end: once 0.7 s are captured (not written:
+        // the writer can trail capture by seconds on a loaded machine, and capture never runs
+        // ahead of the device's clock), 4.3 s before the duration.
         let started: Recording = try client.call(.start, StartParams(name: "outlive", format: format, sampleRate: Self.rate, channels: 2,
-                                                                     duration: 3))
-        #expect(daemon.waitForStatus { $0.currentTime >= 0.7 } != nil, "\(cell): never recorded")
+                                                                     duration: 5))
+        #expect(daemon.waitForStatus { $0.statistics.framesCaptured >= 33600 } != nil, "\(cell): never recorded")
         server.kill()
         let waiting = try #require(daemon.waitForStatus { $0.state.name == .waitingForDevice || !$0.state.isActive },
                                    "\(cell): the loss was not noticed\n\(daemon.log.suffix(3000))")
@@ -296,7 +313,7 @@ struct CombinationMatrixTests {
         let files = try sessionFiles(daemon, started)
         #expect(files.map(\.file) == ["outlive", "outlive-2"].map { "\($0).\(format.fileExtension)" }, "\(cell)")
         // The duration counts the frames of both files, not the gap.
-        #expect(files.reduce(0) { $0 + $1.frames } == 144_000, "\(cell): \(files.map(\.frames))")
+        #expect(files.reduce(0) { $0 + $1.frames } == 240_000, "\(cell): \(files.map(\.frames))")
         _ = try readBack(files, format: format, cell: cell)
         try expectOnlyListedFiles(daemon, cell: cell)
     }

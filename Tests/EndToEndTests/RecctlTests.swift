@@ -312,7 +312,7 @@ struct RecctlTests {
 
     @Test func watchOnATerminalRedrawsTheMeterInPlace() throws {
         let server = try PulseServer()
-        let tone = Signal.toInt16(Signal.sine(frequency: 1000, rate: 48000, frames: 4 * 48000, channels: 2, amplitude: 0.5))
+        let tone = Signal.toInt16(Signal.sine(frequency: 1000, rate: 48000, frames: 30 * 48000, channels: 2, amplitude: 0.5))
         let input = inputs.file("tone.raw")
         Signal.write(tone, to: input)
         let daemon = try Daemon(device: TestDevices.pacedFile(input, server: server))
@@ -320,11 +320,16 @@ struct RecctlTests {
         let watch = try onTerminal([Binaries.recctl, "--socket", daemon.socket, "watch", "--until", "finished"],
                                    environment: ["NO_COLOR": ""])
         #expect(waitUntil { watch.stdout.contains("idle") }, "\(watch.stdout)")
-        #expect(try recctl(daemon, "start", "tone", "--duration", "1.5").status == 0)
+        // Recording until the meter has been redrawn a few times at the tone's level, then
+        // stopped (a deadline: a duration would be a window a loaded machine could miss).
+        let redrawCount = { (screen: String) in screen.components(separatedBy: "\r\u{1B}[2K").count - 1 }
+        #expect(try recctl(daemon, "start", "tone").status == 0)
+        #expect(waitUntil { redrawCount(watch.stdout) >= 5 && watch.stdout.contains("-6.0/") }, "\(watch.stdout.debugDescription)")
+        #expect(try recctl(daemon, "stop").status == 0)
         #expect(watch.wait(timeout: 30) == 0, "\(watch.stderr)")
 
         let screen = watch.stdout
-        let redraws = screen.components(separatedBy: "\r\u{1B}[2K").count - 1
+        let redraws = redrawCount(screen)
         #expect(redraws >= 5, "\(redraws) redraws: \(screen.debugDescription)")
         #expect(screen.contains("▕"))
         #expect(screen.contains("█"))

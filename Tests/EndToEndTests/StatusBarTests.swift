@@ -68,7 +68,19 @@ struct StatusBarTests {
         let watch = try BackgroundCommand(Binaries.recctl, ["--socket", daemon.socket, "watch", "--format", "waybar",
                                                             "--interval", "0.2", "--until", "finished"])
         #expect(waitUntil { watch.stdout.contains("\n") })
-        #expect(try recctl(daemon, "start", "bar", "--duration", "2").status == 0)
+        // Recording until the bar has shown what is checked below, then stopped (a deadline:
+        // with a duration, a loaded machine could run past the second it looks for).
+        #expect(try recctl(daemon, "start", "bar").status == 0)
+        let shown = { (stdout: String) -> [[String: Any]] in
+            stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+                .filter { $0["class"] as? String == "recording" }
+        }
+        #expect(waitUntil {
+            let recording = shown(watch.stdout)
+            return recording.count >= 3 && recording.contains { ($0["text"] as? String)?.hasPrefix("● 00:01") == true }
+                && recording.contains { $0["percentage"] as? Int == 90 }
+        }, "\(watch.stdout)")
+        #expect(try recctl(daemon, "stop").status == 0)
         #expect(watch.wait(timeout: 30) == 0, "\(watch.stderr)")
 
         let objects = try watch.stdout.split(separator: "\n").map { line in
@@ -97,7 +109,11 @@ struct StatusBarTests {
         let watch = try BackgroundCommand(Binaries.recctl, ["--socket", daemon.socket, "watch", "--format", "plain",
                                                             "--interval", "0.2", "--until", "finished"])
         #expect(waitUntil { watch.stdout.contains("\n") })
-        #expect(try recctl(daemon, "start", "plain", "--duration", "2").status == 0)
+        // Recording until the line checked below has shown, then stopped (a deadline: with a
+        // duration, a loaded machine could run past the second it looks for).
+        #expect(try recctl(daemon, "start", "plain").status == 0)
+        #expect(waitUntil { watch.stdout.components(separatedBy: "\n").contains { $0.hasPrefix("● 00:01 -6.0 dB") } }, "\(watch.stdout)")
+        #expect(try recctl(daemon, "stop").status == 0)
         #expect(watch.wait(timeout: 30) == 0, "\(watch.stderr)")
         let lines = watch.stdout.components(separatedBy: "\n").dropLast()
         #expect(lines.first == "")  // idle: nothing to show

@@ -563,9 +563,11 @@ struct WebTests {
         #expect(waitFor("recd_files_total", 0), "\(String(describing: value("recd_files_total")))")
         #expect(waitFor(#"recd_state{state="idle"}"#, 1))
 
-        // A recording: the state while it runs, then a file counted.
-        let _: Recording = try daemon.connect().call(.start, StartParams(name: "scraped", duration: 3))
+        // A recording: the state while it runs, then a file counted. It runs until stopped: with
+        // a duration, a loaded machine (scrapes and queries late) could miss its state.
+        let _: Recording = try daemon.connect().call(.start, StartParams(name: "scraped"))
         #expect(waitFor(#"recd_state{state="recording"}"#, 1), "the recording's state never scraped")
+        let _: Recording = try daemon.connect().call(.stop)
         #expect(waitFor("recd_files_total", 1), "\(String(describing: value("recd_files_total")))")
 
         // A trigger event: a 3 kHz burst over the 2 kHz high-pass.
