@@ -25,16 +25,17 @@ RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath -Xswiftc 
 BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsoxr-dev libmosquitto-dev libavcodec-dev libavformat-dev libavutil-dev
 TEST_PACKAGES  = prometheus jackd2 libjack-jackd2-dev strace sox gcc python3 python3-astral python3-scipy python3-numpy ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl curl chromium chromium-driver webkit2gtk-driver xvfb python3-selenium firefox-esr python3-venv
 BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
-# What `make deb` and `make test-deb` need besides the build's: dpkg-deb, dpkg-shlibdeps and
-# strip, lintian, mmdebstrap for the clean root the package is installed into, file and python3
-# for test-deb (what a binary is; the JSON recctl prints).
-DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux file python3
+# What `make deb`, `make test-deb` and `make test-boot` need besides the build's: dpkg-deb,
+# dpkg-shlibdeps and strip, lintian, mmdebstrap for the clean root the package is installed
+# into, file and python3 for test-deb (what a binary is; the JSON recctl prints), systemd-nspawn
+# to boot that root, PulseAudio and numpy for test-boot's paced device and its check.
+DEB_PACKAGES   = dpkg-dev binutils lintian mmdebstrap ffmpeg util-linux file python3 systemd-container pulseaudio pulseaudio-utils python3-numpy
 # For packages of another architecture (make deb ARCH=arm64): its binaries run under qemu-user.
 CROSS_PACKAGES = qemu-user-static binfmt-support arch-test file
 # make soak's plot; heaptrack for finding what a soak shows growing.
 SOAK_PACKAGES  = python3-matplotlib heaptrack
 
-.PHONY: help deps deps-bench deps-deb build-info build build-tests build-tsan release deb test-deb test-packages hot-functions test check test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish soak install uninstall clean
+.PHONY: help deps deps-bench deps-deb build-info build build-tests build-tsan release deb test-deb test-boot test-packages hot-functions test check test-release test-tsan fuzz fuzz-build fuzz-smoke check-imports check-units check-install demo demo-shell bench bench-publish soak install uninstall clean
 
 help:
 	@echo "make deps     install the Debian packages the build, tests and demo need"
@@ -48,6 +49,7 @@ help:
 	@echo "make bench-publish  put a run's tables into BENCHMARKS.md (BENCH_RUN, default bench/out/latest)"
 	@echo "make deb      build the Debian package recd_VERSION_ARCH.deb (release binaries, lintian-checked)"
 	@echo "make test-deb install that package into a clean Debian 12 root filesystem and record with it"
+	@echo "make test-boot  install that package into a clean Debian 12 root, boot it with systemd as PID 1 and check the units there"
 	@echo "make test-packages  every package (Debian 13 arm64 and amd64, Debian 12 amd64) built and tested in a clean root of its release"
 	@echo "make soak     three loads for hours (SOAK_MINUTES, default 120): RSS, threads and fds slopes, files checked; bench/out/soak-latest"
 	@echo "make install  install binaries, completions, man pages, units, example config (PREFIX, DESTDIR)"
@@ -215,18 +217,32 @@ deb: deps-deb
 test-deb: deb
 	$(AS_ROOT) bash Tests/deb/test-deb.sh "$(DEB)" "$(SUITE)"
 
-# Every package, each built (make deb) and tested as test-deb does in a clean root of its
-# release: Raspberry Pi OS's (trixie arm64, under qemu-user), Debian 13's (trixie amd64) and
-# Debian 12's (bookworm amd64), natively. Not in `make test`: the first run builds the cross
-# roots and a second compiler's release builds (up to an hour the first time). Each is timed;
-# a failed one does not stop the others, and the summary at the end says which failed.
+# The package as a station runs it: installed into a clean root of its release, which is then
+# booted with systemd as PID 1 (systemd-nspawn) and checked from inside: socket activation,
+# reload, a paced device through the sandbox, autostart after kill -9, restart and the
+# watchdog, recd-web.socket, the journal, power-off while recording (Tests/deb/test-boot.sh;
+# the checks are Tests/deb/boot-checks.sh). Root, as test-deb. SKIP_DEB_BUILD=1 takes the
+# package test-deb has just made (make test, test-packages) instead of making it again.
+test-boot: $(if $(filter 1,$(SKIP_DEB_BUILD)),,deb)
+	@test -f "$(DEB)" || { echo "test-boot: no $(DEB): make deb first"; exit 1; }
+	$(AS_ROOT) bash Tests/deb/test-boot.sh "$(DEB)" "$(SUITE)"
+
+# Every package, each built (make deb), tested as test-deb does in a clean root of its release
+# and booted there as test-boot does: Raspberry Pi OS's (trixie arm64, under qemu-user),
+# Debian 13's (trixie amd64) and Debian 12's (bookworm amd64), natively. Not in `make test`
+# (which runs the host's package through both): the first run builds the cross roots and a
+# second compiler's release builds (up to an hour the first time). Each is timed; a failed one
+# does not stop the others, and the summary at the end says which failed.
 PACKAGES ?= trixie-arm64 trixie-amd64 bookworm-amd64
 test-packages:
 	@summary=""; failed=0; for package in $(PACKAGES); do \
 	  suite=$${package%%-*}; arch=$${package#*-}; started=$$(date +%s); \
 	  echo "=== make test-packages: $$suite $$arch ($$(date -u +%H:%M:%S) UTC)"; \
-	  if $(MAKE) --no-print-directory test-deb SUITE=$$suite ARCH=$$arch; then result=ok; else result=FAILED; failed=1; fi; \
-	  line="$$suite $$arch: $$result in $$(( $$(date +%s) - started )) s (make deb and make test-deb)"; \
+	  if $(MAKE) --no-print-directory test-deb SUITE=$$suite ARCH=$$arch; then deb=ok; else deb=FAILED; failed=1; fi; \
+	  booted=$$(date +%s); \
+	  if $(MAKE) --no-print-directory test-boot SKIP_DEB_BUILD=1 SUITE=$$suite ARCH=$$arch; then boot=ok; else boot=FAILED; failed=1; fi; \
+	  result="test-deb $$deb in $$(( booted - started )) s, test-boot $$boot in $$(( $$(date +%s) - booted )) s"; \
+	  line="$$suite $$arch: $$result (make deb, test-deb, test-boot)"; \
 	  echo "=== make test-packages: $$line"; summary="$$summary$$line\n"; \
 	done; \
 	printf '=== make test-packages:\n'; printf "$$summary" | sed 's/^/    /'; exit $$failed

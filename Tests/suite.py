@@ -319,6 +319,7 @@ def main():
                 ("check-units", make("check-units", SKIP_RELEASE_BUILD=1)),
                 ("check-install", make("check-install", SKIP_RELEASE_BUILD=1)),
                 ("test-deb", make("test-deb", SKIP_RELEASE_BUILD=1)),
+                ("test-boot", make("test-boot", SKIP_DEB_BUILD=1)),
             ], phases_run, failures)
             phase("tests: unit (tsan), end to end (tsan, release)", tests("unit", "tsan", "release"))
             background.join()

@@ -184,11 +184,14 @@ struct RecdService: Service {
         }
     }
 
-    /// systemd's STATUS=: the state, and a refused reload after it.
+    /// systemd's STATUS=: the state, and a refused reload after it with its reason (the file
+    /// and line), where `systemctl status` shows it beside the journal's lines.
     static func statusLine(_ recorder: Recorder) -> String {
         let state = status(recorder)
-        guard recorder.warning.value?.code == .configurationNotReloaded else { return state }
-        return state + "; configuration not reloaded (recctl status says why)"
+        guard let warning = recorder.warning.value, warning.code == .configurationNotReloaded else { return state }
+        // One line: systemd shows STATUS= as it is, and a newline would end the datagram's field.
+        let reason = warning.message.split(whereSeparator: \.isNewline).joined(separator: " ")
+        return state + "; " + reason
     }
 
     static func formatElapsed(_ seconds: Double) -> String {

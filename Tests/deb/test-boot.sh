@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The package as a station runs it: installed with apt into a clean root of its Debian release,
+# the root booted with systemd as PID 1 (systemd-nspawn), and the checks of boot-checks.sh run
+# inside it by a oneshot unit after multi-user.target (`make test-boot`, part of `make test` for
+# the host's package; `make test-packages` for every package, the arm64 one under qemu-user;
+# doc/packaging.md). What runs inside: recd.service up through recd.socket and started again by
+# a client, access by group, a recording from a paced device through the sandbox, reload with a
+# good and a broken recd.toml, recd's journal lines and their priorities, [autostart] with
+# segments after kill -9, restart and the watchdog, recd-web.socket on demand and idle, the
+# units' exposure, and a power-off while recording. Outside, afterwards: every file the station
+# wrote is complete and decodes (ffmpeg), the 2 s take holds exactly 96000 frames of the tone.
+#
+#   1. a bookworm/trixie root (mmdebstrap minbase: systemd, dbus, the ALSA pulse plugin, curl,
+#      jq) with the package's Depends already in it, so that the boot needs no network; cached
+#      as a tarball under ~/.cache/recd-test-deb (rebuilt when a week old or when the Depends
+#      change);
+#   2. the package copied in, pacedmic in /etc/asound.conf, the checks' unit;
+#   3. a paced PulseAudio server on this machine with a 440 Hz tone (../../shared/TESTING.md, 2),
+#      its socket's directory bind-mounted to /run/pa;
+#   4. the boot: systemd-nspawn -b, no network of its own. The checks install the package with
+#      apt while systemd runs, make the site's changes (recd.toml's device, web-tokens, the
+#      users alice in group recd and bob), check, and power the container off;
+#   5. afterwards, here: the files.
+#
+# Usage: Tests/deb/test-boot.sh recd_VERSION_ARCH.deb [bookworm|trixie]   (as root)
+# Environment: RECD_TEST_DEB_CACHE (default ~/.cache/recd-test-deb), RECD_TEST_DEB_KEEP=1 keeps
+# the root for a look afterwards; RECD_TEST_BOOT_TIMEOUT (seconds, default 300; 1800 under qemu).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+fail() {
+    printf 'test-boot: FAIL: %s\n' "$*" >&2
+    exit 1
+}
+step() { printf 'test-boot: [%3d s] %s\n' "$SECONDS" "$*"; }
+
+[[ ($# -eq 1 || $# -eq 2) && -f $1 ]] || fail "usage: test-boot.sh recd_VERSION_ARCH.deb [SUITE] (not found: ${1:-})"
+deb=$(readlink -f "$1")
+[[ $(id -u) -eq 0 ]] || fail "needs root (systemd-nspawn); run it as root or with sudo"
+for tool in mmdebstrap systemd-nspawn dpkg-deb ffmpeg ffprobe pulseaudio pactl python3 findmnt; do
+    command -v "$tool" >/dev/null || fail "$tool not found (make deps-deb installs it)"
+done
+version=$(dpkg-deb -f "$deb" Version)
+arch=$(dpkg-deb -f "$deb" Architecture)
+suite=${2:-$([[ $arch == "$(dpkg --print-architecture)" ]] && echo bookworm || echo trixie)}
+declare -A debian_version=([bookworm]=12 [trixie]=13)
+[[ -n ${debian_version[$suite]:-} ]] || fail "unknown release $suite (bookworm or trixie)"
+timeout_seconds=${RECD_TEST_BOOT_TIMEOUT:-300}
+if [[ $arch != "$(dpkg --print-architecture)" ]]; then
+    findmnt -rn /proc/sys/fs/binfmt_misc >/dev/null || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    update-binfmts --enable "qemu-$(dpkg-architecture -a "$arch" -qDEB_HOST_GNU_CPU 2>/dev/null)" >/dev/null 2>&1 || true
+    arch-test "$arch" >/dev/null 2>&1 || fail "$arch programs do not run here (qemu-user-static and binfmt-support)"
+    timeout_seconds=${RECD_TEST_BOOT_TIMEOUT:-1800}
+fi
+
+# --- 1. The root, with the package's Depends ---------------------------------------------------
+# Depends as package names: the first of each set of alternatives, versions dropped.
+depends=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -e 's/|.*//' -e 's/(.*)//' -e 's/[[:space:]]//g' | grep . | sort -u | paste -sd, -)
+include=systemd,systemd-sysv,dbus,libasound2-plugins,curl,jq,procps,$depends
+cache=${RECD_TEST_DEB_CACHE:-$HOME/.cache/recd-test-deb}
+mkdir -p "$cache"
+base=$cache/boot-$suite-$arch-$(md5sum <<<"$include" | cut -c1-12).tar
+started=$SECONDS
+if [[ ! -s $base ]] || [[ -n $(find "$base" -mtime +7) ]]; then
+    step "building a bootable $suite $arch root with mmdebstrap (cached in $base)"
+    rm -f "$base.new"
+    mmdebstrap --quiet --variant=minbase --arch="$arch" --aptopt='Acquire::Check-Valid-Until "false"' \
+        --include="$include" --format=tar "$suite" "$base.new" || fail "mmdebstrap could not build a $suite $arch root"
+    mv "$base.new" "$base"
+    find "$cache" -name "boot-$suite-$arch-*.tar" ! -path "$base" -delete
+else
+    step "using the cached bootable $suite $arch root $base"
+fi
+
+work=$(mktemp -d /var/tmp/recd-test-boot.XXXXXX)
+root=$work/root
+pa=$work/pa
+pa_pid= parec_pid=
+cleanup() {
+    local status=$?
+    [[ -z $parec_pid ]] || { kill "$parec_pid" 2>/dev/null || true; wait "$parec_pid" 2>/dev/null || true; }
+    [[ -z $pa_pid ]] || { kill "$pa_pid" 2>/dev/null || true; wait "$pa_pid" 2>/dev/null || true; }
+    if findmnt -rn -o TARGET | grep -qF "$work/"; then
+        printf 'test-boot: left %s in place: still mounted below it\n' "$work" >&2
+    elif [[ ${RECD_TEST_DEB_KEEP:-} == 1 || $status -ne 0 ]]; then
+        printf 'test-boot: kept %s\n' "$work" >&2
+    else
+        rm -rf "$work"
+    fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+mkdir -p "$root"
+tar -C "$root" -xf "$base"
+[[ $(cat "$root/etc/debian_version") == "${debian_version[$suite]}".* ]] ||
+    fail "the root is not Debian ${debian_version[$suite]} ($suite): $(cat "$root/etc/debian_version")"
+
+# --- 2. The site's own files, and the checks --------------------------------------------------
+# The package itself is installed by the checks, with apt, once systemd runs (as on a station:
+# its maintainer scripts then start recd.socket and recd.service).
+mkdir -p "$root/srv/boot-check"
+cp "$deb" "$root/srv/boot-check/recd.deb"
+cat >"$root/etc/asound.conf" <<'ALSA'
+pcm.pacedmic {
+    type pulse
+    server "unix:/run/pa/native"
+    device "testsink.monitor"
+}
+ALSA
+install -m 755 "$here/boot-checks.sh" "$root/srv/boot-check/checks.sh"
+cat >"$root/etc/systemd/system/recd-boot-checks.service" <<'UNIT'
+[Unit]
+Description=recd's booted checks (Tests/deb/boot-checks.sh)
+After=multi-user.target
+
+[Service]
+Type=oneshot
+Environment=RECD_VERSION=@VERSION@
+ExecStart=/bin/bash /srv/boot-check/checks.sh
+StandardOutput=append:/srv/boot-check/checks.log
+StandardError=append:/srv/boot-check/checks.log
+UNIT
+sed -i "s/@VERSION@/$version/" "$root/etc/systemd/system/recd-boot-checks.service"
+ln -sf /etc/systemd/system/recd-boot-checks.service "$root/etc/systemd/system/multi-user.target.wants/recd-boot-checks.service"
+
+# --- 3. The paced device: a PulseAudio server here, its socket in the container ----------------
+mkdir -p "$pa/runtime"
+chmod 755 "$pa"
+cat >"$pa/pa.conf" <<PA
+load-module module-null-sink sink_name=testsink rate=48000 channels=2
+set-default-source testsink.monitor
+load-module module-sine sink=testsink frequency=440
+load-module module-native-protocol-unix auth-anonymous=1 socket=$pa/native
+PA
+HOME=$pa XDG_RUNTIME_DIR=$pa/runtime pulseaudio -n -F "$pa/pa.conf" --daemonize=no --exit-idle-time=-1 --system=false \
+    --log-target=file:"$pa/log" &
+pa_pid=$!
+deadline=$((SECONDS + 30))
+until [[ -S $pa/native ]]; do
+    kill -0 "$pa_pid" 2>/dev/null || { cat "$pa/log" >&2; fail "PulseAudio exited"; }
+    ((SECONDS < deadline)) || fail "no PulseAudio socket within 30 s"
+    sleep 0.05
+done
+chmod 777 "$pa/native"
+# A reader of the monitor that asks for 20 ms: the null sink then renders in 20 ms blocks, as a
+# sound card delivers its periods, not in blocks of about 2 s (module-sine asks for no latency),
+# which would hold back a recording's first frames by as much (../../shared/TESTING.md, 2).
+PULSE_SERVER=unix:$pa/native parec --device=testsink.monitor --latency-msec=20 --raw >/dev/null 2>"$pa/parec.log" &
+parec_pid=$!
+
+# --- 4. The boot -------------------------------------------------------------------------------
+# Two boots: the first installs and checks, and powers off while recording; the second checks
+# that the station comes back by itself (recd.service after the boot, [autostart] recording
+# again, the file of the power-off finalized), and powers off while recording again.
+out=$root/srv/boot-check
+for boot in 1 2; do
+    step "boot $boot: the root with systemd as PID 1 (at most $timeout_seconds s); the checks run inside"
+    boot_started=$SECONDS
+    status=0
+    # CAP_SYS_RESOURCE, which nspawn leaves out: a station's PID 1 has it, and needs it to give
+    # recd.service its LimitNICE= above PID 1's own limit (0).
+    timeout "$timeout_seconds" systemd-nspawn -q --register=no --keep-unit --private-network --bind="$pa:/run/pa" \
+        --capability=CAP_SYS_RESOURCE \
+        -D "$root" -b --console=pipe >"$work/console-$boot.log" 2>&1 || status=$?
+    boot_seconds=$((SECONDS - boot_started))
+    [[ -s $out/results ]] || { cat "$work/console-$boot.log" "$out/checks.log" >&2 2>/dev/null; fail "the checks wrote no results (systemd-nspawn: $status)"; }
+    if grep -q '^FAIL ' "$out/results" || ! grep -qx "end of boot $boot" "$out/results" || ((status != 0)); then
+        sed 's/^/test-boot:   | /' "$out/results"
+        printf -- '--- the checks\n' >&2
+        tail -30 "$out/checks.log" >&2 2>/dev/null || true
+        printf -- '--- the journal (the last 80 lines)\n' >&2
+        tail -80 "$out/journal.txt" >&2 2>/dev/null || true
+        fail "the booted checks failed in boot $boot (systemd-nspawn exited $status after $boot_seconds s)"
+    fi
+    step "boot $boot: booted, checked and powered off in $boot_seconds s"
+done
+sed 's/^/test-boot:   | /' "$out/results"
+
+# --- 5. Afterwards: what the station wrote -----------------------------------------------------
+recordings=$root/var/lib/recd/recordings
+part=$(find "$recordings" -name '*.part')
+[[ -z $part ]] || fail "unfinished files after the power-off: $part"
+at_poweroff=$root$(cat "$out/recording-at-poweroff")
+[[ -f $at_poweroff ]] || fail "the recording at power-off was not finalized: no ${at_poweroff#"$root"}"
+count=0
+while IFS= read -r -d '' file; do
+    decoded=$(ffmpeg -nostdin -nostats -xerror -i "$file" -f null - 2>&1) || fail "ffmpeg cannot decode ${file#"$root"}: $decoded"
+    count=$((count + 1))
+done < <(find "$recordings" -type f \( -name '*.wav' -o -name '*.flac' \) -print0)
+step "$count files in ${recordings#"$root"}, each decoded by ffmpeg from end to end; none unfinished"
+ffmpeg -v error -i "$recordings/boot-take.wav" -f s16le -ac 2 -ar 48000 "$work/take.raw" -y || fail "ffmpeg cannot decode boot-take.wav"
+python3 - "$work/take.raw" <<'PY' || fail "boot-take.wav is not 96000 frames of the 440 Hz tone"
+import sys, numpy as np
+samples = np.fromfile(sys.argv[1], dtype="<i2").reshape(-1, 2)
+frames = len(samples)
+left = samples[:, 0].astype(float)
+spectrum = np.abs(np.fft.rfft(left * np.hanning(len(left))))
+peak = np.fft.rfftfreq(len(left), 1 / 48000)[np.argmax(spectrum)]
+rms = 20 * np.log10(np.sqrt(np.mean(left ** 2)) / 32768 + 1e-12)
+print(f"test-boot: boot-take.wav: {frames} frames, dominant {peak:.1f} Hz, {rms:.1f} dBFS RMS")
+sys.exit(0 if frames == 96000 and abs(peak - 440) < 2 and rms > -40 else 1)
+PY
+# The exposure the booted systemd gave each unit, against what check-units measures offline.
+while read -r unit booted; do
+    offline=$(systemd-analyze security --offline=true --no-pager "$root/lib/systemd/system/$unit" 2>/dev/null |
+        sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) .*/\1/p')
+    step "$unit: exposure $booted booted, $offline offline (check-units)"
+    awk -v b="$booted" -v o="$offline" 'BEGIN { exit !(o != "" && b + 0 <= o + 0) }' ||
+        fail "$unit's exposure under systemd ($booted) is above the offline analysis's ($offline)"
+done <"$out/exposure.txt"
+step "OK in $((SECONDS - started)) s ($suite $arch, recd $version)"
