@@ -117,7 +117,7 @@ struct StationTests {
     }
 
     /// A refused reload is said where an operator looks — `status`, `recctl status`, systemd's
-    /// STATUS= — not only in the journal; the next good reload clears it.
+    /// STATUS= with its file and line — not only in the journal; the next good reload clears it.
     @Test func aRefusedReloadShowsInStatusAndSystemdUntilAGoodOne() throws {
         let notify = try NotifyListener()
         let daemon = try Daemon(device: "null", config: "[recording]\nformat = \"wav\"\n", environment: ["NOTIFY_SOCKET": notify.path])
@@ -128,8 +128,10 @@ struct StationTests {
         #expect(refused.warning?.message.contains("recd.toml:5: storage.minimum_free") == true, "\(String(describing: refused.warning))")
         let text = try recctl(daemon, "status").stdout
         #expect(text.contains("warning  configurationNotReloaded: the configuration was not reloaded"), "\(text)")
-        let status = try #require(notify.waitFor("configuration not reloaded"), "systemd's STATUS=")
-        #expect(status.contains("STATUS=idle; configuration not reloaded"), "\(status)")
+        // The reason itself, file and line, where `systemctl status` shows it.
+        let status = try #require(notify.waitFor("configuration was not reloaded"), "systemd's STATUS=")
+        #expect(status.contains("STATUS=idle; the configuration was not reloaded"), "\(status)")
+        #expect(status.contains("recd.toml:5: storage.minimum_free"), "\(status)")
         try "[recording]\nformat = \"flac\"\n".write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
         daemon.process.signal(SIGHUP)
         #expect(daemon.waitForStatus { $0.warning == nil } != nil, "cleared by a good reload")
