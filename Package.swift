@@ -70,6 +70,10 @@ let package = Package(
         // Turns glibc's thread caches and fastbins off before recd's main (see malloc_tuning.c);
         // recd only.
         .target(name: "CMallocTuning"),
+        // Gives Swift's runtime argc and argv before main, so that a preloaded library that sets
+        // an environment variable (libfaketime) cannot empty CommandLine.arguments (see
+        // command_line.c); every executable that parses arguments.
+        .target(name: "CCommandLine"),
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -156,7 +160,7 @@ let package = Package(
         ]),
         .executableTarget(name: "recd", dependencies: [
             "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdMetrics", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
-            "Systemd", "Mosquitto", "CBuildInfo", "CMallocTuning",
+            "Systemd", "Mosquitto", "CBuildInfo", "CMallocTuning", "CCommandLine",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -174,7 +178,7 @@ let package = Package(
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ]),
         .executableTarget(name: "recctl", dependencies: [
-            "RecdClient", "RecdProtocol", "RecorderModel", "CBuildInfo",
+            "RecdClient", "RecdProtocol", "RecorderModel", "CBuildInfo", "CCommandLine",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "SystemPackage", package: "swift-system"),
         ], linkerSettings: staticClient),
@@ -183,6 +187,7 @@ let package = Package(
         // recd stays off the network (doc/web.md).
         .executableTarget(name: "recd-web", dependencies: [
             "RecdClient", "RecdProtocol", "RecorderModel", "RecorderCore", "AudioGraph", "RecdConfiguration", "CBuildInfo", "Systemd",
+            "CCommandLine",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdCore", package: "hummingbird"),
             .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
