@@ -1,5 +1,6 @@
 import ArgumentParser
 import CBuildInfo
+import CCommandLine  // linked for its constructor: argv for the runtime whatever a preload does (command_line.c)
 import CMallocTuning
 import FoundationEssentials
 import Glibc
