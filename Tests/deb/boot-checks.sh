@@ -130,7 +130,7 @@ cp "$config" "$out/recd.toml.good"
 sed -i 's/^#format = "wav"$/format = "flac"/' "$config"
 grep -q '^format = "flac"$' "$config" || fail "could not set [recording] format in $config"
 systemctl reload recd.service || fail "systemctl reload failed"
-wait_until 10 "the reload's notice in the journal" sh -c "journalctl -u recd.service -o cat --no-pager | grep -q 'configuration reloaded'"
+wait_until 30 "the reload's notice in the journal" sh -c "journalctl -u recd.service -o cat --no-pager | grep -q 'configuration reloaded'"
 timeout 60 recctl start boot-reloaded --duration 1 --wait >"$out/take.txt" 2>&1 || fail "recctl start after reload: $(cat "$out/take.txt")"
 [[ -f $recordings/boot-reloaded.flac ]] || fail "the reloaded format (flac) did not apply: $(ls "$recordings")"
 cp "$config" "$out/recd.toml.flac"
@@ -138,13 +138,13 @@ pass "format = \"flac\" applied by systemctl reload: boot-reloaded.flac"
 
 check reload-broken
 recctl start boot-across-reload --format wav >"$out/take.txt" 2>&1 || fail "recctl start: $(cat "$out/take.txt")"
-wait_until 10 "recording" is_state recording
+wait_until 30 "recording" is_state recording
 before_path=$(current_path)
 since=$(date +%s)
 sed -i 's/^format = "flac"$/format = "mp9"/' "$config"
 bad_line=$(grep -n '^format = "mp9"$' "$config" | cut -d: -f1)
 systemctl reload recd.service || fail "systemctl reload (broken file) failed"
-wait_until 10 "the refusal in systemctl status" sh -c "systemctl show -p StatusText --value recd.service | grep -q 'recd.toml:$bad_line'"
+wait_until 30 "the refusal in systemctl status" sh -c "systemctl show -p StatusText --value recd.service | grep -q 'recd.toml:$bad_line'"
 status_text=$(systemctl show -p StatusText --value recd.service)
 journal_since "$since" | grep 'configuration not reloaded' | grep -q "recd.toml:$bad_line" ||
     fail "the journal does not give recd.toml:$bad_line: $(journal_since "$since")"
@@ -152,10 +152,10 @@ systemctl status recd.service --no-pager 2>&1 | grep -q "recd.toml:$bad_line" ||
 [[ $(state) == recording && $(current_path) == "$before_path" ]] || fail "the recording was interrupted: $(state) $(current_path)"
 # Still recording into the same file, and its time goes on.
 at_refusal=$(status_json | jq -r '.currentTime')
-wait_until 10 "the recording's time past $at_refusal s + 0.5" sh -c "recctl status --json | jq -e '.currentTime > $at_refusal + 0.5 and .state.recording.path == \"$before_path\"'"
+wait_until 30 "the recording's time past $at_refusal s + 0.5" sh -c "recctl status --json | jq -e '.currentTime > $at_refusal + 0.5 and .state.recording.path == \"$before_path\"'"
 cp "$out/recd.toml.flac" "$config"
 systemctl reload recd.service
-wait_until 10 "the refusal gone from systemctl status" sh -c "! systemctl show -p StatusText --value recd.service | grep -q 'not reloaded'"
+wait_until 30 "the refusal gone from systemctl status" sh -c "! systemctl show -p StatusText --value recd.service | grep -q 'not reloaded'"
 recctl stop >"$out/stop.txt" 2>&1 || fail "recctl stop: $(cat "$out/stop.txt")"
 pass "refused with 'recd.toml:$bad_line' in the journal and in systemctl status ('$status_text'); the recording went on past the refusal ($at_refusal s) in the same file, and the good file applied again"
 
@@ -195,7 +195,7 @@ check autostart
 sed -i -e '/^\[autostart\]$/a enabled = true\nname = "station"' -e '/^\[segments\]$/a length = 60' "$config"
 recd --check-config --system >"$out/check.txt" 2>&1 || fail "recd --check-config: $(cat "$out/check.txt")"
 systemctl restart recd.service
-wait_until 10 "autostart recording" sh -c '[ "$(recctl status --json | jq -r .state.name)" = recording ]'
+wait_until 30 "autostart recording" sh -c '[ "$(recctl status --json | jq -r .state.name)" = recording ]'
 pass "recording $(current_path) after a restart with [autostart]"
 
 # resume_after WHAT COMMAND...: runs COMMAND, then waits for recording into a new file; the time.
@@ -203,7 +203,7 @@ resume_after() {
     local what=$1 old
     shift
     old=$(current_path)
-    wait_until 10 "a second recorded in $old" sh -c "recctl status --json | jq -e '.currentTime > 1'"
+    wait_until 30 "a second recorded in $old" sh -c "recctl status --json | jq -e '.currentTime > 1'"
     # These checks start recd more often than systemd's start limit allows (5 in 10 s, the
     # default recd.service keeps): the count starts again for each, as it would for an operator.
     systemctl reset-failed recd.service
@@ -272,7 +272,7 @@ pass "$line"
 
 # --- Power off while recording: the file is finalized before the container stops --------------
 check poweroff
-wait_until 10 "recording before power-off" is_state recording
+wait_until 30 "recording before power-off" is_state recording
 echo "$(current_path)" >"$out/recording-at-poweroff"
 pass "powering off while recording into $(current_path)"
 touch "$out/first-boot-done"
