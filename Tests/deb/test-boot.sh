@@ -28,30 +28,11 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-fail() {
-    printf 'test-boot: FAIL: %s\n' "$*" >&2
-    exit 1
-}
-step() { printf 'test-boot: [%3d s] %s\n' "$SECONDS" "$*"; }
-
-[[ ($# -eq 1 || $# -eq 2) && -f $1 ]] || fail "usage: test-boot.sh recd_VERSION_ARCH.deb [SUITE] (not found: ${1:-})"
-deb=$(readlink -f "$1")
-[[ $(id -u) -eq 0 ]] || fail "needs root (systemd-nspawn); run it as root or with sudo"
-for tool in mmdebstrap systemd-nspawn dpkg-deb ffmpeg ffprobe pulseaudio pactl python3 findmnt; do
-    command -v "$tool" >/dev/null || fail "$tool not found (make deps-deb installs it)"
-done
-version=$(dpkg-deb -f "$deb" Version)
-arch=$(dpkg-deb -f "$deb" Architecture)
-suite=${2:-$([[ $arch == "$(dpkg --print-architecture)" ]] && echo bookworm || echo trixie)}
-declare -A debian_version=([bookworm]=12 [trixie]=13)
-[[ -n ${debian_version[$suite]:-} ]] || fail "unknown release $suite (bookworm or trixie)"
+script=test-boot
+source "$here/package-test.sh"
+take_package systemd-nspawn mmdebstrap systemd-nspawn dpkg-deb ffmpeg ffprobe pulseaudio pactl parec python3 findmnt -- "$@"
 timeout_seconds=${RECD_TEST_BOOT_TIMEOUT:-300}
-if [[ $arch != "$(dpkg --print-architecture)" ]]; then
-    findmnt -rn /proc/sys/fs/binfmt_misc >/dev/null || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-    update-binfmts --enable "qemu-$(dpkg-architecture -a "$arch" -qDEB_HOST_GNU_CPU 2>/dev/null)" >/dev/null 2>&1 || true
-    arch-test "$arch" >/dev/null 2>&1 || fail "$arch programs do not run here (qemu-user-static and binfmt-support)"
-    timeout_seconds=${RECD_TEST_BOOT_TIMEOUT:-1800}
-fi
+[[ $arch == "$(dpkg --print-architecture)" ]] || timeout_seconds=${RECD_TEST_BOOT_TIMEOUT:-1800}
 
 # --- 1. The root, with the package's Depends ---------------------------------------------------
 # Depends as package names: the first of each set of alternatives, versions dropped.

@@ -31,29 +31,9 @@
 # the root filesystem for a look afterwards.
 set -euo pipefail
 
-fail() {
-    printf 'test-deb: FAIL: %s\n' "$*" >&2
-    exit 1
-}
-step() { printf 'test-deb: [%3d s] %s\n' "$SECONDS" "$*"; }
-
-[[ ($# -eq 1 || $# -eq 2) && -f $1 ]] || fail "usage: test-deb.sh recd_VERSION_ARCH.deb [SUITE] (not found: ${1:-})"
-deb=$(readlink -f "$1")
-[[ $(id -u) -eq 0 ]] || fail "needs root (chroot and mount); run it as root or with sudo"
-for tool in mmdebstrap dpkg-deb ffmpeg ffprobe setpriv findmnt file objdump python3; do
-    command -v "$tool" >/dev/null || fail "$tool not found (make deps-deb installs it)"
-done
-version=$(dpkg-deb -f "$deb" Version)
-arch=$(dpkg-deb -f "$deb" Architecture)
-suite=${2:-$([[ $arch == "$(dpkg --print-architecture)" ]] && echo bookworm || echo trixie)}
-declare -A debian_version=([bookworm]=12 [trixie]=13)
-[[ -n ${debian_version[$suite]:-} ]] || fail "unknown release $suite (bookworm or trixie)"
-if [[ $arch != "$(dpkg --print-architecture)" ]]; then
-    # The root's programs, recd among them, run under qemu-user (binfmt_misc).
-    findmnt -rn /proc/sys/fs/binfmt_misc >/dev/null || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-    update-binfmts --enable "qemu-$(dpkg-architecture -a "$arch" -qDEB_HOST_GNU_CPU 2>/dev/null)" >/dev/null 2>&1 || true
-    arch-test "$arch" >/dev/null 2>&1 || fail "$arch programs do not run here (qemu-user-static and binfmt-support)"
-fi
+script=test-deb
+source "$(dirname "$0")/package-test.sh"
+take_package "chroot and mount" mmdebstrap dpkg-deb ffmpeg ffprobe setpriv findmnt file objdump python3 -- "$@"
 
 cache=${RECD_TEST_DEB_CACHE:-$HOME/.cache/recd-test-deb}
 base=$cache/$suite-$arch.tar
