@@ -240,7 +240,7 @@ public enum MethodTable {
             lastSegment: recorder.closedSegment.value, storage: recorder.storage.value,
             listening: recorder.currentListeningStatus(), taps: Optional(recorder.currentTaps()).flatMap { $0.isEmpty ? nil : $0 },
             trigger: recorder.currentTriggerStatus(), schedule: recorder.currentScheduleStatus(),
-            writeBuffer: recorder.currentWriteBuffer())
+            writeBuffer: recorder.currentWriteBuffer(), clock: recorder.currentClockStatus())
     }
 
     /// `recordings.delete` and `.rename` leave the file being recorded alone.

@@ -5,8 +5,9 @@ import RecorderModel
 ///
 /// Entities: "Recording" and "Listening" (switches when remote control is allowed, else
 /// running binary sensors), "State", "Elapsed" (duration, s), "Started" (timestamp), "Last file", "Level"
-/// (when telemetry is on), "Free space" (data size, MiB, on the recordings' filesystem) and
-/// "Problem" (a problem binary sensor whose attributes carry the error and warnings). All
+/// (when telemetry is on), "Free space" (data size, MiB, on the recordings' filesystem),
+/// "Problem" (a problem binary sensor whose attributes carry the error and warnings) and, a
+/// diagnostic entity, "Clock synchronized" (whose attributes carry the clock's steps). All
 /// share the availability topic.
 public struct HomeAssistantDiscovery: Sendable {
     public let configuration: MQTTBridgeConfiguration
@@ -96,6 +97,11 @@ public struct HomeAssistantDiscovery: Sendable {
             ("free_space", ["p": "sensor", "name": "Free space", "uniq_id": "\(id)_free_space", "stat_t": topics.storage,
                             "dev_cla": "data_size", "unit_of_meas": "MiB", "stat_cla": "measurement",
                             "val_tpl": "{{ value_json.free }}", "json_attr_t": topics.storage, "icon": "mdi:harddisk"]),
+            // A diagnostic entity: about the station, not the recording (Home Assistant shows it
+            // apart, under the device's diagnostics).
+            ("clock", ["p": "binary_sensor", "name": "Clock synchronized", "uniq_id": "\(id)_clock", "stat_t": topics.clock,
+                       "val_tpl": "{{ 'ON' if value_json.synchronized else 'OFF' }}", "json_attr_t": topics.clock,
+                       "ent_cat": "diagnostic", "icon": "mdi:clock-check-outline"]),
         ]
         if configuration.telemetryInterval > 0 {
             result.append(("level", ["p": "sensor", "name": "Level", "uniq_id": "\(id)_level", "stat_t": topics.levels,

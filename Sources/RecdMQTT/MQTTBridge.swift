@@ -124,6 +124,10 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                 if let storage { self?.storageChanged(storage) }
             })
             tokens.append(observeFinalizedFiles(of: recorder, on: queue) { [weak self] file in self?.fileFinalized(file) })
+            tokens.append(recorder.clock.subscribe(on: queue) { [weak self] clock in
+                guard let self else { return }
+                setRetained(topics.clock, Self.encode(clock))
+            })
             if let hooks {
                 tokens.append(hooks.lastRun.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] run in
                     if let run { self?.hookFinished(run) }

@@ -94,6 +94,8 @@ public struct MQTTTopics: Sendable {
     public var sound: String { prefix + "/sound" }
     /// Each trigger event (`TriggerEvent` as JSON: opened, closed, discarded), not retained.
     public var event: String { prefix + "/event" }
+    /// The system clock (`ClockStatus` as JSON: synchronized, since, source, steps, lastStep), retained.
+    public var clock: String { prefix + "/clock" }
     /// Commands: `<prefix>/command/<method>` (any socket method but subscribe/unsubscribe),
     /// `switch` (recording ON/OFF) and `listen_switch` (listening ON/OFF).
     public var commands: String { prefix + "/command/+" }

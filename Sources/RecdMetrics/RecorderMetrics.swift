@@ -12,9 +12,10 @@ import RecorderCore
 ///
 /// Two kinds of figures. Counters count what happened since recd started, from the recorder's
 /// discrete topics, each value once (`delivery: .every`): files, trigger events, retention,
-/// errors, hook runs, and what capture lost, summed over the closed segments plus the open
-/// one's live counts. Gauges are read from `status` when asked: state, levels (only while
-/// someone measures them), the write buffer, the device, the disk, taps, the last file.
+/// errors, hook runs, the system clock's steps, and what capture lost, summed over the closed
+/// segments plus the open one's live counts. Gauges are read from `status` when asked: state,
+/// levels (only while someone measures them), the write buffer, the device, the disk, taps,
+/// the last file, the system clock's synchronization.
 /// Nothing here runs unless something observes the recorder or asks for the text.
 public final class RecorderMetrics: MetricsSource, Sendable {
     private let registry = PrometheusCollectorRegistry()
@@ -55,6 +56,9 @@ public final class RecorderMetrics: MetricsSource, Sendable {
         }
     }
     private let losses = NIOLockedValueBox(Losses())
+    /// The system clock's steps counted so far: from the `clock` topic, and from a scrape's
+    /// `status` (whose reading may find a step first), each once.
+    private let clockSteps = NIOLockedValueBox(0)
 
     fileprivate struct Counters: Sendable {
         let files: Counter
@@ -64,6 +68,7 @@ public final class RecorderMetrics: MetricsSource, Sendable {
         let gaps: Counter
         let retentionFiles: Counter
         let retentionBytes: Counter
+        let clockSteps: Counter
     }
 
     public init(recorder: Recorder, version: String) {
@@ -75,12 +80,17 @@ public final class RecorderMetrics: MetricsSource, Sendable {
             framesLost: registry.makeCounter(descriptor: .recd("recd_frames_lost_total", help: "Device frames lost (overruns, a full write buffer) since recd started")),
             gaps: registry.makeCounter(descriptor: .recd("recd_gaps_total", help: "Gaps in recordings (a lost device, lost audio) since recd started")),
             retentionFiles: registry.makeCounter(descriptor: .recd("recd_retention_deleted_files_total", help: "Files retention deleted since recd started")),
-            retentionBytes: registry.makeCounter(descriptor: .recd("recd_retention_deleted_bytes_total", help: "Bytes retention deleted since recd started")))
+            retentionBytes: registry.makeCounter(descriptor: .recd("recd_retention_deleted_bytes_total", help: "Bytes retention deleted since recd started")),
+            clockSteps: registry.makeCounter(descriptor: .recd("recd_clock_steps_total", help: "Steps of the system clock since recd started")))
         registry.makeGauge(descriptor: .recd("recd_info", help: "recd's version (always 1)"), labels: [("version", version)]).set(to: 1)
         let registry = self.registry
         let counters = self.counters
         let losses = self.losses
+        let clockSteps = self.clockSteps
         tokens.withLockedValue { $0 = [
+            recorder.clock.subscribe(on: queue, delivery: .every) { clock in
+                Self.count(steps: clock.steps, counted: clockSteps, counter: counters.clockSteps)
+            },
             recorder.closedSegment.subscribe(on: queue, delivery: .every, sendingCurrent: false) { segment in
                 guard let segment else { return }
                 counters.files.increment()
@@ -118,6 +128,11 @@ public final class RecorderMetrics: MetricsSource, Sendable {
 
     public func exposition(status: StatusResult) -> String {
         updateLosses(status)
+        if let clock = status.clock {
+            Self.count(steps: clock.steps, counted: clockSteps, counter: counters.clockSteps)
+            gauge("recd_clock_synchronized", [], "1 while the system clock is synchronized (the kernel's word, or systemd-timesyncd's where the kernel cannot be asked)")
+                .set(to: clock.synchronized ? 1 : 0)
+        }
         for name in RecorderState.Name.allCases {
             gauge("recd_state", [("state", name.rawValue)], "1 for the recorder's state, 0 for the others")
                 .set(to: status.state.name == name ? 1 : 0)
@@ -183,6 +198,15 @@ public final class RecorderMetrics: MetricsSource, Sendable {
                 gauge.set(to: value)
             }
         }
+    }
+
+    /// Counts the clock's steps up to `steps` (what the recorder counted since it began).
+    private static func count(steps: Int, counted: NIOLockedValueBox<Int>, counter: Counter) {
+        let new = counted.withLockedValue { counted in
+            defer { counted = max(counted, steps) }
+            return steps - counted
+        }
+        if new > 0 { counter.increment(by: Int64(new)) }
     }
 
     /// The open segment's losses so far (its live counts), counted now rather than when it closes.

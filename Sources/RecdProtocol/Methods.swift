@@ -430,12 +430,16 @@ public struct StatusResult: Codable, Sendable, Equatable {
     public var schedule: ScheduleStatus?
     /// While recording: how much audio waits to be written, and the most that did.
     public var writeBuffer: WriteBufferStatus?
+    /// The system clock: synchronized or not since when, its steps since recd started, the
+    /// kernel's error figures. Always there from a recd that knows it.
+    public var clock: ClockStatus?
 
     public init(state: RecorderState, currentTime: Double, error: RecorderError?, levels: Levels, recording: Recording?,
                 device: String, statistics: CaptureStatistics, settings: RecordingSettings, recordingsDirectory: String,
                 warning: RecorderWarning? = nil, lastSegment: Segment? = nil, storage: StorageStatus? = nil,
                 listening: ListeningStatus? = nil, taps: [TapStatus]? = nil, trigger: TriggerStatus? = nil,
-                schedule: ScheduleStatus? = nil, writeBuffer: WriteBufferStatus? = nil) {
+                schedule: ScheduleStatus? = nil, writeBuffer: WriteBufferStatus? = nil, clock: ClockStatus? = nil) {
+        self.clock = clock
         self.writeBuffer = writeBuffer
         self.trigger = trigger
         self.schedule = schedule

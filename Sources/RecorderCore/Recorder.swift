@@ -55,14 +55,19 @@ public final class Recorder: Sendable {
     /// The input's spectrum, one column per 50 ms, while the device is open and someone wants
     /// it (`setSpectrumWanted`); nil otherwise.
     public let spectrum: Observed<Spectrum?>
+    /// The system clock: whether it is synchronized (since when), and its steps since the
+    /// recorder began (how many, the last and its size). Sent when one of them changes.
+    public let clock: Observed<ClockStatus>
 
     /// How often `currentTime` and `levels` are published while recording, in seconds: the
     /// periods of the timers running, or that ran last (the configuration's until the first
     /// recording starts them). A reload during a recording does not change its timers.
     public var publishingPeriods: (currentTime: Double, levels: Double) { controller.periods.withLock { $0 } }
 
-    public init(configuration: RecorderConfiguration, logger: Logger = Logger(label: "recd.recorder")) {
-        controller = RecorderController(configuration: configuration, logger: logger)
+    /// - Parameter clock: where the system clock's synchronization is read besides the kernel.
+    public init(configuration: RecorderConfiguration, clock: SystemClockSources = SystemClockSources(),
+                logger: Logger = Logger(label: "recd.recorder")) {
+        controller = RecorderController(configuration: configuration, clock: clock, logger: logger)
         let published = controller.published
         state = published.state
         currentTime = published.currentTime
@@ -77,6 +82,7 @@ public final class Recorder: Sendable {
         retentionDeletion = published.retentionDeletion
         triggerEvent = published.triggerEvent
         spectrum = published.spectrum
+        self.clock = published.clock
     }
 
     // MARK: Configuration
@@ -269,6 +275,13 @@ public final class Recorder: Sendable {
     ) throws(E) -> T {
         try controller.withRecordingsDirectory(body)
     }
+
+    // MARK: The system clock
+
+    /// The system clock now: its synchronization read afresh, with the kernel's error figures
+    /// of the moment, and a step the kernel did not announce found (and published) here. Any
+    /// thread: a few system calls.
+    public func currentClockStatus() -> ClockStatus { controller.clockMonitor.refresh(.asked) }
 
     // MARK: The daemon
 

@@ -15,8 +15,9 @@ import SystemPackage
 /// session and plan, the engine, listening, taps, the scheduled start, the retry timer). The
 /// parts are files of their own: +Recording (a recording's life), +Listening (the engine's
 /// opening and closing, the meter, the pre-roll ring), +Tap, +DeviceWait, +StartAt, +Schedule,
-/// +Spectrum, +Publishing (the timers and levels on demand); the storage guard is a type of its
-/// own (`StorageGuard`), and what is published is `RecorderOutputs`.
+/// +Spectrum, +Publishing (the timers and levels on demand); the storage guard and the system
+/// clock's monitor are types of their own (`StorageGuard`, `SystemClockMonitor`), and what is
+/// published is `RecorderOutputs`.
 final class RecorderController: @unchecked Sendable {
     // @unchecked: `state` is touched only on `control`; the boxes (read by the watchdog, the
     // storage guard, the sync and timer queues and `status` without waiting for the executor)
@@ -24,6 +25,7 @@ final class RecorderController: @unchecked Sendable {
 
     let published: RecorderOutputs
     let storageGuard: StorageGuard
+    let clockMonitor: SystemClockMonitor
     let logger: Logger
     /// The one executor: every operation, one at a time.
     let control = DispatchQueue(label: "recd.recorder.control")
@@ -144,7 +146,7 @@ final class RecorderController: @unchecked Sendable {
         var deviceClockDriftPPM: Double?
     }
 
-    init(configuration: RecorderConfiguration, logger: Logger) {
+    init(configuration: RecorderConfiguration, clock: SystemClockSources, logger: Logger) {
         let configurationState = NIOLockedValueBox(configuration)
         let published = RecorderOutputs()
         self.configurationState = configurationState
@@ -153,6 +155,7 @@ final class RecorderController: @unchecked Sendable {
         self.logger = logger
         self.storageGuard = StorageGuard(configuration: configurationState, activeSession: activeSession,
                                          published: published, logger: logger)
+        self.clockMonitor = SystemClockMonitor(sources: clock, publishing: published.clock, logger: logger)
     }
 
     /// The configuration the next recording will use.

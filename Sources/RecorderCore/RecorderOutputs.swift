@@ -18,6 +18,9 @@ final class RecorderOutputs: Sendable {
     let retentionDeletion = Observed<RetentionDeletion?>(nil)
     let triggerEvent = Observed<TriggerEvent?>(nil)
     let spectrum = Observed<Spectrum?>(nil)
+    /// The system clock's synchronization and steps: the clock monitor sends its first reading
+    /// over this placeholder before the recorder is handed to anyone.
+    let clock = Observed<ClockStatus>(ClockStatus(synchronized: false, since: Date(timeIntervalSince1970: 0), source: .kernel))
 
     // MARK: The warning (one at a time)
 

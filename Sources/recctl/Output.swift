@@ -203,6 +203,7 @@ enum Output {
             rows.append(("warning", yellow("\(warning.code.rawValue): \(warning.message)")))
         }
         if let storage = status.storage { rows += storageRows(storage) }
+        if let clock = status.clock { rows.append(("time", clockRow(clock))) }
         rows.append(("error", status.error.map { red("\($0.code.rawValue): \($0.message)") } ?? "none"))
         for (key, value) in rows { line(key.padded(to: 9) + value) }
     }
@@ -253,6 +254,23 @@ enum Output {
         let text = (tenths < 0 ? "-" : "+") + "\(abs(tenths) / 10).\(abs(tenths) % 10) ppm"
         let line = "device clock " + text + " against the system clock"
         return abs(ppm) > 100 ? yellow(line) : line
+    }
+
+    /// The system clock on one line: "synchronized since 2026-11-28 09:40:01 (kernel, max error
+    /// 0.012 s); 1 step, the last +259200.000 s at 2026-11-28 09:40:03"; yellow while not
+    /// synchronized (the start times recd writes follow the clock as it is).
+    static func clockRow(_ clock: ClockStatus) -> String {
+        var source = clock.source.rawValue
+        if let maxError = clock.maxError, clock.synchronized { source += String(printf: ", max error %.3f s", maxError) }
+        var text = (clock.synchronized ? "synchronized" : yellow("not synchronized")) + " since " + localTime(clock.since)
+            + dim(" (" + source + ")")
+        if let step = clock.lastStep {
+            text += "; \(clock.steps) step\(clock.steps == 1 ? "" : "s"), the last " + String(printf: "%+.3f s", step.size)
+                + " at " + localTime(step.at)
+        } else {
+            text += "; no steps"
+        }
+        return text
     }
 
     /// `storage` and `retention` rows: free and used space, and what retention deletes next.

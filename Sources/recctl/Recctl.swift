@@ -195,7 +195,7 @@ struct ConnectionOptions: ParsableArguments {
 // MARK: Commands
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show state, elapsed time, file and segment, format, device, levels, xruns, gaps, warnings and the last error.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show state, elapsed time, file and segment, format, device, levels, xruns, gaps, warnings, the system clock and the last error.")
     @OptionGroup var options: ConnectionOptions
 
     func run() throws {

@@ -118,7 +118,9 @@ struct Recd: AsyncParsableCommand {
             throw exit.code
         }
         defer { withExtendedLifetime(directoryLock) {} }
-        let recorder = Recorder(configuration: configuration.recorderConfiguration, logger: Logger(label: "recd.recorder"))
+        let recorder = Recorder(configuration: configuration.recorderConfiguration,
+                                clock: SystemClockSources(environment: ProcessInfo.processInfo.environment),
+                                logger: Logger(label: "recd.recorder"))
         _ = RecordingLibrary(directory: configuration.recordingsDirectory).recoverPartialFiles(logger: logger)
 
         // Socket activation: the socket named "control" (recd.socket's FileDescriptorName), or

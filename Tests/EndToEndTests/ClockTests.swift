@@ -1,0 +1,304 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Testing
+
+/// The system clock as the real recd sees it (issue 50): whether it is synchronized, and its
+/// steps, in `status`, `recctl status`, the metrics, MQTT and the log. Real clocks throughout:
+/// - the kernel's synchronization state comes through its own call, adjtimex, answered by a
+///   small interposer (Tests/reference/clock_discipline.c) as the test says: synchronized,
+///   unsynchronized or refused (systemd's ProtectClock=);
+/// - steps are libfaketime's (Debian's faketime): its offset file moves recd's CLOCK_REALTIME
+///   and nothing else (`FAKETIME_DONT_FAKE_MONOTONIC=1`: the boot clock stays true, as a
+///   step leaves it). libfaketime fakes clock_gettime, not the kernel's clock, so the kernel
+///   announces nothing: recd finds such a step at its next reading of the clock (a `status`).
+///   The kernel's announcement (the clock-set alarm, a timerfd) is tested by a real set of
+///   the clock that does not move it (`nudgeTheClock`);
+/// - systemd-timesyncd's file in a directory of the test's own (`RECD_TIMESYNC_DIRECTORY`).
+@Suite("system clock")
+struct ClockTests {
+    static let reference = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("reference").path
+    static let prefix = "recd/clock"
+
+    let work = TemporaryDirectory()
+
+    /// The adjtimex interposer, compiled for this test.
+    func clockDiscipline() throws -> String {
+        let library = work.file("clock_discipline.so")
+        let cc = try run("/usr/bin/cc", ["-O2", "-Wall", "-shared", "-fPIC", "-o", library, Self.reference + "/clock_discipline.c", "-ldl"])
+        guard cc.status == 0 else { throw TestFailure("cc: \(cc.stderr)") }
+        return library
+    }
+
+    /// What the kernel says (`synchronized`, `unsynchronized`, `refused`), from now on.
+    func setDiscipline(_ word: String) throws {
+        try (word + "\n").write(toFile: work.file("discipline"), atomically: true, encoding: .utf8)
+    }
+
+    /// libfaketime's offset of recd's wall clock from the true one (`-3d`, `+0`, `-1h`), from
+    /// its next reading of the clock on.
+    func setFakeOffset(_ offset: String) throws {
+        try (offset + "\n").write(toFile: work.file("faketime"), atomically: true, encoding: .utf8)
+    }
+
+    /// recd on the null device with the kernel's state from the interposer, timesyncd's
+    /// directory below the test's own (`run/timesync`, absent until a test makes it) and, with
+    /// `fakeOffset`, under libfaketime.
+    func daemon(discipline: String, fakeOffset: String? = nil, config: String = "") throws -> Daemon {
+        try setDiscipline(discipline)
+        var preload = [try clockDiscipline()]
+        var environment = ["RECD_TEST_CLOCK_DISCIPLINE": work.file("discipline"),
+                           "RECD_TIMESYNC_DIRECTORY": work.file("run/timesync")]
+        try FileManager.default.createDirectory(atPath: work.file("run"), withIntermediateDirectories: true)
+        if let fakeOffset {
+            let libfaketime = try #require(PreloadTests.libfaketime, "libfaketime is not installed (Debian: faketime)")
+            try #require(ProcessInfo.processInfo.environment["FAKETIME_SHARED"] == nil, "the tests run under libfaketime themselves")
+            try setFakeOffset(fakeOffset)
+            preload.insert(libfaketime, at: 0)
+            environment["FAKETIME_TIMESTAMP_FILE"] = work.file("faketime")
+            environment["FAKETIME_NO_CACHE"] = "1"
+            environment["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+        }
+        environment["LD_PRELOAD"] = preload.joined(separator: " ")
+        return try Daemon(device: "null", config: config, environment: environment)
+    }
+
+    static func mqtt(port: Int) -> String {
+        """
+        [mqtt]
+        enabled = true
+        host = "127.0.0.1"
+        port = \(port)
+        client_id = "recd-clock"
+        topic_prefix = "\(prefix)"
+        """
+    }
+
+    func clock(_ daemon: Daemon) throws -> ClockStatus {
+        let status: StatusResult = try daemon.connect().call(.status)
+        return try #require(status.clock, "status has no clock")
+    }
+
+    func recctlStatusLine(_ daemon: Daemon) throws -> String {
+        let result = try run(Binaries.recctl, ["--socket", daemon.socket, "status"], timeout: 30)
+        #expect(result.status == 0, "\(result.stderr)")
+        return try #require(result.stdout.split(separator: "\n").first { $0.hasPrefix("time ") }.map(String.init),
+                            "recctl status has no time line: \(result.stdout)")
+    }
+
+    func metrics(_ daemon: Daemon) throws -> [String: Double] {
+        let result = try run(Binaries.recctl, ["--socket", daemon.socket, "metrics"], timeout: 30)
+        #expect(result.status == 0, "\(result.stderr)")
+        return MetricsTests.samples(result.stdout)
+    }
+
+    /// The log's lines with `message`.
+    func logLines(_ daemon: Daemon, _ message: String) -> [Substring] {
+        daemon.log.split(separator: "\n").filter { $0.contains(": " + message) }
+    }
+
+    /// An unsynchronized kernel (as a Pi's at boot) and then a synchronized one, in every view:
+    /// `status` (source, since, the kernel's error figures), `recctl status`'s line, the metrics
+    /// and the log.
+    @Test func theKernelsSynchronizationShowsInStatusRecctlMetricsAndTheLog() throws {
+        let started = Date()
+        let daemon = try daemon(discipline: "unsynchronized")
+        let unsynchronized = try clock(daemon)
+        #expect(!unsynchronized.synchronized)
+        #expect(unsynchronized.source == .kernel)
+        #expect(unsynchronized.since >= started.addingTimeInterval(-1) && unsynchronized.since <= Date())
+        #expect(unsynchronized.maxError == 16 && unsynchronized.estimatedError == 16)
+        #expect(unsynchronized.steps == 0 && unsynchronized.lastStep == nil)
+        let line = try recctlStatusLine(daemon)
+        #expect(line.hasPrefix("time     not synchronized since "), "\(line)")
+        #expect(line.hasSuffix("(kernel); no steps"), "\(line)")
+        var samples = try metrics(daemon)
+        #expect(samples["recd_clock_synchronized"] == 0)
+        #expect(samples["recd_clock_steps_total"] == 0)
+        #expect(logLines(daemon, "system clock not synchronized").count == 1, "\(daemon.log)")
+
+        // chrony (or ntpd, or timesyncd) synchronizes the clock by slewing it: no step, no event.
+        // `status` reads the kernel afresh.
+        try setDiscipline("synchronized")
+        let changedAt = Date()
+        let synchronized = try clock(daemon)
+        #expect(synchronized.synchronized)
+        #expect(synchronized.source == .kernel)
+        #expect(synchronized.since >= changedAt.addingTimeInterval(-1) && synchronized.since <= Date())
+        #expect(synchronized.maxError == 0.012 && synchronized.estimatedError == 0.003)
+        #expect(synchronized.steps == 0)
+        let synchronizedLine = try recctlStatusLine(daemon)
+        #expect(synchronizedLine.hasPrefix("time     synchronized since "), "\(synchronizedLine)")
+        #expect(synchronizedLine.contains("(kernel, max error 0.012 s); no steps"), "\(synchronizedLine)")
+        samples = try metrics(daemon)
+        #expect(samples["recd_clock_synchronized"] == 1)
+        let logged = logLines(daemon, "system clock synchronized")
+        #expect(logged.count == 1 && logged[0].contains(" notice "), "\(daemon.log)")
+        #expect(logged.first?.contains("clock.source=kernel") == true)
+        #expect(daemon.terminate() == 0)
+    }
+
+    /// A boot three days behind, then NTP's step to the true time: measured against the boot
+    /// clock to the millisecond (libfaketime's offsets differ by exactly 259200 s), dated
+    /// after it by the test's own clock, logged as a notice with its size, counted in the
+    /// metrics, published on MQTT (retained) and shown by `recctl status`. Then a step back.
+    @Test func aStepIsMeasuredLoggedCountedAndPublished() throws {
+        let broker = try MosquittoBroker()
+        let daemon = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: Self.mqtt(port: broker.port))
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["\(Self.prefix)/clock"])
+        let published = try #require(watcher.first("\(Self.prefix)/clock", timeout: 30), "\(daemon.log)")
+        #expect(published.json?["steps"] as? Int == 0)
+        #expect(published.json?["synchronized"] as? Bool == false)
+        let before = try clock(daemon)
+        // recd's clock is three days behind the test's.
+        #expect(abs(before.since.timeIntervalSinceNow + 259_200) < 60, "since \(before.since)")
+        #expect(before.steps == 0)
+
+        try setFakeOffset("+0")
+        let stepped = try clock(daemon)
+        #expect(stepped.steps == 1)
+        let step = try #require(stepped.lastStep)
+        #expect(abs(step.size - 259_200) < 0.01, "the step was \(step.size) s")
+        #expect(abs(step.at.timeIntervalSinceNow) < 5, "dated \(step.at)")
+        #expect(!stepped.synchronized, "a step is no synchronization")
+
+        let logged = try #require(logLines(daemon, "system clock stepped").first, "\(daemon.log)")
+        #expect(logged.contains(" notice "), "\(logged)")
+        let size = try #require(logged.firstMatch(of: /clock\.step=\+(259[0-9]{3}\.[0-9]{6})/)?.1, "\(logged)")
+        #expect(abs((Double(size) ?? 0) - 259_200) < 0.01)
+        // Found by the status that asked (or, when another test sets the machine's clock meanwhile,
+        // by the alarm that rang then).
+        #expect(logged.contains("clock.seen=status") || logged.contains("clock.seen=alarm"), "\(logged)")
+        #expect(logged.contains("clock.steps=1"))
+
+        let message = try #require(watcher.first("\(Self.prefix)/clock", where: { $0.json?["steps"] as? Int == 1 }),
+                                   "\(watcher.messages)")
+        // Retained: a subscriber that comes later (Home Assistant starting) gets it too.
+        let later = try MQTTWatcher(port: broker.port, topics: ["\(Self.prefix)/clock"])
+        #expect(later.first("\(Self.prefix)/clock")?.retained == true)
+        #expect(later.first("\(Self.prefix)/clock")?.json?["steps"] as? Int == 1)
+        let lastStep = try #require(message.json?["lastStep"] as? [String: Any])
+        #expect(abs((lastStep["size"] as? Double ?? 0) - 259_200) < 0.01)
+        #expect(lastStep["at"] as? String == UTCTimestamp.text(step.at))
+
+        var samples = try metrics(daemon)
+        #expect(samples["recd_clock_steps_total"] == 1)
+        #expect(samples["recd_clock_synchronized"] == 0)
+        let line = try recctlStatusLine(daemon)
+        #expect(line.contains("; 1 step, the last +259200.0"), "\(line)")
+
+        // Back an hour (a clock that goes backwards).
+        try setFakeOffset("-1h")
+        let back = try clock(daemon)
+        #expect(back.steps == 2)
+        #expect(abs((back.lastStep?.size ?? 0) + 3600) < 0.01, "\(String(describing: back.lastStep))")
+        samples = try metrics(daemon)
+        #expect(samples["recd_clock_steps_total"] == 2)
+        #expect(try recctlStatusLine(daemon).contains("; 2 steps, the last -3600.0"))
+        #expect(watcher.first("\(Self.prefix)/clock", where: { $0.json?["steps"] as? Int == 2 }) != nil)
+        #expect(daemon.terminate() == 0)
+    }
+
+    // MARK: The kernel's clock-set alarm
+
+    /// Whether this test may set the machine's clock: this process has CAP_SYS_TIME (root
+    /// here), and no daemon disciplines the clock (`clock_nudge --check`: the kernel's state is
+    /// already what a set resets it to, so the nudge changes nothing but the microsecond).
+    static let mayNudgeTheClock: Bool = {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
+              let bits = UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16),
+              bits & (1 << 25) != 0 else { return false }
+        let work = TemporaryDirectory()
+        let binary = work.file("clock_nudge")
+        guard (try? run("/usr/bin/cc", ["-O2", "-o", binary, reference + "/clock_nudge.c"]))?.status == 0 else { return false }
+        return (try? run(binary, ["--check"]))?.status == 0
+    }()
+
+    /// Sets the machine's clock twice without moving it (Tests/reference/clock_nudge.c: +1 µs,
+    /// then −1 µs, adjtimex's ADJ_SETOFFSET): two sets the kernel announces to every clock-set
+    /// alarm. The clock is a microsecond ahead for the few microseconds between the two, then
+    /// exactly where it was: nothing another test measures can see it. Returns the nudge,
+    /// compiled for this test.
+    func clockNudge() throws -> () throws -> Void {
+        let binary = work.file("clock_nudge")
+        let cc = try run("/usr/bin/cc", ["-O2", "-Wall", "-o", binary, Self.reference + "/clock_nudge.c"])
+        guard cc.status == 0 else { throw TestFailure("cc: \(cc.stderr)") }
+        return {
+            let nudge = try run(binary, [])
+            guard nudge.status == 0 else { throw TestFailure("clock_nudge: \(nudge.stderr)") }
+        }
+    }
+
+    /// A step announced by the kernel is seen at once, with nobody asking: libfaketime moves
+    /// recd's clock (silently), then a real set of the clock rings recd's alarm, which measures
+    /// the step and publishes it on MQTT; the log says the alarm saw it. Needs CAP_SYS_TIME
+    /// (root on this machine) and a clock no NTP daemon disciplines (a set would reset the
+    /// kernel's NTP state); skipped otherwise.
+    @Test(.enabled(if: mayNudgeTheClock, "setting the clock needs CAP_SYS_TIME and a clock no NTP daemon disciplines"))
+    func theKernelsClockSetAlarmSeesAStepWithNobodyAsking() throws {
+        let broker = try MosquittoBroker()
+        let daemon = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: Self.mqtt(port: broker.port))
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["\(Self.prefix)/clock"])
+        #expect(watcher.first("\(Self.prefix)/clock", timeout: 30)?.json?["steps"] as? Int == 0, "\(daemon.log)")
+
+        let nudgeTheClock = try clockNudge()
+        try setFakeOffset("+0")
+        try nudgeTheClock()
+        let message = try #require(watcher.first("\(Self.prefix)/clock", timeout: 10, where: { $0.json?["steps"] as? Int == 1 }),
+                                   "no step published: \(watcher.messages) \(daemon.log)")
+        let lastStep = try #require(message.json?["lastStep"] as? [String: Any])
+        #expect(abs((lastStep["size"] as? Double ?? 0) - 259_200) < 0.01, "\(lastStep)")
+        let logged = logLines(daemon, "system clock stepped")
+        #expect(logged.count == 1, "\(daemon.log)")
+        #expect(logged.first?.contains("clock.seen=alarm") == true, "\(logged)")
+        // The nudge back (a microsecond) is a set without a step.
+        #expect(try clock(daemon).steps == 1)
+        #expect(daemon.terminate() == 0)
+    }
+
+    // MARK: systemd-timesyncd
+
+    /// Under recd.service's ProtectClock= the kernel cannot be asked (adjtimex is refused):
+    /// timesyncd's `synchronized` decides, and its appearing is seen at once (inotify on its
+    /// directory, which itself appears first), without `status` or the minute's reading.
+    @Test func whereTheKernelCannotBeAskedTimesyncdsFileDecides() throws {
+        let broker = try MosquittoBroker()
+        let daemon = try daemon(discipline: "refused", config: Self.mqtt(port: broker.port))
+        let discovery = "homeassistant/device/recd-clock/config"
+        let watcher = try MQTTWatcher(port: broker.port, topics: ["\(Self.prefix)/clock", discovery])
+        let first = try #require(watcher.first("\(Self.prefix)/clock", timeout: 30)?.json, "\(daemon.log)")
+        // Home Assistant's entity: a diagnostic binary sensor on that topic.
+        let components = try #require(watcher.first(discovery)?.json?["cmps"] as? [String: [String: Any]])
+        let entity = try #require(components["clock"], "\(components.keys)")
+        #expect(entity["p"] as? String == "binary_sensor")
+        #expect(entity["ent_cat"] as? String == "diagnostic")
+        #expect(entity["stat_t"] as? String == "\(Self.prefix)/clock")
+        #expect(entity["json_attr_t"] as? String == "\(Self.prefix)/clock")
+        #expect(entity["val_tpl"] as? String == "{{ 'ON' if value_json.synchronized else 'OFF' }}")
+        #expect(first["synchronized"] as? Bool == false)
+        #expect(first["source"] as? String == "timesyncd")
+        let before = try clock(daemon)
+        #expect(!before.synchronized && before.source == .timesyncd)
+        #expect(before.maxError == nil)
+        #expect(logLines(daemon, "the kernel's clock state cannot be read").count == 1, "\(daemon.log)")
+        #expect(try recctlStatusLine(daemon).contains("(timesyncd); no steps"))
+
+        // timesyncd starts (its directory) and synchronizes (its file).
+        let synchronizedAt = Date()
+        try FileManager.default.createDirectory(atPath: work.file("run/timesync"), withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: work.file("run/timesync/synchronized"), contents: nil))
+        let message = try #require(watcher.first("\(Self.prefix)/clock", timeout: 10, where: { $0.json?["synchronized"] as? Bool == true }),
+                                   "not published: \(watcher.messages) \(daemon.log)")
+        let since = try #require((message.json?["since"] as? String).flatMap { UTCTimestamp.date($0) })
+        #expect(since >= synchronizedAt.addingTimeInterval(-1) && since <= Date(), "since \(since)")
+        #expect(logLines(daemon, "system clock synchronized").first?.contains("clock.source=timesyncd") == true, "\(daemon.log)")
+        let after = try clock(daemon)
+        #expect(after.synchronized && after.source == .timesyncd)
+        #expect(try metrics(daemon)["recd_clock_synchronized"] == 1)
+        #expect(daemon.terminate() == 0)
+    }
+}
