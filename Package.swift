@@ -60,7 +60,8 @@ let package = Package(
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
         // libmosquitto (libmosquitto-dev), loaded with dlopen when [mqtt] is on (see CMosquitto.h).
         .target(name: "CMosquitto"),
-        // glibc calls Swift's Glibc module hides (renameat2, mallopt); used by RecorderCore and recd.
+        // glibc calls Swift's Glibc module hides (renameat2, mallopt, timerfd, adjtimex, inotify);
+        // used by RecorderCore and recd.
         .systemLibrary(name: "CLinux"),
         // FFmpeg's libavformat, libavcodec and libavutil (libavcodec-dev, libavformat-dev,
         // libavutil-dev), loaded with dlopen on first use rather than linked (see CFFmpeg.h).
