@@ -20,7 +20,12 @@ import RecorderCore
 public final class RecorderMetrics: MetricsSource, Sendable {
     private let registry = PrometheusCollectorRegistry()
     private let version: String
-    private let queue = DispatchQueue(label: "recd.metrics")
+    /// Counting. Never blocks, so it runs on the global pool (a worker per
+    /// core), not on the overcommit pool: that one starts a worker whenever work arrives
+    /// while its workers are busy or not yet awake, and keeps them all while ticks arrive
+    /// (issue 49: one more, now and then, at a segment's end; doc/architecture.md, "Why the
+    /// overcommit pool grows").
+    private let queue = DispatchQueue(label: "recd.metrics", target: .global())
     private let tokens = NIOLockedValueBox<[ObservationToken]>([])
     private let counters: Counters
     /// Channel gauges made so far (levels come and go with demand and the device's channels).

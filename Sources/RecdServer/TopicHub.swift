@@ -94,7 +94,12 @@ final class TopicHub: Sendable {
     private let state = NIOLockedValueBox(State())
     /// Published, not yet handed to the event loops (see `deliver`).
     private let undelivered = NIOLockedValueBox<[(Publication, [Batch])]>([])
-    private let queue = DispatchQueue(label: "recd.hub")
+    /// Publications to notifications. Never blocks, so it runs on the global pool (a worker per
+    /// core), not on the overcommit pool: that one starts a worker whenever work arrives
+    /// while its workers are busy or not yet awake, and keeps them all while ticks arrive
+    /// (issue 49: one more, now and then, at a segment's end; doc/architecture.md, "Why the
+    /// overcommit pool grows").
+    private let queue = DispatchQueue(label: "recd.hub", target: .global())
     private let tokens: NIOLockedValueBox<[ObservationToken]> = NIOLockedValueBox([])
     private let recorder: Recorder
 

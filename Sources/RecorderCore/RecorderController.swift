@@ -29,7 +29,12 @@ final class RecorderController: @unchecked Sendable {
     let logger: Logger
     /// The one executor: every operation, one at a time.
     let control = DispatchQueue(label: "recd.recorder.control")
-    let timerQueue = DispatchQueue(label: "recd.recorder.timer")
+    /// The time and levels ticks. Never blocks, so it runs on the global pool (a worker per
+    /// core), not on the overcommit pool: that one starts a worker whenever work arrives
+    /// while its workers are busy or not yet awake, and keeps them all while ticks arrive
+    /// (issue 49: one more, now and then, at a segment's end; doc/architecture.md, "Why the
+    /// overcommit pool grows").
+    let timerQueue = DispatchQueue(label: "recd.recorder.timer", target: .global())
     let configurationState: NIOLockedValueBox<RecorderConfiguration>
     let periods: NIOLockedValueBox<(currentTime: Double, levels: Double)>
     let activeSession = NIOLockedValueBox<RecordingConsumer?>(nil)
