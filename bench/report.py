@@ -51,6 +51,7 @@ profile = load("profile.json")
 listening = load("listening.json")
 tap = load("tap.json")
 trigger = load("trigger.json")
+sdcard = load("sdcard.json")
 tree = env_file("tree.env")
 default_tone = []
 if os.path.exists(os.path.join(results_dir, "first_frame_default_tone.jsonl")):
@@ -615,6 +616,21 @@ if start:
           "a new monitor stream gets data only at the next block. That is all PulseAudio's; recd cannot do "
           "better than the plain client on the same device. The low-latency tone is what the figures above use.")
         w("")
+
+# 11 --------------------------------------------------------------------------------------
+if sdcard:
+    from sdcard import tables as sdcard_tables  # bench/sdcard.py renders its own table
+    w("### 11. What a station writes to its SD card")
+    w("")
+    w(f"`{sdcard['command']}` ({sdcard['date']}, recd {sdcard['recd_version']}): recd as a station runs it "
+      "(`[autostart]`, `[segments] length = 3600`, 48 kHz stereo 16-bit, FLAC level 5, AAC 192 kbit/s) on its own "
+      f"paced PulseAudio device ({sdcard['signal']}). *fsync/h* counts fsync and fdatasync on the file "
+      "(strace); *reaches the device* is the sectors the filesystem sent to its block device, journal and "
+      "metadata included; *write_bytes* is `/proc/PID/io`'s, charged to recd when it dirties a page; *wchar* "
+      "counts every write(2), sockets and eventfds included; *closing the file* is `stop` then `sync -f`; "
+      "*station hour* adds one close to an hour of writing (an .m4a's close in proportion to its size).")
+    w("")
+    lines.extend(sdcard_tables(sdcard))
 
 # Profiles --------------------------------------------------------------------------------
 if profile:

@@ -19,10 +19,12 @@
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
 # BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10), BENCH_LISTEN_SPECTRUM (1: a client follows the spectrum meanwhile),
-# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web profile; default all).
+# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard profile; default all).
 # BENCH_TAP_SECONDS (120): each window of the taps step.
 # BENCH_TRIGGER_SECONDS (120): the CPU window of the sound-activated step (trigger); BENCH_TRIGGER_BURSTS (20);
 # BENCH_TRIGGER_PERIOD (0.01): recd's [capture] period_time in that step.
+# BENCH_SDCARD_SECONDS (120): each case's window in the SD-card step (10 cases; root puts the
+# recordings on an ext4 loop device of the step's own, else the disk's counters are shared).
 set -euo pipefail
 
 bin=$(cd "${1:?usage: run.sh BINDIR}" && pwd)
@@ -30,7 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${BENCH_OUT:-$root/bench/out/$run_id}
-steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web profile} "
+steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard profile} "
 step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
@@ -47,6 +49,7 @@ listen_runs=${BENCH_LISTEN_RUNS:-10}
 tap_seconds=${BENCH_TAP_SECONDS:-120}
 web_seconds=${BENCH_WEB_SECONDS:-120}
 trigger_seconds=${BENCH_TRIGGER_SECONDS:-120}
+sdcard_seconds=${BENCH_SDCARD_SECONDS:-120}
 profile=${BENCH_PROFILE:-1}
 
 for tool in python3 sox pacat ffmpeg ffprobe arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf; do
@@ -189,6 +192,11 @@ fi
 # Debian's python3: Debian's Selenium drives Debian's Chromium.
 step web && section "10. The web page: recd + recd-web CPU with no page and with one ($web_seconds s each)" \
     /usr/bin/python3 web.py "$bin" "$work" benchpaced "$web_seconds" "$results/web.json"
+
+# Its own PulseAudio server (module-sine, pink noise, a 20 ms parec reader) and its own
+# filesystem: bytes and fsyncs per recorded hour, per format and sync_interval, and armed.
+step sdcard && section "11. What a station writes to its SD card ($sdcard_seconds s per case)" \
+    python3 sdcard.py "$bin" --seconds "$sdcard_seconds" --out "$results/sdcard.json"
 
 if [ "$profile" = 1 ] && step profile; then
     section "Profiles (callgrind)" \
