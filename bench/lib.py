@@ -242,18 +242,24 @@ class Recd:
         return self.proc.pid
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
         if self.proc:
+            terminate(self.proc, timeout=120)
             self.logfile.close()
 
     def client(self, timeout=60):
         return RecdClient(self.socket, timeout=timeout)
+
+
+def terminate(proc, timeout):
+    """SIGTERM (recd finalizes its recording on it), then SIGKILL if it is still there after
+    `timeout` seconds; waits for the process either way."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def record(recd, params, timeout=None):

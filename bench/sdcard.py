@@ -287,14 +287,9 @@ class Daemon:
             client.close()
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
         if self.proc:
+            from lib import terminate
+            terminate(self.proc, timeout=60)
             self.reader.join(5)
 
 
