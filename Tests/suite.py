@@ -74,7 +74,8 @@ def configurations():
     debug = os.path.join(ROOT, ".build", "debug", BUNDLE)
     tsan = os.path.join(ROOT, ".build-tsan", "debug", BUNDLE)
     release_bin = os.path.join(ROOT, ".build", "release")
-    tsan_environment = {"TSAN_OPTIONS": "halt_on_error=1"}
+    # Tests/tsan.supp: the runtime's false positives, each with its evidence.
+    tsan_environment = {"TSAN_OPTIONS": "halt_on_error=1 suppressions=" + os.path.join(ROOT, "Tests", "tsan.supp")}
     return {
         # make check's: the debug build alone.
         "debug": Configuration("debug", debug, {}, lambda n: not is_end_to_end(n), 1),
