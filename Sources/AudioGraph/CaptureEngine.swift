@@ -51,6 +51,9 @@ public final class CaptureEngine: @unchecked Sendable {
     private let ended = Atomic<Bool>(false)
     /// When position 0 was captured (seconds since 1970, bit pattern; NaN until the first read).
     private let anchorBits = Atomic<UInt64>(Double.nan.bitPattern)
+    /// The wall clock's offset from the boot clock the times are on (seconds, bit pattern; NaN
+    /// until the first read): it moves only when the wall clock steps.
+    private let clockOffsetBits = Atomic<UInt64>(Double.nan.bitPattern)
     /// The device clock's drift against the monotonic clock (ppm bit pattern; NaN until stable).
     private let driftBits = Atomic<UInt64>(Double.nan.bitPattern)
 
@@ -124,6 +127,13 @@ public final class CaptureEngine: @unchecked Sendable {
     public func captureTime(ofPosition position: Int64) -> Double? {
         let anchor = Double(bitPattern: anchorBits.load(ordering: .relaxed))
         return anchor.isNaN ? nil : anchor + Double(position) / Double(configuration.sampleRate)
+    }
+
+    /// CLOCK_REALTIME − CLOCK_BOOTTIME (seconds) as of the last read: what the capture times are
+    /// on. A consumer that sees it change between two chunks saw the wall clock step.
+    public var wallClockOffset: Double? {
+        let value = Double(bitPattern: clockOffsetBits.load(ordering: .relaxed))
+        return value.isNaN ? nil : value
     }
 
     public var deviceClockDriftPPM: Double? {
@@ -391,7 +401,10 @@ public final class CaptureEngine: @unchecked Sendable {
                 // Frames the device holds beyond this read were captured before now as well.
                 let capturedByNow = position + Int64(got) + Int64(Swift.max(0, available - got))
                 let rate = Double(configuration.sampleRate)
-                let estimate = Date().timeIntervalSince1970 - Double(capturedByNow) / rate
+                var offsetNanoseconds: Int64 = 0
+                let wallClock = Double(recd_wall_clock_now(&offsetNanoseconds)) / 1e9
+                followWallClockSteps(offset: Double(offsetNanoseconds) / 1e9)
+                let estimate = wallClock - Double(capturedByNow) / rate
                 if reanchor { drift.restart() }
                 if drift.add(uptimeNanoseconds: readUptime, frames: capturedByNow), let ppm = drift.partsPerMillion {
                     driftBits.store(ppm.bitPattern, ordering: .relaxed)
@@ -405,7 +418,8 @@ public final class CaptureEngine: @unchecked Sendable {
                                          captureTime: estimate + Double(position) / rate, readUptime: readUptime,
                                          overruns: lostOverruns, framesLost: lostFrames,
                                          anchoredTime: captureTime(ofPosition: position),
-                                         followedAtOnce: available - got >= configuration.periodFrames)
+                                         followedAtOnce: available - got >= configuration.periodFrames,
+                                         clockOffset: Double(bitPattern: clockOffsetBits.load(ordering: .relaxed)))
                 framesCaptured.store(position + Int64(got), ordering: .releasing)
                 var index = 0
                 while index < consumers.count {
@@ -431,6 +445,24 @@ public final class CaptureEngine: @unchecked Sendable {
     private var pendingLost: Int64 = 0
     /// When the last read returned, and the frames the device still held beyond it.
     private var lastRead: (uptime: UInt64, unread: Int) = (0, 0)
+
+    /// A step of the wall clock (NTP's first synchronization on a station without a real-time
+    /// clock, a set by hand) moves the anchor with it at once: the frames' times follow the
+    /// clock as it is now, and the minimum below never keeps a time of the clock before. Sets
+    /// under `ClockStep.minimumSize` add up against the offset last followed until they are one.
+    private func followWallClockSteps(offset: Double) {
+        let followed = Double(bitPattern: clockOffsetBits.load(ordering: .relaxed))
+        guard !followed.isNaN else {
+            clockOffsetBits.store(offset.bitPattern, ordering: .relaxed)
+            return
+        }
+        let step = offset - followed
+        guard Swift.abs(step) >= ClockStep.minimumSize else { return }
+        if anchorWindow.isFinite { anchorWindow += step }
+        let anchor = Double(bitPattern: anchorBits.load(ordering: .relaxed))
+        if !anchor.isNaN { anchorBits.store((anchor + step).bitPattern, ordering: .relaxed) }
+        clockOffsetBits.store(offset.bitPattern, ordering: .relaxed)
+    }
 
     /// The anchor (position 0's time) is the least delayed estimate: within a window of a
     /// minute of frames, the minimum; each new window starts from its own first estimate and

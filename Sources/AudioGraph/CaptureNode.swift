@@ -27,10 +27,15 @@ public struct CaptureChunk {
     public var followedAtOnce = false
     /// Replayed from a pre-roll ring to a node just attached: captured before it was.
     public var isPreRoll = false
+    /// CLOCK_REALTIME − CLOCK_BOOTTIME (seconds) the times above are on (NaN: not known). It
+    /// changes only when the wall clock steps: a consumer keeping times of its own moves them
+    /// by the change, and a file's start less it is its place on the boot clock, which no
+    /// step moves (what re-dates a file once the clock is synchronized).
+    public var clockOffset = Double.nan
 
     public init(samples: UnsafeRawPointer, frames: Int, position: Int64, captureTime: Double, readUptime: UInt64,
                 overruns: Int, framesLost: Int64, anchoredTime: Double? = nil, followedAtOnce: Bool = false,
-                isPreRoll: Bool = false) {
+                isPreRoll: Bool = false, clockOffset: Double = .nan) {
         self.samples = samples
         self.frames = frames
         self.position = position
@@ -41,6 +46,7 @@ public struct CaptureChunk {
         self.anchoredTime = anchoredTime
         self.followedAtOnce = followedAtOnce
         self.isPreRoll = isPreRoll
+        self.clockOffset = clockOffset
     }
 }
 

@@ -31,6 +31,7 @@ public final class ChunkRing: @unchecked Sendable {
         var framesLost: Int64
         var anchoredTime: Double
         var isPreRoll: Bool
+        var clockOffset: Double
     }
 
     public let capacityBytes: Int
@@ -62,7 +63,8 @@ public final class ChunkRing: @unchecked Sendable {
         storage.initializeMemory(as: UInt8.self, repeating: 0, count: capacityBytes)
         headers = .allocate(capacity: headerCapacity)
         headers.initialize(repeating: Header(start: 0, end: 0, frames: 0, position: 0, captureTime: 0, readUptime: 0,
-                                             overruns: 0, framesLost: 0, anchoredTime: .nan, isPreRoll: false), count: headerCapacity)
+                                             overruns: 0, framesLost: 0, anchoredTime: .nan, isPreRoll: false,
+                                             clockOffset: .nan), count: headerCapacity)
     }
 
     deinit {
@@ -132,7 +134,8 @@ public final class ChunkRing: @unchecked Sendable {
         headers[count % headerCapacity] = Header(start: offset, end: end, frames: chunk.frames, position: chunk.position,
                                                  captureTime: chunk.captureTime, readUptime: chunk.readUptime,
                                                  overruns: chunk.overruns, framesLost: chunk.framesLost,
-                                                 anchoredTime: chunk.anchoredTime ?? .nan, isPreRoll: chunk.isPreRoll)
+                                                 anchoredTime: chunk.anchoredTime ?? .nan, isPreRoll: chunk.isPreRoll,
+                                                 clockOffset: chunk.clockOffset)
         producerBytes = end
         pushed.store(count + 1, ordering: .releasing)
         let held = heldFrames.add(chunk.frames, ordering: .relaxed).newValue
@@ -149,7 +152,7 @@ public final class ChunkRing: @unchecked Sendable {
                             captureTime: header.captureTime, readUptime: header.readUptime,
                             overruns: header.overruns, framesLost: header.framesLost,
                             anchoredTime: header.anchoredTime.isNaN ? nil : header.anchoredTime,
-                            isPreRoll: header.isPreRoll)
+                            isPreRoll: header.isPreRoll, clockOffset: header.clockOffset)
     }
 
     /// Consumer: done with the chunk `peek()` returned; its room goes back to the producer.

@@ -90,6 +90,26 @@ static inline int64_t recd_wall_clock_offset(void) {
     return offset;
 }
 
+/// The wall clock (CLOCK_REALTIME, nanoseconds) and, from the same reading, its offset from the
+/// boot clock (as `recd_wall_clock_offset`): the capture engine times each read with the first
+/// and follows a step of the wall clock with the second, and the two must never disagree (a
+/// step between two separate readings would time one read by the old clock and the new offset).
+static inline int64_t recd_wall_clock_now(int64_t *offset) {
+    struct timespec before, wall, after;
+    int64_t now = 0;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        clock_gettime(CLOCK_BOOTTIME, &before);
+        clock_gettime(CLOCK_REALTIME, &wall);
+        clock_gettime(CLOCK_BOOTTIME, &after);
+        int64_t boot_before = (int64_t)before.tv_sec * 1000000000 + before.tv_nsec;
+        int64_t boot_after = (int64_t)after.tv_sec * 1000000000 + after.tv_nsec;
+        now = (int64_t)wall.tv_sec * 1000000000 + wall.tv_nsec;
+        *offset = now - (boot_before + (boot_after - boot_before) / 2);
+        if (boot_after - boot_before < 100000) break;
+    }
+    return now;
+}
+
 /// A CLOCK_REALTIME timer descriptor for `recd_arm_clock_set_alarm`: non-blocking,
 /// close-on-exec. -1 with errno on failure.
 static inline int recd_clock_set_alarm(void) {

@@ -70,7 +70,10 @@ extension MPEG4AudioWriter: AudioFileWriter {
 
 extension FileOrigin {
     /// The free-text line the formats with a comment field carry; it ends with the start.
-    var comment: String { "recorded by \(software) from \(device); \(Self.startMarker)\(startText)" }
+    /// A start the clock did not vouch for says so before it (`StartClock.commentMark`).
+    var comment: String {
+        "recorded by \(software) from \(device); " + (clock.commentMark.map { $0 + "; " } ?? "") + Self.startMarker + startText
+    }
 
     static let startMarker = "first frame at "
 
@@ -78,6 +81,15 @@ extension FileOrigin {
     static func start(inComment comment: String) -> Date? {
         guard let time = comment.split(separator: " ").last, comment.dropLast(time.count).hasSuffix(startMarker) else { return nil }
         return UTCTimestamp.date(String(time))
+    }
+
+    /// What a comment written as `comment` says of its start's clock (nil: not recd's comment).
+    static func startClock(inComment comment: String) -> StartClock? {
+        guard start(inComment: comment) != nil else { return nil }
+        for clock in StartClock.allCases {
+            if let mark = clock.commentMark, comment.contains("; " + mark + "; " + startMarker) { return clock }
+        }
+        return .synchronized
     }
 }
 

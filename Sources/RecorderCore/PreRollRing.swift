@@ -85,7 +85,7 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
     /// chunk the engine delivers follows the last of them exactly. Returns the frames handed
     /// over and the position of the first.
     func replay(frames wanted: Int, into consumer: any CaptureConsumer, chunkFrames: Int,
-                captureTime: (Int64) -> Double?) -> (frames: Int, position: Int64) {
+                captureTime: (Int64) -> Double?, clockOffset: Double = .nan) -> (frames: Int, position: Int64) {
         let held = heldFrames.load(ordering: .relaxed)
         let frames = Swift.max(0, Swift.min(wanted, held))
         let firstPosition = endPosition - Int64(frames)
@@ -99,7 +99,7 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
             let chunk = CaptureChunk(samples: storage + index * bytesPerFrame, frames: count, position: position,
                                      captureTime: time ?? Date().timeIntervalSince1970,
                                      readUptime: CaptureEngine.uptime(), overruns: 0, framesLost: 0, anchoredTime: time,
-                                     followedAtOnce: remaining > count, isPreRoll: true)
+                                     followedAtOnce: remaining > count, isPreRoll: true, clockOffset: clockOffset)
             guard consumer.receive(chunk) else { break }
             index = (index + count) % capacityFrames
             position += Int64(count)

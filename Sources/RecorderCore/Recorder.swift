@@ -35,6 +35,11 @@ public final class Recorder: Sendable {
     /// and the gap before it. Each closed segment is sent once, in order: subscribe with
     /// `delivery: .every` to see them all (uploaders, the socket's `segment` topic).
     public let closedSegment: Observed<Segment?>
+    /// The last finished file re-dated once the system clock was synchronized (a file begun
+    /// before, `Segment.unsynchronizedStart`). Each is sent once, in order, after the file has
+    /// its true start and name: subscribe with `delivery: .every` (uploaders, the socket's
+    /// `redated` topic, MQTT, the `on_file_redated` hook).
+    public let redatedFile: Observed<RedatedFile?>
     /// A condition worth attention that does not stop the recording (digital silence, low disk
     /// space, a refused reload); nil when there is none.
     public let warning: Observed<RecorderWarning?>
@@ -76,6 +81,7 @@ public final class Recorder: Sendable {
         recording = published.recording
         statistics = published.statistics
         closedSegment = published.closedSegment
+        redatedFile = published.redatedFile
         warning = published.warning
         storage = published.storage
         listening = published.listening

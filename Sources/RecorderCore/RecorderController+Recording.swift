@@ -199,6 +199,7 @@ extension RecorderController {
                     self.updateCurrentSegment(of: session)
                 }
             },
+            clockSynchronized: { [clockMonitor] in clockMonitor.isSynchronized },
             fileRate: files.sampleRate, fileChannels: files.channels, converterQuality: plan.settings.quality,
             frameLimit: frameLimit, metering: plan.configuration.meteringEnabled,
             syncInterval: plan.configuration.syncInterval,
@@ -255,6 +256,8 @@ extension RecorderController {
     /// Logs the closed segment in its session's log (what `recordings.list` groups by) and
     /// publishes it.
     func announce(_ segment: Segment, directory: String) {
+        // A file begun before the clock was synchronized, closing after: its true start and name first.
+        let segment = redater.correctedAtClose(segment, directory: directory)
         // A recording that is one file needs no log to be listed as one.
         if segment.index > 1 || segment.endReason != .end { RecordingLibrary(directory: directory).log(segment) }
         logger.info("segment closed", metadata: [
@@ -343,7 +346,8 @@ extension RecorderController {
                     session.frameLimit = limit + Int64((Double(frames) * Double(session.fileRate) / deviceRate).rounded())
                 }
                 let (got, first) = ring.replay(frames: frames, into: session, chunkFrames: engine.maximumChunkFrames,
-                                               captureTime: engine.captureTime(ofPosition:))
+                                               captureTime: engine.captureTime(ofPosition:),
+                                               clockOffset: engine.wallClockOffset ?? .nan)
                 taken.withLock { $0 = PreRoll(requested: wanted, seconds: Double(got) / deviceRate,
                                               frames: Int64(got), firstFrame: first) }
             }

@@ -74,7 +74,8 @@ extension RecorderController {
                         let dropped = tap.framesDroppedAtHandOver
                         replayed = ring.replay(frames: Int((preRoll * Double(engine.configuration.sampleRate)).rounded()),
                                                into: tap, chunkFrames: engine.maximumChunkFrames,
-                                               captureTime: engine.captureTime(ofPosition:)).frames
+                                               captureTime: engine.captureTime(ofPosition:),
+                                               clockOffset: engine.wallClockOffset ?? .nan).frames
                         // What the answer says it begins with: what the tap took, not what was offered.
                         replayed -= Int(tap.framesDroppedAtHandOver - dropped)
                         return true

@@ -26,6 +26,8 @@ final class RecorderController: @unchecked Sendable {
     let published: RecorderOutputs
     let storageGuard: StorageGuard
     let clockMonitor: SystemClockMonitor
+    /// Re-dates the files begun before the clock was synchronized, once it is.
+    let redater: FileRedater
     let logger: Logger
     /// The one executor: every operation, one at a time.
     let control = DispatchQueue(label: "recd.recorder.control")
@@ -160,7 +162,9 @@ final class RecorderController: @unchecked Sendable {
         self.logger = logger
         self.storageGuard = StorageGuard(configuration: configurationState, activeSession: activeSession,
                                          published: published, logger: logger)
-        self.clockMonitor = SystemClockMonitor(sources: clock, publishing: published.clock, logger: logger)
+        let clockMonitor = SystemClockMonitor(sources: clock, publishing: published.clock, logger: logger)
+        self.clockMonitor = clockMonitor
+        self.redater = FileRedater(published: published, isSynchronized: { clockMonitor.isSynchronized }, logger: logger)
     }
 
     /// The configuration the next recording will use.

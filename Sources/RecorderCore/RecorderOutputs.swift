@@ -12,6 +12,7 @@ final class RecorderOutputs: Sendable {
     let recording = Observed<Recording?>(nil)
     let statistics = Observed<CaptureStatistics>(CaptureStatistics())
     let closedSegment = Observed<Segment?>(nil)
+    let redatedFile = Observed<RedatedFile?>(nil)
     let warning = Observed<RecorderWarning?>(nil)
     let storage = Observed<StorageStatus?>(nil)
     let listening = Observed<ListeningStatus?>(nil)

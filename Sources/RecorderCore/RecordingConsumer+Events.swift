@@ -202,9 +202,10 @@ extension RecordingConsumer {
         let start = time(first)
         let date = Date(timeIntervalSince1970: start)
         let (file, opened) = try files.create(index: gate.nextIndex, startedAt: date)
-        file.stampOrigin(origin(startedAt: date))
+        let mark = stamp(file, startedAt: date)
         writer = file
         segment = opened
+        segment.unsynchronizedStart = mark
         segmentTarget = clock.frames(startingAt: date, follows: false)
         segmentStartXruns = xruns.load(ordering: .relaxed)
         segmentStartLost = framesLost.load(ordering: .relaxed)

@@ -1,5 +1,6 @@
 import ALSA
 import AudioGraph
+import CLinux
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -53,6 +54,11 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     /// Runs on the capture thread when the first segment's start is known (and its file may
     /// have been renamed to match).
     let segmentStarted: @Sendable () -> Void
+    /// Whether the system clock is synchronized now: asked as each file begins (its mark).
+    let clockSynchronized: @Sendable () -> Bool
+    /// The wall clock's offset from the boot clock the chunks' times were on, last chunk
+    /// (worker; NaN before the first): a change is a step, which the anchors follow.
+    private var clockOffset = Double.nan
     // The current segment, its length and what it had counted when it began (capture thread).
     var segment: Segment
     var segmentTarget: Int64?
@@ -162,6 +168,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
          files: SegmentFileFactory, clock: SegmentClock, gate: EventGate? = nil,
          segmentClosed: @escaping @Sendable (Segment, RecorderError?) -> Void,
          segmentStarted: @escaping @Sendable () -> Void = {},
+         clockSynchronized: @escaping @Sendable () -> Bool = { true },
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
          frameLimit: Int64?, metering: Bool, syncInterval: Double, spaceGuard: SpaceGuard? = nil,
          sixteenBitFile: Bool = false, writeBuffer: Double = 10, preRollRoom: Double = 0,
@@ -176,6 +183,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         self.clock = clock
         self.segmentClosed = segmentClosed
         self.segmentStarted = segmentStarted
+        self.clockSynchronized = clockSynchronized
         self.gate = gate
         self.fileRate = fileRate
         self.fileChannels = fileChannels
@@ -436,6 +444,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             reanchor = true
             expectedPosition = nil
         }
+        followWallClockSteps(chunk)
         let lost = framesLostBefore(chunk)
         if let gate { return receiveGated(chunk, gate: gate, lost: lost) }
         var gapStart: Date?
@@ -487,7 +496,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
             segmentTarget = clock.frames(startingAt: start, follows: false)
             refiningFirstCut = clock.alignToClock && segmentTarget != nil
             nameAfterStart(namedAt: namedAt)
-            writer?.stampOrigin(origin(startedAt: start))
+            segment.unsynchronizedStart = stamp(writer, startedAt: start)
             currentSegment.withLock { $0 = segment }
             segmentStarted()
             markFirstFrameKnown()
@@ -615,8 +624,31 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     }
 
     /// What a file whose first frame was captured at `time` says about its origin.
-    func origin(startedAt time: Date) -> FileOrigin {
-        FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: deviceName)
+    func origin(startedAt time: Date, clock: StartClock) -> FileOrigin {
+        FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: deviceName, clock: clock)
+    }
+
+    /// Writes into a file beginning at `time` where it comes from, marked if the system clock is
+    /// not synchronized now; returns the segment's mark then (nil: the clock vouches for it).
+    func stamp(_ file: (any AudioFileWriter)?, startedAt time: Date) -> UnsynchronizedStart? {
+        let mark = clockSynchronized() ? nil : UnsynchronizedStart(
+            bootTime: time.timeIntervalSince1970 - (clockOffset.isNaN ? Double(recd_wall_clock_offset()) / 1e9 : clockOffset),
+            template: files.template, localTime: files.localTime)
+        file?.stampOrigin(origin(startedAt: time, clock: mark == nil ? .synchronized : .unsynchronized))
+        return mark
+    }
+
+    /// Moves the anchors by a step of the wall clock between the chunk before and `chunk`
+    /// (worker), as the engine moved its own: the boundaries and the next files' starts are on
+    /// the clock as it is now. The file being written keeps the start it was stamped with.
+    private func followWallClockSteps(_ chunk: CaptureChunk) {
+        guard !chunk.clockOffset.isNaN else { return }
+        defer { clockOffset = chunk.clockOffset }
+        guard !clockOffset.isNaN else { return }
+        let step = chunk.clockOffset - clockOffset
+        guard step != 0 else { return }
+        if anchor.isFinite { anchor += step }
+        if anchorWindow.isFinite { anchorWindow += step }
     }
 
     /// When the frame after the last one written was captured: the next segment's start.
@@ -634,11 +666,12 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
         refiningFirstCut = false
         let next = try files.create(index: segment.index + 1, startedAt: time,
                                     namedAt: clock.nameTime(forStart: time, follows: reason == .length))
-        next.0.stampOrigin(origin(startedAt: time))
+        let mark = stamp(next.0, startedAt: time)
         let closed = finalSegment(endedAt: closedAt ?? time, reason: reason)
         let old = HandedOver(writer!)
         writer = next.0
         segment = next.1
+        segment.unsynchronizedStart = mark
         segment.gapBefore = gap
         segmentTarget = clock.frames(startingAt: time, follows: reason == .length)
         segmentStartXruns = xruns.load(ordering: .relaxed)

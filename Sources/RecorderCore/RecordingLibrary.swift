@@ -53,6 +53,20 @@ public struct RecordingLibrary: Sendable {
         return startTime(reader)
     }
 
+    /// What the file at `path` says of its start's clock (recd's comment: `StartClock`); nil
+    /// for a file without recd's comment.
+    public static func startClock(ofFile path: String) -> StartClock? {
+        let fileExtension = FilePath(path).extension ?? ""
+        if AudioFileFormat.isMPEG4(fileExtension: fileExtension) {
+            return (try? MPEG4AudioInfo(path: path))?.tags["comment"].flatMap(FileOrigin.startClock(inComment:))
+        }
+        guard let reader = try? SoundFileReader(path: path) else { return nil }
+        if let description = reader.broadcastInfo?.description, let clock = FileOrigin.startClock(inComment: description) {
+            return clock
+        }
+        return reader.string(.comment).flatMap(FileOrigin.startClock(inComment:))
+    }
+
     private static func startTime(_ reader: SoundFileReader) -> Date? {
         if let start = reader.broadcastInfo?.startTime(sampleRate: reader.info.sampleRate) { return start }
         if let start = reader.string(.date).flatMap({ UTCTimestamp.date($0) }) { return start }

@@ -78,7 +78,12 @@ struct SegmentFileFactory: Sendable {
 
     /// The final path a segment starting at `date` would get (unique now).
     func path(index: Int, startedAt date: Date) throws(RecorderError) -> String {
-        let relative = render(index: index, date: date)
+        try Self.uniquePath(directory: directory, relative: render(index: index, date: date), fileExtension: fileExtension)
+    }
+
+    /// `directory/relative.fileExtension`, or the first of `relative-2`, `-3`… that neither
+    /// exists nor is being written (`.part`); its directories made.
+    static func uniquePath(directory: String, relative: String, fileExtension: String) throws(RecorderError) -> String {
         let base = directory + "/" + relative
         let parent = FilePath(base).removingLastComponent().string
         if let errnoValue = Directories.make(parent) {
@@ -116,6 +121,10 @@ struct SegmentFileFactory: Sendable {
 
     /// The template with its fields filled in: strftime's, then `{name}` and `{n}`.
     func render(index: Int, date: Date) -> String {
+        Self.render(template, localTime: localTime, name: name, index: index, date: date)
+    }
+
+    static func render(_ template: String, localTime: Bool, name: String, index: Int, date: Date) -> String {
         // Names show the second the start falls in (`SegmentClock.nameTime` gives a segment on
         // the clock its boundary's); `{name}` is filled in after strftime, so a '%' in a recording's name stays literal.
         // The time as the file records it (to the millisecond): 46.9996 is 47.000 inside the

@@ -244,6 +244,9 @@ final class SystemClockMonitor: @unchecked Sendable {
         for source in dispatchSources { source.cancel() }
     }
 
+    /// Whether the clock is synchronized, as last read (no system call).
+    var isSynchronized: Bool { watch.withLockedValue { $0.status.synchronized } }
+
     /// Reads the clock now (publishing and logging what changed) and returns its status with
     /// the kernel's error figures of the moment. Any thread; a few system calls.
     @discardableResult

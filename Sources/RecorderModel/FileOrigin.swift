@@ -15,18 +15,45 @@ public struct FileOrigin: Sendable, Equatable {
     public var device: String
     /// "recd 0.1.0".
     public var software: String
+    /// What the start time is worth: the clock's state when the file began, or its correction.
+    public var clock: StartClock
 
     public init(startedAt: Date, recordingName: String, recordingId: String, device: String,
-                software: String = "recd " + RecdVersion.current) {
+                software: String = "recd " + RecdVersion.current, clock: StartClock = .synchronized) {
         self.startedAt = startedAt
         self.recordingName = recordingName
         self.recordingId = recordingId
         self.device = device
         self.software = software
+        self.clock = clock
     }
 
     /// The start in RFC 3339, UTC, to the millisecond: `2026-11-22T14:00:00.123Z`.
     public var startText: String { UTCTimestamp.text(startedAt) }
+}
+
+/// What a file's recorded start time is worth, as the file itself says (its comment; `recctl
+/// info`, `recordings.list`).
+public enum StartClock: String, Sendable, Equatable, Codable, CaseIterable {
+    /// The system clock was synchronized when the file began (or the file does not say: every
+    /// file from before recd marked them).
+    case synchronized
+    /// It was not (a station without a real-time clock, before NTP): the start is the clock's
+    /// as it was then, possibly days off, until recd re-dates the file.
+    case unsynchronized
+    /// It was not, and recd corrected the start (and the name) once the clock was synchronized,
+    /// from the boot clock, which no step moves.
+    case redated
+
+    /// How the file's comment says it, just before the start. The two marks have the same
+    /// length, so re-dating rewrites them in place.
+    public var commentMark: String? {
+        switch self {
+        case .synchronized: nil
+        case .unsynchronized: "clock not synchronized"
+        case .redated: "re-dated at clock sync"
+        }
+    }
 }
 
 /// RFC 3339 timestamps in UTC with milliseconds, written and read without a date formatter

@@ -123,6 +123,11 @@ public struct Segment: Sendable, Equatable, Codable {
     /// Set when closed.
     public var endedAt: Date?
     public var endReason: SegmentEnd?
+    /// Set when the file started while the system clock was not synchronized: `startedAt` is
+    /// that clock's, and this says where the start falls on the boot clock, to correct it.
+    public var unsynchronizedStart: UnsynchronizedStart?
+    /// Set once recd re-dated the file: the start it had (the unsynchronized clock's).
+    public var redatedFrom: Date?
 
     public init(recordingId: String, name: String, index: Int, path: String, startedAt: Date, frames: Int64 = 0,
                 sampleRate: Int, xruns: Int = 0, framesLost: Int64 = 0, gapBefore: Gap? = nil,
@@ -144,6 +149,47 @@ public struct Segment: Sendable, Equatable, Codable {
     /// Seconds of audio in it.
     public var duration: Double { sampleRate > 0 ? Double(frames) / Double(sampleRate) : 0 }
     public var partialPath: String { path + ".part" }
+}
+
+/// A file that began while the system clock was not synchronized (a station without a
+/// real-time clock, before NTP): its start is the boot clock's reading of its first frame,
+/// which no step of the wall clock moves, and the name's template, so that once the clock is
+/// synchronized its true start (this plus the wall clock's offset then) and its true name
+/// can be given to it (`Segment.redatedFrom`).
+public struct UnsynchronizedStart: Sendable, Equatable, Codable {
+    /// CLOCK_BOOTTIME of the first frame, seconds: the wall clock's start less its offset from
+    /// the boot clock at the time.
+    public var bootTime: Double
+    /// The file name's template and whether it is in local time (`SegmentSettings`).
+    public var template: String
+    public var localTime: Bool
+
+    public init(bootTime: Double, template: String, localTime: Bool) {
+        self.bootTime = bootTime
+        self.template = template
+        self.localTime = localTime
+    }
+}
+
+/// A finished file recd re-dated once the system clock was synchronized: its true start
+/// written into it, and its true name when the name came from the clock (`redated` topic,
+/// MQTT's `redated`, the `on_file_redated` hook).
+public struct RedatedFile: Sendable, Equatable, Codable {
+    /// The file as it is now: its path, its start, and `redatedFrom`.
+    public var segment: Segment
+    /// Its path before (the same when the name has no time in it).
+    public var previousPath: String
+    /// The start it had: the unsynchronized clock's.
+    public var previousStart: Date
+
+    public init(segment: Segment, previousPath: String, previousStart: Date) {
+        self.segment = segment
+        self.previousPath = previousPath
+        self.previousStart = previousStart
+    }
+
+    /// Seconds the start moved: positive when the clock was behind.
+    public var correction: Double { segment.startedAt.timeIntervalSince(previousStart) }
 }
 
 /// Waiting for a lost or missing device to come (back).

@@ -1,0 +1,144 @@
+import CLinux
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Logging
+import NIOConcurrencyHelpers
+import RecorderModel
+import SystemPackage
+
+/// Gives the files begun while the system clock was not synchronized their true start once it
+/// is (issue 50): a station without a real-time clock records from boot with whatever time
+/// it saved at its last shutdown, and NTP corrects the clock later, or never.
+///
+/// A file's first frame is placed on the boot clock when it begins
+/// (`Segment.unsynchronizedStart`); no step of the wall clock moves that. Once the clock is
+/// synchronized, its true start is that plus the wall clock's offset from the boot clock
+/// then. `FileRedating` writes it into the file, the file takes the name its template gives
+/// the true start (never over another file), the session log learns it, and `redatedFile`
+/// announces it (old path → new). A file still being written is corrected as it closes,
+/// before it is announced at all (`correctedAtClose`). Files of an earlier boot, or of an
+/// earlier run of recd, are not known here and stay marked: nothing is guessed.
+final class FileRedater: Sendable {
+    private struct Pending: Sendable {
+        var segment: Segment
+        var directory: String
+    }
+
+    private let published: RecorderOutputs
+    private let logger: Logger
+    private let isSynchronized: @Sendable () -> Bool
+    /// Closed files that began unsynchronized, waiting for the clock: the newest
+    /// `pendingLimit` (an offline station's clock may never be synchronized; past the limit
+    /// the oldest stay marked, and the log says so once).
+    private let pending = NIOLockedValueBox<(files: [Pending], dropped: Int)>(([], 0))
+    /// About 1.7 MiB at most: 41 hours of 30 s segments, 83 days of hourly files.
+    static let pendingLimit = 5000
+    /// Re-dating rewrites and renames files: off the clock's and the control queue.
+    private let queue = DispatchQueue(label: "recd.redate")
+    private let token = NIOLockedValueBox<ObservationToken?>(nil)
+
+    init(published: RecorderOutputs, isSynchronized: @escaping @Sendable () -> Bool, logger: Logger) {
+        self.published = published
+        self.isSynchronized = isSynchronized
+        self.logger = logger
+        let observation = published.clock.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] clock in
+            if clock.synchronized { self?.redatePending() }
+        }
+        token.withLock { $0 = observation }
+    }
+
+    /// A closed segment about to be announced: re-dated now if it began unsynchronized and the
+    /// clock is synchronized by now (the segment as it is then); else, if it began so, kept
+    /// for when it will be. Any thread but the clock's.
+    func correctedAtClose(_ segment: Segment, directory: String) -> Segment {
+        guard segment.unsynchronizedStart != nil else { return segment }
+        if isSynchronized(), let redated = redate(segment, directory: directory) { return redated.segment }
+        let firstDrop = pending.withLock { pending -> Bool in
+            pending.files.append(Pending(segment: segment, directory: directory))
+            guard pending.files.count > Self.pendingLimit else { return false }
+            pending.files.removeFirst(pending.files.count - Self.pendingLimit)
+            pending.dropped += 1
+            return pending.dropped == 1
+        }
+        if firstDrop {
+            logger.warning("the clock has not been synchronized for \(Self.pendingLimit) files; the oldest will keep their unsynchronized start",
+                           metadata: ["segment.path": "\(segment.path)"])
+        }
+        // The clock may have been synchronized in between: its announcement found nothing.
+        if isSynchronized() { queue.async { [weak self] in self?.redatePending() } }
+        return segment
+    }
+
+    /// Files waiting for the clock (status).
+    var pendingCount: Int { pending.withLock { $0.files.count } }
+
+    // MARK: On queue
+
+    private func redatePending() {
+        let files = pending.withLock { pending in defer { pending = ([], 0) }; return pending.files }
+        for file in files {
+            guard let redated = redate(file.segment, directory: file.directory) else { continue }
+            if redated.segment.index > 1 || redated.segment.endReason != .end {
+                RecordingLibrary(directory: file.directory).log(redated.segment)
+            }
+            published.redatedFile.send(redated)
+        }
+    }
+
+    /// Rewrites the start in `segment`'s file and renames it as its template names the true
+    /// start. Nil (logged) when the file cannot be re-dated: it keeps its mark.
+    private func redate(_ segment: Segment, directory: String) -> RedatedFile? {
+        guard let mark = segment.unsynchronizedStart else { return nil }
+        let offset = Double(recd_wall_clock_offset()) / 1e9
+        let start = Date(timeIntervalSince1970: mark.bootTime + offset)
+        let stamped = FileOrigin(startedAt: segment.startedAt, recordingName: segment.name, recordingId: segment.recordingId,
+                                 device: "", clock: .unsynchronized)
+        var metadata: Logger.Metadata = ["segment.path": "\(segment.path)", "recording.id": "\(segment.recordingId)",
+                                         "start.before": "\(UTCTimestamp.text(segment.startedAt))",
+                                         "start.after": "\(UTCTimestamp.text(start))"]
+        do throws(RecorderError) {
+            try FileRedating.redate(path: segment.path, from: stamped, to: start, sampleRate: segment.sampleRate)
+        } catch {
+            metadata["error.message"] = "\(error.message)"
+            logger.error("file could not be re-dated; it keeps its unsynchronized start", metadata: metadata)
+            return nil
+        }
+        var redated = segment
+        redated.startedAt = start
+        redated.redatedFrom = segment.startedAt
+        redated.unsynchronizedStart = nil
+        if let ended = segment.endedAt { redated.endedAt = ended.addingTimeInterval(start.timeIntervalSince(segment.startedAt)) }
+        redated.path = renamed(segment, mark: mark, start: start, directory: directory) ?? segment.path
+        metadata["segment.path"] = "\(redated.path)"
+        metadata["segment.previous_path"] = "\(segment.path)"
+        metadata["start.correction"] = "\(String(printf: "%+.3f", start.timeIntervalSince(segment.startedAt)))"
+        logger.notice("file re-dated", metadata: metadata)
+        return RedatedFile(segment: redated, previousPath: segment.path, previousStart: segment.startedAt)
+    }
+
+    /// The file's new path when its template names the true start otherwise (nil: the name
+    /// stands). A link, then the old name's unlink: never over another file.
+    private func renamed(_ segment: Segment, mark: UnsynchronizedStart, start: Date, directory: String) -> String? {
+        let fileExtension = FilePath(segment.path).extension ?? ""
+        let before = SegmentFileFactory.render(mark.template, localTime: mark.localTime, name: segment.name,
+                                               index: segment.index, date: segment.startedAt)
+        let after = SegmentFileFactory.render(mark.template, localTime: mark.localTime, name: segment.name,
+                                              index: segment.index, date: start)
+        guard before != after else { return nil }
+        do throws(RecorderError) {
+            let wanted = try SegmentFileFactory.uniquePath(directory: directory, relative: after, fileExtension: fileExtension)
+            guard link(segment.path, wanted) == 0 else {
+                throw RecorderError(.failedToSave, String(cString: strerror(errno)))
+            }
+            unlink(segment.path)
+            Directories.sync(containing: wanted)
+            Directories.sync(containing: segment.path)
+            return wanted
+        } catch {
+            logger.error("re-dated file could not be renamed; it keeps its name",
+                         metadata: ["segment.path": "\(segment.path)", "error.message": "\(error.message)"])
+            return nil
+        }
+    }
+}
