@@ -189,6 +189,9 @@ public enum Topic: String, Sendable, Codable, CaseIterable, Comparable {
     case listening
     /// A triggered recording's events (`TriggerEvent`): opened, closed, discarded, in order.
     case trigger
+    /// Each finished file re-dated once the system clock was synchronized (`RedatedFile`: its
+    /// new path and start, and the ones it had), in order.
+    case redated
     /// The input's spectrum (`Spectrum`, or null), one column per 50 ms while the device is
     /// open; computed only while someone subscribes.
     case spectrum
@@ -643,6 +646,7 @@ public enum TopicValue: Sendable, Equatable {
     case retention(RetentionDeletion?)
     case listening(ListeningStatus?)
     case trigger(TriggerEvent?)
+    case redated(RedatedFile?)
     case spectrum(Spectrum?)
 
     public var topic: Topic {
@@ -657,6 +661,7 @@ public enum TopicValue: Sendable, Equatable {
         case .retention: .retention
         case .listening: .listening
         case .trigger: .trigger
+        case .redated: .redated
         case .spectrum: .spectrum
         }
     }
@@ -697,6 +702,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .retention: value = .retention(try container.decodeIfPresent(RetentionDeletion.self, forKey: .value))
         case .listening: value = .listening(try container.decodeIfPresent(ListeningStatus.self, forKey: .value))
         case .trigger: value = .trigger(try container.decodeIfPresent(TriggerEvent.self, forKey: .value))
+        case .redated: value = .redated(try container.decodeIfPresent(RedatedFile.self, forKey: .value))
         case .spectrum: value = .spectrum(try container.decodeIfPresent(Spectrum.self, forKey: .value))
         }
     }
@@ -717,6 +723,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         case .retention(let deletion): try container.encode(deletion, forKey: .value)
         case .listening(let listening): try container.encode(listening, forKey: .value)
         case .trigger(let event): try container.encode(event, forKey: .value)
+        case .redated(let file): try container.encode(file, forKey: .value)
         case .spectrum(let spectrum): try container.encode(spectrum, forKey: .value)
         }
     }

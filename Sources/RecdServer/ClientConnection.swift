@@ -974,7 +974,8 @@ extension Topic {
         case .retention: 7
         case .listening: 8
         case .trigger: 9
-        case .spectrum: 10
+        case .redated: 10
+        case .spectrum: 11
         }
     }
 }

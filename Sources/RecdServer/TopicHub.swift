@@ -114,6 +114,7 @@ final class TopicHub: Sendable {
             recorder.warning.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.warning($0)) },
             recorder.retentionDeletion.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.retention($0)) },
             recorder.triggerEvent.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.trigger($0)) },
+            recorder.redatedFile.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.redated($0)) },
             recorder.listening.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.listening($0)) },
             recorder.currentTime.subscribe(on: queue) { [weak self] in self?.publish(.currentTime($0)) },
             recorder.levels.subscribe(on: queue) { [weak self] in self?.publish(.levels($0)) },

@@ -38,6 +38,7 @@ final class LiveView {
     private var lastStatusLine: String?
     /// The snapshot's segment is old news: only segments closed while watching get a line.
     private var seenSegment = false
+    private var seenRedated = false
     /// The snapshot's deletion happened before the watch began: only later ones are shown.
     private var seenDeletion = false
     /// The snapshot's trigger event happened before the watch began.
@@ -86,6 +87,9 @@ final class LiveView {
             case .segment(let segment):
                 defer { seenSegment = true }
                 if seenSegment, let segment { printAbove(Output.describeClosed(segment)) }
+            case .redated(let file):
+                defer { seenRedated = true }
+                if seenRedated, let file { printAbove(Output.describeRedated(file)) }
             case .spectrum(let column):
                 if let column, let line = spectrogram?.add(column, columns: columns ?? 80) { printAbove(line) }
             }

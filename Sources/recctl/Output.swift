@@ -94,8 +94,15 @@ enum Output {
         "closed segment #\(segment.index) \(segment.path) (" + segmentDetails(segment) + ")"
     }
 
+    static func describeRedated(_ file: RedatedFile) -> String {
+        "re-dated " + (file.previousPath == file.segment.path ? file.segment.path : "\(file.previousPath) -> \(file.segment.path)")
+            + " (from " + localTime(file.segment.startedAt) + String(printf: ", the clock was %+.3f s off)", -file.correction)
+    }
+
     static func segmentDetails(_ segment: Segment) -> String {
         var details = [duration(segment.duration), "from " + localTime(segment.startedAt)]
+        if segment.unsynchronizedStart != nil { details.append("clock not synchronized") }
+        if let before = segment.redatedFrom { details.append("re-dated from " + localTime(before)) }
         if segment.xruns > 0 { details.append("\(segment.xruns) xruns, \(segment.framesLost) frames lost") }
         if let gap = segment.gapBefore { details.append(String(printf: "after a %.1f s gap", gap.duration)) }
         if let end = segment.endReason, end != .length { details.append("ended by " + end.rawValue) }

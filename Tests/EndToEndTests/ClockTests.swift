@@ -3,6 +3,7 @@ import Glibc
 import RecdClient
 import RecdProtocol
 import RecdTestSupport
+import RecorderModel
 import Testing
 
 /// The system clock as the real recd sees it (issue 50): whether it is synchronized, and its
@@ -47,7 +48,7 @@ struct ClockTests {
     /// recd on the null device with the kernel's state from the interposer, timesyncd's
     /// directory below the test's own (`run/timesync`, absent until a test makes it) and, with
     /// `fakeOffset`, under libfaketime.
-    func daemon(discipline: String, fakeOffset: String? = nil, config: String = "") throws -> Daemon {
+    func daemon(discipline: String, fakeOffset: String? = nil, config: String = "", device: String = "null") throws -> Daemon {
         try setDiscipline(discipline)
         var preload = [try clockDiscipline()]
         var environment = ["RECD_TEST_CLOCK_DISCIPLINE": work.file("discipline"),
@@ -63,7 +64,7 @@ struct ClockTests {
             environment["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
         }
         environment["LD_PRELOAD"] = preload.joined(separator: " ")
-        return try Daemon(device: "null", config: config, environment: environment)
+        return try Daemon(device: device, config: config, environment: environment)
     }
 
     /// Why the tests with libfaketime run against the release binaries only (PreloadTests says more).
@@ -205,6 +206,101 @@ struct ClockTests {
         #expect(try recctlStatusLine(daemon).contains("; 2 steps, the last -3600.0"))
         #expect(watcher.first("\(Self.prefix)/clock", where: { $0.json?["steps"] as? Int == 2 }) != nil)
         #expect(daemon.terminate() == 0)
+    }
+
+    // MARK: Re-dating
+
+    /// A station that boots three days behind (issue 50): FLAC in 4 s segments on the clock,
+    /// named by strftime, from the paced device. The segments closed while the clock was wrong
+    /// are marked; then the clock steps to the true time and is synchronized: each of them is
+    /// re-dated (its in-file start, its name) and a subscriber sees old path → new; the one
+    /// open then is corrected as it closes; the ones after are not marked. Against the test's
+    /// own clock (libfaketime's offset is exactly three days): every start within 10 ms of the
+    /// truth, and the frame counts continuous across the step (each segment starts where the
+    /// one before ended).
+    @Test(.enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer))
+    func filesBegunBeforeTheClockWasSynchronizedAreRedatedAndRenamed() throws {
+        let server = try PulseServer()
+        let daemon = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", device: TestDevices.paced(server))
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.segment, .redated]))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "dawn", format: .flac, sampleRate: 48000, channels: 1,
+                                                                     segmentLength: 4, alignToClock: true))
+        var closed: [Segment] = []
+        var redated: [RedatedFile] = []
+        func collect(until done: () -> Bool) throws {
+            let deadline = Date().addingTimeInterval(60)
+            while !done(), Date() < deadline {
+                let notification = try watcher.nextNotification(timeout: 60)
+                if case .segment(let segment?) = notification.value, segment.recordingId == started.id { closed.append(segment) }
+                if case .redated(let file?) = notification.value { redated.append(file) }
+            }
+        }
+        // Two segments closed on the wrong clock.
+        try collect { closed.count >= 2 }
+        let early = closed
+        #expect(early.allSatisfy { $0.unsynchronizedStart != nil && $0.redatedFrom == nil }, "\(early)")
+        for segment in early {
+            #expect(segment.path.contains("/" + UTCTimestamp.text(segment.startedAt).prefix(10) + "/"), "\(segment.path)")
+            #expect(abs(segment.startedAt.timeIntervalSinceNow + 259_200) < 30, "\(UTCTimestamp.text(segment.startedAt))")
+        }
+
+        // NTP steps the clock and synchronizes it.
+        try setFakeOffset("+0")
+        try setDiscipline("synchronized")
+        _ = try clock(daemon)  // the next reading sees both (else the minute's)
+        try collect { redated.count >= early.count }
+        #expect(redated.map(\.previousPath) == early.map(\.path))
+        for (file, before) in zip(redated, early) {
+            let truth = before.startedAt.addingTimeInterval(259_200)
+            #expect(abs(file.segment.startedAt.timeIntervalSince(truth)) < 0.010,
+                    "\(UTCTimestamp.text(file.segment.startedAt)) for \(UTCTimestamp.text(truth))")
+            #expect(file.segment.redatedFrom == before.startedAt && file.segment.unsynchronizedStart == nil)
+            #expect(file.segment.frames == before.frames)
+            #expect(!FileManager.default.fileExists(atPath: before.path), "\(before.path) is still there")
+            // The name its template gives the true start, and the start inside, read by recd and by ffprobe.
+            #expect(file.segment.path.hasSuffix("/" + Self.utcName(file.segment.startedAt) + ".flac"), "\(file.segment.path)")
+            let tags = try Self.dateAndComment(file.segment.path)
+            #expect(tags.date == UTCTimestamp.text(file.segment.startedAt), "\(tags)")
+            #expect(tags.comment.hasSuffix("; re-dated at clock sync; first frame at " + UTCTimestamp.text(file.segment.startedAt)), "\(tags)")
+        }
+
+        // The segment open at the step closes corrected; the next ones are not marked.
+        let seen = closed.count
+        try collect { closed.count >= seen + 2 }
+        let _: Recording = try client.call(.stop)
+        let later = Array(closed[seen...])
+        #expect(later[0].redatedFrom != nil && later[0].unsynchronizedStart == nil, "\(later[0])")
+        #expect(later.dropFirst().allSatisfy { $0.redatedFrom == nil && $0.unsynchronizedStart == nil })
+        #expect(try Self.dateAndComment(later[0].path).comment.contains("; re-dated at clock sync; "))
+        #expect(try !Self.dateAndComment(later[1].path).comment.contains("clock"), "\(later[1].path)")
+        #expect(redated.count == early.count, "a file open at the synchronization is corrected at its close, not announced twice")
+
+        // Continuous across the step: each segment starts where the one before ended.
+        let all = redated.map(\.segment) + later
+        for (one, next) in zip(all, all.dropFirst()) {
+            let end = one.startedAt.addingTimeInterval(Double(one.frames) / 48000)
+            #expect(abs(next.startedAt.timeIntervalSince(end)) < 0.010,
+                    "segment \(next.index) starts \(next.startedAt.timeIntervalSince(end)) s after \(one.index) ended")
+        }
+        // And on the test's own clock: the first frame within a second of the start asked.
+        #expect(abs(all[0].startedAt.timeIntervalSince(started.startedAt ?? Date.distantPast)) < 2 || all[0].index == 1)
+        #expect(daemon.terminate() == 0)
+    }
+
+    /// `%Y%m%dT%H%M%SZ` of a start, as the default template names segments.
+    static func utcName(_ date: Date) -> String {
+        let fields = UTCTimestamp.fields(secondsSince1970: Int64(((date.timeIntervalSince1970 * 1000).rounded() / 1000).rounded(.down)))
+        return fields.date.filter { $0 != "-" } + "T" + fields.time.filter { $0 != ":" } + "Z"
+    }
+
+    /// A FLAC's DATE and COMMENT as ffprobe reads them.
+    static func dateAndComment(_ path: String) throws -> (date: String, comment: String) {
+        let probed = try run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format_tags=DATE,COMMENT", "-of", "json", path])
+        let json = try JSONSerialization.jsonObject(with: Data(probed.stdout.utf8)) as? [String: Any]
+        let tags = (json?["format"] as? [String: Any])?["tags"] as? [String: String] ?? [:]
+        return (tags["DATE"] ?? tags["date"] ?? "", tags["COMMENT"] ?? tags["comment"] ?? "")
     }
 
     // MARK: The kernel's clock-set alarm
