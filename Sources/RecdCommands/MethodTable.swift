@@ -294,7 +294,7 @@ public enum MethodTable {
                       duration: entry.info.duration, frames: entry.info.frames, sampleRate: entry.info.sampleRate,
                       channels: entry.info.channels, size: entry.size, modified: entry.modified,
                       session: entry.segment?.recordingId, sessionName: entry.segment?.name, segment: entry.segment?.index,
-                      startedAt: entry.startedAt)
+                      startedAt: entry.startedAt, startClock: entry.startClock)
     }
 
     private static func required<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError) -> T {

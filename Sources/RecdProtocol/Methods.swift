@@ -522,10 +522,14 @@ public struct RecordingFile: Codable, Sendable, Equatable {
     public var sessionName: String?
     public var segment: Int?
     public var startedAt: Date?
+    /// What the file says of its start's clock: `unsynchronized` (begun before the system clock
+    /// was synchronized, not re-dated), `redated`, `synchronized`; absent when it does not say.
+    public var startClock: StartClock?
 
     public init(name: String, file: String, path: String, format: AudioFileFormat, duration: Double, frames: Int64,
                 sampleRate: Int, channels: Int, size: Int64, modified: Date, session: String? = nil,
-                sessionName: String? = nil, segment: Int? = nil, startedAt: Date? = nil) {
+                sessionName: String? = nil, segment: Int? = nil, startedAt: Date? = nil, startClock: StartClock? = nil) {
+        self.startClock = startClock
         self.session = session
         self.sessionName = sessionName
         self.segment = segment

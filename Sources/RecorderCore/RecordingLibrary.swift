@@ -31,6 +31,9 @@ public struct RecordingLibrary: Sendable {
         /// The wall-clock time of the file's first frame as the file itself records it
         /// (`RecordingLibrary.startTime(ofFile:)`); nil for a file that does not say.
         public var recordedStart: Date?
+        /// What the file says of its start's clock (recd's comment): `unsynchronized` for a file
+        /// begun before the system clock was synchronized and not re-dated; nil when it does not say.
+        public var startClock: StartClock?
 
         /// When the file's first frame was captured: what the file says, else what recd's
         /// session log says (files from before recd wrote it into them); nil if neither knows.
@@ -61,10 +64,7 @@ public struct RecordingLibrary: Sendable {
             return (try? MPEG4AudioInfo(path: path))?.tags["comment"].flatMap(FileOrigin.startClock(inComment:))
         }
         guard let reader = try? SoundFileReader(path: path) else { return nil }
-        if let description = reader.broadcastInfo?.description, let clock = FileOrigin.startClock(inComment: description) {
-            return clock
-        }
-        return reader.string(.comment).flatMap(FileOrigin.startClock(inComment:))
+        return startClock(reader)
     }
 
     private static func startTime(_ reader: SoundFileReader) -> Date? {
@@ -360,26 +360,33 @@ public struct RecordingLibrary: Sendable {
         // FoundationEssentials and Foundation (a size read as 0 in a process with both).
         var status = stat()
         guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG,
-              let (format, info, start) = Self.read(path: path, fileExtension: FilePath(file).extension ?? "")
+              let (format, info, start, clock) = Self.read(path: path, fileExtension: FilePath(file).extension ?? "")
         else { return nil }
         let modified = Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9
         return Entry(name: FilePath(file).stem ?? "", file: file, path: path, format: format,
                      info: info, size: Int64(status.st_size), modified: Date(timeIntervalSince1970: modified),
-                     recordedStart: start)
+                     recordedStart: start, startClock: clock)
     }
 
     /// The format, contents and recorded start of a file: .m4a through libavformat (AAC or
     /// ALAC is in the file, not its name), everything else through libsndfile.
-    private static func read(path: String, fileExtension: String) -> (AudioFileFormat, SoundFileInfo, Date?)? {
+    private static func read(path: String, fileExtension: String) -> (AudioFileFormat, SoundFileInfo, Date?, StartClock?)? {
         if AudioFileFormat.isMPEG4(fileExtension: fileExtension) {
             guard let info = try? MPEG4AudioInfo(path: path), let format = AudioFileFormat(mpeg4Codec: info.codecName) else { return nil }
             return (format, SoundFileInfo(frames: info.frames, sampleRate: info.sampleRate, channels: info.channels,
                                           formatName: format.properties.summary),
-                    startTime(mpeg4Tags: info.tags))
+                    startTime(mpeg4Tags: info.tags), info.tags["comment"].flatMap(FileOrigin.startClock(inComment:)))
         }
         guard let reader = try? SoundFileReader(path: path), let format = AudioFileFormat(fileExtension: fileExtension)
         else { return nil }
-        return (format, reader.info, startTime(reader))
+        return (format, reader.info, startTime(reader), startClock(reader))
+    }
+
+    private static func startClock(_ reader: SoundFileReader) -> StartClock? {
+        if let description = reader.broadcastInfo?.description, let clock = FileOrigin.startClock(inComment: description) {
+            return clock
+        }
+        return reader.string(.comment).flatMap(FileOrigin.startClock(inComment:))
     }
 }
 

@@ -57,7 +57,10 @@ public enum RetentionPlan {
         var due: [(entry: RecordingLibrary.Entry, reason: RetentionReason)] = []
         for entry in ordered {
             let reason: RetentionReason
-            if let maximumAge = settings.maximumAge, entry.retentionStart < now.addingTimeInterval(-maximumAge) {
+            // A start the clock did not vouch for (a file of a boot that never synchronized) is
+            // no age: a step of the clock must never make a file look old enough to delete.
+            if let maximumAge = settings.maximumAge, entry.startClock != .unsynchronized,
+               entry.retentionStart < now.addingTimeInterval(-maximumAge) {
                 reason = .maximumAge
             } else if let maximum = settings.maximumTotalBytes, total > maximum {
                 reason = .maximumTotalSize
@@ -65,6 +68,9 @@ public enum RetentionPlan {
                 reason = .keepFree
             } else if let needFree, free < needFree {
                 reason = .minimumFree
+            } else if entry.startClock == .unsynchronized {
+                // Its start says nothing of its age: the files after it may still be too old.
+                continue
             } else {
                 // Oldest first: no later file breaks a limit this one does not.
                 break

@@ -374,7 +374,14 @@ enum Output {
                     ("duration", duration(file.duration) + " (\(file.frames) frames)"),
                     ("rate", "\(file.sampleRate) Hz"), ("channels", "\(file.channels)"), ("size", size(file.size)),
                     ("modified", localTime(file.modified))]
-        if let start = file.startedAt { rows.insert(("started", UTCTimestamp.text(start) + dim(" (first frame)")), at: rows.count - 1) }
+        if let start = file.startedAt {
+            let clock = switch file.startClock {
+            case .unsynchronized: " (first frame; the clock was not synchronized: may be off)"
+            case .redated: " (first frame; re-dated once the clock was synchronized)"
+            default: " (first frame)"
+            }
+            rows.insert(("started", UTCTimestamp.text(start) + dim(clock)), at: rows.count - 1)
+        }
         for (key, value) in rows { line(key.padded(to: 9) + value) }
     }
 

@@ -39,6 +39,22 @@ struct RetentionPlanTests {
         #expect(due.allSatisfy { $0.reason == .maximumAge })
     }
 
+    /// A file whose start the clock did not vouch for (issue 50: a boot that never synchronized,
+    /// three days behind or ahead) is not deleted by its age, which may be a step of the clock;
+    /// the size and space limits still count it.
+    @Test func maximumAgeNeverJudgesAnUnsynchronizedStart() {
+        var unsynchronized = entry("unsynchronized.wav", hoursAgo: 80)
+        unsynchronized.startClock = .unsynchronized
+        var redated = entry("redated.wav", hoursAgo: 75)
+        redated.startClock = .redated
+        let entries = [entry("new.wav", hoursAgo: 1), unsynchronized, redated, entry("older.wav", hoursAgo: 70)]
+        let space = FileSystemSpace(freeBytes: 1 << 30, totalBytes: 2 << 30)
+        let byAge = RetentionPlan.due(entries, settings: RetentionSettings(maximumAge: 48 * 3600), space: space, now: now)
+        #expect(Set(byAge.map(\.entry.file)) == ["redated.wav", "older.wav"])
+        let bySize = RetentionPlan.due(entries, settings: RetentionSettings(maximumTotalBytes: 1000), space: space, now: now)
+        #expect(bySize.map(\.entry.file) == ["unsynchronized.wav", "redated.wav", "older.wav"])
+    }
+
     @Test func maximumTotalSizeDeletesTheOldestUntilTheRestFits() {
         let entries = (1...5).map { entry("r\($0).wav", hoursAgo: Double(10 - $0), size: 100) }
         let due = RetentionPlan.due(entries, settings: RetentionSettings(maximumTotalBytes: 250),
