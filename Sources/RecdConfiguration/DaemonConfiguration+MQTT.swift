@@ -31,6 +31,7 @@ public enum MQTTDiscoveryForm: String, Equatable, Sendable, CaseIterable {
 /// `[hooks]`: commands run for every finalized file.
 public struct HookSettings: Equatable, Sendable {
     public var onFileClosed: [String] = []
+    public var onFileRedated: [String] = []
     public var timeout = 600.0
     public var maxConcurrent = 2
 }
@@ -65,13 +66,15 @@ extension DaemonConfiguration {
         try reader.read("mqtt.device_name") { (value: String) in mqtt.deviceName = value }
         try reader.read("mqtt.keepalive", in: 5...3600, "seconds") { (value: Int) in mqtt.keepAlive = value }
 
-        try reader.read("hooks.on_file_closed") { (value: [String]) throws(ConfigurationError) in
-            do throws(HookTemplateError) {
-                _ = try HookCommand(name: "on_file_closed", template: value)
-            } catch {
-                throw reader.invalid("hooks.on_file_closed", error.description)
+        for (key, keyPath) in [(HookCommand.onFileClosed, \HookSettings.onFileClosed), (HookCommand.onFileRedated, \HookSettings.onFileRedated)] {
+            try reader.read("hooks." + key) { (value: [String]) throws(ConfigurationError) in
+                do throws(HookTemplateError) {
+                    _ = try HookCommand(name: key, template: value)
+                } catch {
+                    throw reader.invalid("hooks." + key, error.description)
+                }
+                hooks[keyPath: keyPath] = value
             }
-            hooks.onFileClosed = value
         }
         try reader.readDuration("hooks.timeout", in: 0.1...86400) { (value: Double) in hooks.timeout = value }
         try reader.read("hooks.max_concurrent", in: 1...64) { (value: Int) in hooks.maxConcurrent = value }

@@ -16,9 +16,15 @@ public struct FinalizedFile: Sendable, Equatable, Codable {
     public var channels: Int
     public var startedAt: Date?
     public var endedAt: Date?
+    /// For a file re-dated once the system clock was synchronized (`on_file_redated`): the path
+    /// and the start it had.
+    public var previousPath: String?
+    public var previousStartedAt: Date?
 
     public init(id: String, path: String, name: String, format: AudioFileFormat, frames: Int64, sampleRate: Int,
-                channels: Int, startedAt: Date?, endedAt: Date?) {
+                channels: Int, startedAt: Date?, endedAt: Date?, previousPath: String? = nil, previousStartedAt: Date? = nil) {
+        self.previousPath = previousPath
+        self.previousStartedAt = previousStartedAt
         self.id = id
         self.path = path
         self.name = name
@@ -38,6 +44,22 @@ public struct FinalizedFile: Sendable, Equatable, Codable {
 
     /// Seconds of audio.
     public var duration: Double { sampleRate > 0 ? Double(frames) / Double(sampleRate) : 0 }
+}
+
+/// Calls `handler` once for every finished file the recorder re-dates once the system clock is
+/// synchronized (`Recorder.redatedFile`), with the file as it is now and where it was before.
+public func observeRedatedFiles(of recorder: Recorder, on queue: DispatchQueue? = nil,
+                                _ handler: @escaping @Sendable (FinalizedFile, RedatedFile) -> Void) -> ObservationToken {
+    recorder.redatedFile.subscribe(on: queue, delivery: .every, sendingCurrent: false) { redated in
+        guard let redated else { return }
+        let segment = redated.segment
+        let recording = recorder.recording.value.flatMap { $0.id == segment.recordingId ? $0 : nil }
+        guard let format = recording?.format ?? AudioFileFormat(fileExtension: FilePath(segment.path).extension ?? "") else { return }
+        handler(FinalizedFile(id: segment.recordingId, path: segment.path, name: FilePath(segment.path).stem ?? "",
+                              format: format, frames: segment.frames, sampleRate: segment.sampleRate,
+                              channels: recording?.channels ?? 0, startedAt: segment.startedAt, endedAt: segment.endedAt,
+                              previousPath: redated.previousPath, previousStartedAt: redated.previousStart), redated)
+    }
 }
 
 /// Calls `handler` once for every file the recorder finalizes, on `queue` (by default one of

@@ -12,7 +12,14 @@ import SystemPackage
 public struct HookCommand: Sendable, Equatable {
     /// The fields a template may use, also passed as `RECD_<FIELD>` environment variables.
     public static let fields = ["path", "relpath", "dir", "name", "ext", "format", "frames", "duration",
-                                "sample_rate", "channels", "started_at", "ended_at", "id"]
+                                "sample_rate", "channels", "started_at", "ended_at", "id",
+                                "previous_path", "previous_relpath", "previous_started_at"]
+
+    /// The configuration keys (`[hooks]`) and what each runs for.
+    public static let onFileClosed = "on_file_closed"
+    /// A finished file re-dated once the clock was synchronized: its `previous_*` fields say
+    /// what it was (an uploader moves or replaces the copy it made under the old name).
+    public static let onFileRedated = "on_file_redated"
 
     /// The configuration key it came from (`on_file_closed`), for logs and reports.
     public var name: String
@@ -54,8 +61,10 @@ public struct HookCommand: Sendable, Equatable {
 
     static func values(for file: FinalizedFile, recordingsDirectory: String) -> [String: String] {
         let directory = recordingsDirectory.hasSuffix("/") ? recordingsDirectory : recordingsDirectory + "/"
-        let relativePath = file.path.hasPrefix(directory) ? String(file.path.dropFirst(directory.count))
-                                                          : (FilePath(file.path).lastComponent?.string ?? "")
+        func relative(_ path: String) -> String {
+            path.hasPrefix(directory) ? String(path.dropFirst(directory.count)) : (FilePath(path).lastComponent?.string ?? "")
+        }
+        let relativePath = relative(file.path)
         return [
             "path": file.path,
             "relpath": relativePath,
@@ -71,6 +80,10 @@ public struct HookCommand: Sendable, Equatable {
             "started_at": file.startedAt.map(UTCTimestamp.text) ?? "",
             "ended_at": file.endedAt.map(UTCTimestamp.text) ?? "",
             "id": file.id,
+            // Empty but for `on_file_redated`.
+            "previous_path": file.previousPath ?? "",
+            "previous_relpath": file.previousPath.map(relative) ?? "",
+            "previous_started_at": file.previousStartedAt.map(UTCTimestamp.text) ?? "",
         ]
     }
 
@@ -147,9 +160,14 @@ public final class HookRunner: Sendable {
         slots = DispatchSemaphore(value: maxConcurrent)
     }
 
-    /// Queues every command for `file`; returns at once.
-    public func fileFinalized(_ file: FinalizedFile) {
-        for command in commands {
+    /// Queues every `on_file_closed` command for `file`; returns at once.
+    public func fileFinalized(_ file: FinalizedFile) { run(HookCommand.onFileClosed, for: file) }
+
+    /// Queues every `on_file_redated` command for `file` (re-dated: its `previous_*` set).
+    public func fileRedated(_ file: FinalizedFile) { run(HookCommand.onFileRedated, for: file) }
+
+    private func run(_ hook: String, for file: FinalizedFile) {
+        for command in commands where command.name == hook {
             let accepted = queued.withLockedValue { count in
                 guard count < queueLimit else { return false }
                 count += 1

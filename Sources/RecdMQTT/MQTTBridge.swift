@@ -47,6 +47,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private var tokens: [ObservationToken] = []
     private var telemetryTimer: DispatchSourceTimer?
     private var lastHookWarning: String?
+    /// The path `last_file` names (a re-dated file that is the last one replaces it).
+    private var lastFilePath: String?
     private let telemetryInFlight = NIOLockedValueBox(TelemetryInFlight())
 
     /// Telemetry messages handed to libmosquitto that have not left yet. The network thread may
@@ -124,6 +126,12 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                 if let storage { self?.storageChanged(storage) }
             })
             tokens.append(observeFinalizedFiles(of: recorder, on: queue) { [weak self] file in self?.fileFinalized(file) })
+            // A file re-dated once the clock was synchronized: the event, and `last_file` if it is that one.
+            tokens.append(observeRedatedFiles(of: recorder, on: queue) { [weak self] file, redated in
+                guard let self else { return }
+                if connected { send(topics.redated, Self.encode(redated), retain: false, qos: 1) }
+                if lastFilePath == redated.previousPath { fileFinalized(file) }
+            })
             tokens.append(recorder.clock.subscribe(on: queue) { [weak self] clock in
                 guard let self else { return }
                 setRetained(topics.clock, Self.encode(clock))
@@ -235,6 +243,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     }
 
     private func fileFinalized(_ file: FinalizedFile) {
+        lastFilePath = file.path
         setRetained(topics.lastFile, Self.encode(LastFile(file)))
     }
 

@@ -94,6 +94,9 @@ public struct MQTTTopics: Sendable {
     public var sound: String { prefix + "/sound" }
     /// Each trigger event (`TriggerEvent` as JSON: opened, closed, discarded), not retained.
     public var event: String { prefix + "/event" }
+    /// Each file re-dated once the system clock was synchronized (`RedatedFile` as JSON: the
+    /// file as it is now, `previousPath`, `previousStart`), not retained.
+    public var redated: String { prefix + "/redated" }
     /// The system clock (`ClockStatus` as JSON: synchronized, since, source, steps, lastStep), retained.
     public var clock: String { prefix + "/clock" }
     /// Commands: `<prefix>/command/<method>` (any socket method but subscribe/unsubscribe),

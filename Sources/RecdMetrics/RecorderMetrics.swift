@@ -74,6 +74,7 @@ public final class RecorderMetrics: MetricsSource, Sendable {
         let retentionFiles: Counter
         let retentionBytes: Counter
         let clockSteps: Counter
+        let redatedFiles: Counter
     }
 
     public init(recorder: Recorder, version: String) {
@@ -86,7 +87,8 @@ public final class RecorderMetrics: MetricsSource, Sendable {
             gaps: registry.makeCounter(descriptor: .recd("recd_gaps_total", help: "Gaps in recordings (a lost device, lost audio) since recd started")),
             retentionFiles: registry.makeCounter(descriptor: .recd("recd_retention_deleted_files_total", help: "Files retention deleted since recd started")),
             retentionBytes: registry.makeCounter(descriptor: .recd("recd_retention_deleted_bytes_total", help: "Bytes retention deleted since recd started")),
-            clockSteps: registry.makeCounter(descriptor: .recd("recd_clock_steps_total", help: "Steps of the system clock since recd started")))
+            clockSteps: registry.makeCounter(descriptor: .recd("recd_clock_steps_total", help: "Steps of the system clock since recd started")),
+            redatedFiles: registry.makeCounter(descriptor: .recd("recd_files_redated_total", help: "Finished files re-dated once the system clock was synchronized, since recd started")))
         registry.makeGauge(descriptor: .recd("recd_info", help: "recd's version (always 1)"), labels: [("version", version)]).set(to: 1)
         let registry = self.registry
         let counters = self.counters
@@ -101,6 +103,9 @@ public final class RecorderMetrics: MetricsSource, Sendable {
                 counters.files.increment()
                 counters.recordedSeconds.increment(by: Double(segment.frames) / Double(max(1, segment.sampleRate)))
                 losses.withLockedValue { counters.add($0.add(segment, closing: true)) }
+            },
+            recorder.redatedFile.subscribe(on: queue, delivery: .every, sendingCurrent: false) { file in
+                if file != nil { counters.redatedFiles.increment() }
             },
             recorder.triggerEvent.subscribe(on: queue, delivery: .every, sendingCurrent: false) { event in
                 guard let event else { return }

@@ -16,14 +16,15 @@ extension Recd {
     /// enabled) and the subscription that feeds finalized files to the hooks (if any).
     func makeIntegrations(_ configuration: DaemonConfiguration, recorder: Recorder, blocking: BlockingCalls,
                           metrics: RecorderMetrics) throws
-        -> ([ServiceGroupConfiguration.ServiceConfiguration], ObservationToken?) {
+        -> ([ServiceGroupConfiguration.ServiceConfiguration], [ObservationToken]) {
         var hooks: HookRunner?
-        var hookToken: ObservationToken?
+        var hookToken: [ObservationToken] = []
         if !configuration.hookCommands.isEmpty {
             let runner = HookRunner(commands: configuration.hookCommands, recordingsDirectory: configuration.recordingsDirectory,
                                     timeout: configuration.hooks.timeout, maxConcurrent: configuration.hooks.maxConcurrent,
                                     logger: Logger(label: "recd.hooks"))
-            hookToken = observeFinalizedFiles(of: recorder) { runner.fileFinalized($0) }
+            hookToken = [observeFinalizedFiles(of: recorder) { runner.fileFinalized($0) },
+                         observeRedatedFiles(of: recorder) { file, _ in runner.fileRedated(file) }]
             hooks = runner
             metrics.observe(hooks: runner)
         }
@@ -68,7 +69,8 @@ extension DaemonConfiguration {
 
     /// The hook commands; empty when none is configured.
     var hookCommands: [HookCommand] {
-        guard !hooks.onFileClosed.isEmpty else { return [] }
-        return [try! HookCommand(name: "on_file_closed", template: hooks.onFileClosed)]  // validated when read
+        // Validated when read.
+        [(HookCommand.onFileClosed, hooks.onFileClosed), (HookCommand.onFileRedated, hooks.onFileRedated)]
+            .filter { !$0.1.isEmpty }.map { try! HookCommand(name: $0.0, template: $0.1) }
     }
 }

@@ -169,7 +169,7 @@ struct Recd: AsyncParsableCommand {
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.
         let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder, blocking: blocking, metrics: metrics)
-        defer { hookToken?.cancel() }
+        defer { for token in hookToken { token.cancel() } }
         let serviceGroup = ServiceGroup(configuration: .init(
             services: integrations + [.init(service: service)],
             gracefulShutdownSignals: [.sigterm, .sigint],

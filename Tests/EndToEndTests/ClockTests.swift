@@ -213,15 +213,24 @@ struct ClockTests {
     /// A station that boots three days behind (issue 50): FLAC in 4 s segments on the clock,
     /// named by strftime, from the paced device. The segments closed while the clock was wrong
     /// are marked; then the clock steps to the true time and is synchronized: each of them is
-    /// re-dated (its in-file start, its name) and a subscriber sees old path → new; the one
-    /// open then is corrected as it closes; the ones after are not marked. Against the test's
-    /// own clock (libfaketime's offset is exactly three days): every start within 10 ms of the
-    /// truth, and the frame counts continuous across the step (each segment starts where the
-    /// one before ended).
+    /// re-dated (its in-file start, its name), and a subscriber, MQTT, the `on_file_redated`
+    /// hook and the metrics see old path → new; the one open then is corrected as it closes;
+    /// the ones after are not marked. Against the test's own clock (libfaketime's offset is
+    /// exactly three days): every start within 10 ms of the truth, and the frame counts
+    /// continuous across the step (each segment starts where the one before ended). Then a
+    /// step back by 8 s, onto names already taken: nothing overwritten, nothing deleted.
     @Test(.enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer))
     func filesBegunBeforeTheClockWasSynchronizedAreRedatedAndRenamed() throws {
         let server = try PulseServer()
-        let daemon = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", device: TestDevices.paced(server))
+        let broker = try MosquittoBroker()
+        let hookLog = work.file("redated-hook.log")
+        let config = Self.mqtt(port: broker.port) + """
+
+            [hooks]
+            on_file_redated = ["/bin/sh", "-c", "echo \\"$RECD_HOOK|$RECD_PREVIOUS_PATH|{path}|$RECD_PREVIOUS_STARTED_AT|$RECD_STARTED_AT\\" >> \(hookLog)"]
+            """
+        let daemon = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: config, device: TestDevices.paced(server))
+        let mqtt = try MQTTWatcher(port: broker.port, topics: ["\(Self.prefix)/redated"])
         let watcher = try daemon.connect()
         let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.segment, .redated]))
         let client = try daemon.connect()
@@ -254,6 +263,9 @@ struct ClockTests {
         #expect(redated.map(\.previousPath) == early.map(\.path))
         for (file, before) in zip(redated, early) {
             let truth = before.startedAt.addingTimeInterval(259_200)
+            print("re-dated: \(before.path.split(separator: "/").suffix(3).joined(separator: "/")) \(UTCTimestamp.text(before.startedAt))"
+                  + " -> \(file.segment.path.split(separator: "/").suffix(3).joined(separator: "/")) \(UTCTimestamp.text(file.segment.startedAt))"
+                  + String(format: " (true start + %.1f ms by the test's clock)", file.segment.startedAt.timeIntervalSince(truth) * 1000))
             #expect(abs(file.segment.startedAt.timeIntervalSince(truth)) < 0.010,
                     "\(UTCTimestamp.text(file.segment.startedAt)) for \(UTCTimestamp.text(truth))")
             #expect(file.segment.redatedFrom == before.startedAt && file.segment.unsynchronizedStart == nil)
@@ -264,18 +276,42 @@ struct ClockTests {
             let tags = try Self.dateAndComment(file.segment.path)
             #expect(tags.date == UTCTimestamp.text(file.segment.startedAt), "\(tags)")
             #expect(tags.comment.hasSuffix("; re-dated at clock sync; first frame at " + UTCTimestamp.text(file.segment.startedAt)), "\(tags)")
+            // MQTT's event, and the hook's run.
+            let message = mqtt.first("\(Self.prefix)/redated", where: { $0.json?["previousPath"] as? String == before.path })
+            #expect((message?.json?["segment"] as? [String: Any])?["path"] as? String == file.segment.path, "\(mqtt.messages)")
+            #expect(message?.json?["previousStart"] as? String == UTCTimestamp.text(before.startedAt))
+            let line = "on_file_redated|\(before.path)|\(file.segment.path)|\(UTCTimestamp.text(before.startedAt))|\(UTCTimestamp.text(file.segment.startedAt))"
+            #expect(waitUntil(timeout: 30) { ((try? String(contentsOfFile: hookLog, encoding: .utf8)) ?? "").contains(line) },
+                    "\(line) not in \((try? String(contentsOfFile: hookLog, encoding: .utf8)) ?? "no hook log")")
         }
+        #expect(try metrics(daemon)["recd_files_redated_total"] == Double(early.count))
 
         // The segment open at the step closes corrected; the next ones are not marked.
         let seen = closed.count
         try collect { closed.count >= seen + 2 }
-        let _: Recording = try client.call(.stop)
-        let later = Array(closed[seen...])
+        // Back by 8 s: the next segments' names are ones taken already.
+        try setFakeOffset("-8s")
+        _ = try clock(daemon)
+        let beforeBack = closed.count
+        try collect { closed.count >= beforeBack + 3 }
+        let stopped: Recording = try client.call(.stop)
+        // Until the last file is announced (the one the stop's answer names).
+        let last = try #require(stopped.segment)
+        try collect { closed.contains { $0.index == last.index } }
+        let later = Array(closed[seen..<beforeBack])
         #expect(later[0].redatedFrom != nil && later[0].unsynchronizedStart == nil, "\(later[0])")
         #expect(later.dropFirst().allSatisfy { $0.redatedFrom == nil && $0.unsynchronizedStart == nil })
         #expect(try Self.dateAndComment(later[0].path).comment.contains("; re-dated at clock sync; "))
         #expect(try !Self.dateAndComment(later[1].path).comment.contains("clock"), "\(later[1].path)")
         #expect(redated.count == early.count, "a file open at the synchronization is corrected at its close, not announced twice")
+
+        // Nothing overwritten, nothing deleted: every file there, under a name of its own, with
+        // every frame the recording counted.
+        let final = redated.map(\.segment) + Array(closed[seen...])
+        #expect(Set(final.map(\.path)).count == final.count, "\(final.map(\.path))")
+        for segment in final { #expect(FileManager.default.fileExists(atPath: segment.path), "\(segment.path) is gone") }
+        #expect(final.map(\.frames).reduce(0, +) == stopped.frames, "\(final.map(\.frames)) vs \(stopped.frames)")
+        #expect(final.contains { $0.path.hasSuffix("Z-2.flac") }, "no name was taken twice: \(final.map(\.path))")
 
         // Continuous across the step: each segment starts where the one before ended.
         let all = redated.map(\.segment) + later
