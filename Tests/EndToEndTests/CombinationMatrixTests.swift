@@ -94,6 +94,50 @@ struct CombinationMatrixTests {
         try expectOnlyListedFiles(daemon, cell: cell)
     }
 
+    /// Re-dating (issue 50): 2.5 s in 1 s segments named by strftime, recorded three days
+    /// behind (libfaketime) by a kernel that says the clock is not synchronized; then the clock
+    /// steps to the true time and is synchronized. Every file is re-dated in place and renamed:
+    /// its start three days later (to 2 ms), listed as re-dated, its audio as it was recorded.
+    @Test("re-dated once the clock is synchronized", .enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer),
+          arguments: formats)
+    func redatedOnceTheClockIsSynchronized(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × re-dating"
+        let input = writeCounterInput(inputs, seconds: 4)
+        // The clock's test bed: the kernel's word through its interposer, libfaketime's offset.
+        let station = ClockTests()
+        let daemon = try station.daemon(discipline: "unsynchronized", fakeOffset: "-3d", device: TestDevices.file(input.path))
+        let client = try daemon.connect()
+        let started: Recording = try client.call(.start, StartParams(name: "redate", format: format, sampleRate: Self.rate, channels: 2,
+                                                                     duration: 2.5, segmentLength: 1))
+        let ended = try #require(daemon.waitForStatus { $0.recording?.id == started.id && !$0.state.isActive }, "\(cell): never ended")
+        #expect(ended.state.name == .finished, "\(cell): \(String(describing: ended.error))\n\(daemon.log.suffix(3000))")
+        let before = try sessionFiles(daemon, started)
+        #expect(before.count == 3 && before.allSatisfy { $0.startClock == .unsynchronized },
+                "\(cell): \(before.map { "\($0.file) \(String(describing: $0.startClock))" })")
+
+        try station.setFakeOffset("+0")
+        try station.setDiscipline("synchronized")
+        _ = try station.clock(daemon)
+        var after: [RecordingFile] = []
+        let redated = waitUntil(timeout: 30) {
+            after = (try? sessionFiles(daemon, started)) ?? []
+            // Re-dated, then renamed: done once no file has its old name.
+            return after.count == before.count && after.allSatisfy { $0.startClock == .redated }
+                && Set(after.map(\.file)).isDisjoint(with: before.map(\.file))
+        }
+        #expect(redated, "\(cell): \(after.map { "\($0.file) \(String(describing: $0.startClock))" })\n\(daemon.log.suffix(3000))")
+        for (file, was) in zip(after, before) {
+            let moved = (file.startedAt ?? .distantPast).timeIntervalSince(was.startedAt ?? .distantFuture)
+            #expect(abs(moved - 259_200) < 0.002, "\(cell): \(was.file) moved by \(moved) s")
+            #expect(file.file != was.file && file.file.hasPrefix("redate/"), "\(cell): \(was.file) -> \(file.file)")
+            #expect(file.frames == was.frames, "\(cell)")
+        }
+        let samples = try readBack(after, format: format, cell: cell)
+        expectInput(samples, input.samples, format: format, frames: 120_000, cell: cell)
+        try expectOnlyListedFiles(daemon, cell: cell)
+        #expect(daemon.terminate() == 0)
+    }
+
     // MARK: Cells on the paced PulseAudio device
 
     @Test("segments on the clock", arguments: formats)
