@@ -174,7 +174,7 @@ struct WebSite: Sendable {
             // The spectrum first: a notification that comes before the next subscription's answer
             // is not passed on (RecdConnection keeps it aside), and a column may go where a state
             // change may not.
-            let topics = ["state", "currentTime", "error", "levels", "recording", "segment", "warning", "listening", "trigger"]
+            let topics = ["state", "currentTime", "error", "levels", "recording", "segment", "warning", "listening", "trigger", "redated"]
             var subscriptions: [[UInt8]] = []
             if context.request.uri.queryParameters.get("spectrum") == "1" {
                 subscriptions.append(Array(#"{"topics":["spectrum"],"interval":0.05}"#.utf8))

@@ -48,8 +48,15 @@ async function loadSession() {
   if (!can('observe')) { $('state').textContent = 'sign in to see the station'; return; }
   connectLive();
   loadDay();
-  api('/api/status').then((status) => { page.recordingsDirectory = status.result.recordingsDirectory; }).catch(() => {});
+  api('/api/status').then((status) => {
+    page.recordingsDirectory = status.result.recordingsDirectory;
+    showClock(status.result.clock);
+  }).catch(() => {});
 }
+
+// The station's clock: marked while it is not synchronized (a Raspberry Pi before NTP), when
+// every time shown may be off; files recorded meanwhile are re-dated once it is.
+function showClock(clock) { $('clock').hidden = !clock || clock.synchronized; }
 
 $('login').addEventListener('submit', async (event) => {
   event.preventDefault();
@@ -120,6 +127,7 @@ function apply(topic, value) {
       loadDaySoon();
       break;
     case 'segment': loadDaySoon(); break;
+    case 'redated': loadDaySoon(); break;
   }
 }
 
@@ -329,7 +337,9 @@ $('date').addEventListener('change', () => { followToday = false; loadDay(); });
 async function loadDay() {
   const date = followToday ? '' : $('date').value;
   try {
-    const [day, list] = await Promise.all([api('/api/day' + (date ? '?date=' + date : '')), api('/api/recordings')]);
+    const [day, list, status] = await Promise.all([api('/api/day' + (date ? '?date=' + date : '')), api('/api/recordings'),
+                                                   api('/api/status')]);
+    showClock(status.result.clock);
     if (followToday) $('date').value = day.day;
     page.day = day;
     page.recordings = list.result.recordings.filter((file) => {
@@ -406,6 +416,12 @@ function drawDay(day, files) {
     const url = '/recordings/' + file.file.split('/').map(encodeURIComponent).join('/');
     const title = document.createElement('div');
     title.textContent = `${time(fileStart(file))} ${file.file} · ${formatDuration(file.duration)} · ${file.format}`;
+    if (file.startClock === 'unsynchronized' || file.startClock === 'redated') {
+      const mark = document.createElement('span');
+      mark.className = file.startClock === 'unsynchronized' ? 'unverified' : '';
+      mark.textContent = file.startClock === 'unsynchronized' ? ' · time unverified (clock not synchronized)' : ' · re-dated';
+      title.appendChild(mark);
+    }
     item.appendChild(title);
     if (canListen) {
       const player = document.createElement('audio');
