@@ -76,7 +76,11 @@ final class FileRedater: Sendable {
     // MARK: On queue
 
     private func redatePending() {
-        let files = pending.withLock { pending in defer { pending = ([], 0) }; return pending.files }
+        let files = pending.withLock { pending -> [Pending] in
+            let files = pending.files
+            pending = ([], 0)
+            return files
+        }
         for file in files {
             guard let redated = redate(file.segment, directory: file.directory) else { continue }
             if redated.segment.index > 1 || redated.segment.endReason != .end {

@@ -287,7 +287,11 @@ public final class Recorder: Sendable {
     /// The system clock now: its synchronization read afresh, with the kernel's error figures
     /// of the moment, and a step the kernel did not announce found (and published) here. Any
     /// thread: a few system calls.
-    public func currentClockStatus() -> ClockStatus { controller.clockMonitor.refresh(.asked) }
+    public func currentClockStatus() -> ClockStatus {
+        var clock = controller.clockMonitor.refresh(.asked)
+        clock.filesToRedate = controller.redater.pendingCount
+        return clock
+    }
 
     // MARK: The daemon
 

@@ -24,6 +24,9 @@ public struct ClockStatus: Sendable, Equatable, Codable {
     public var steps: Int
     /// The last of them.
     public var lastStep: ClockStep?
+    /// Finished files begun while the clock was not synchronized that recd will re-date once it
+    /// is (protocol.md, "Re-dating"). In `status` only.
+    public var filesToRedate: Int?
 
     public init(synchronized: Bool, since: Date, source: ClockSynchronizationSource, maxError: Double? = nil,
                 estimatedError: Double? = nil, steps: Int = 0, lastStep: ClockStep? = nil) {

@@ -277,6 +277,9 @@ enum Output {
         } else {
             text += "; no steps"
         }
+        if let waiting = clock.filesToRedate, waiting > 0 {
+            text += "; \(waiting) file\(waiting == 1 ? "" : "s") to re-date once it is synchronized"
+        }
         return text
     }
 

@@ -256,6 +256,10 @@ struct ClockTests {
             #expect(abs(segment.startedAt.timeIntervalSinceNow + 259_200) < 30, "\(UTCTimestamp.text(segment.startedAt))")
         }
 
+        // status and recctl say how many wait (the two, and any that closed since).
+        #expect((try clock(daemon).filesToRedate ?? 0) >= early.count)
+        #expect(try recctlStatusLine(daemon).contains(" files to re-date once it is synchronized"))
+
         // NTP steps the clock and synchronizes it.
         try setFakeOffset("+0")
         try setDiscipline("synchronized")
@@ -286,6 +290,8 @@ struct ClockTests {
                     "\(line) not in \((try? String(contentsOfFile: hookLog, encoding: .utf8)) ?? "no hook log")")
         }
         #expect(try metrics(daemon)["recd_files_redated_total"] == Double(early.count))
+        let waitingAfter = try clock(daemon).filesToRedate
+        #expect(waitingAfter == 0, "\(String(describing: waitingAfter)) still waiting; closed: \(closed.map { "\($0.index) \($0.unsynchronizedStart != nil)" })\n\(daemon.log.suffix(4000))")
 
         // The segment open at the step closes corrected; the next ones are not marked.
         let seen = closed.count
