@@ -274,6 +274,7 @@ extension DaemonConfiguration {
         var schedule = Schedule(windows: [])
         var mode = "record", outside = ScheduledRecording.Outside.close
         var name: String?
+        var waitForClock = 0.0
         try reader.read("schedule.windows") { (value: [String]) throws(ConfigurationError) in
             for (index, text) in value.enumerated() {
                 do throws(RecorderError) { windows.append(try RecordingWindow(parsing: text)) } catch {
@@ -294,6 +295,7 @@ extension DaemonConfiguration {
             do throws(RecorderError) { try RecordingName.validate(value) } catch { throw reader.invalid("schedule.name", error.message) }
             name = value
         }
+        try reader.readDuration("schedule.wait_for_clock", in: 0...86400) { (value: Double) in waitForClock = value }
         latitude = schedule.latitude
         longitude = schedule.longitude
         guard !windows.isEmpty else { schedule = Schedule(windows: []); self.schedule = nil; return }
@@ -301,7 +303,8 @@ extension DaemonConfiguration {
         do throws(RecorderError) { try schedule.validate() } catch {
             throw ConfigurationError(file: reader.file, line: reader.line(of: "schedule"), key: "schedule", message: error.message)
         }
-        self.schedule = ScheduledRecording(schedule: schedule, trigger: mode == "trigger" ? trigger : nil, name: name, outside: outside)
+        self.schedule = ScheduledRecording(schedule: schedule, trigger: mode == "trigger" ? trigger : nil, name: name, outside: outside,
+                                           waitForClock: waitForClock)
     }
 
     /// `[storage]` (the space guard) and `[retention]`.

@@ -22,12 +22,19 @@ public struct ScheduledRecording: Sendable, Equatable {
     /// The recordings' name (nil: recording-<date>).
     public var name: String?
     public var outside: Outside
+    /// Seconds after recd starts for which a window does not open while the system clock is
+    /// not synchronized (a Raspberry Pi before NTP: its windows would open by the time saved
+    /// at its last shutdown). Once the clock is synchronized, or this has passed, windows
+    /// follow the clock as it is. 0: they always do (an offline station must record).
+    public var waitForClock: Double
 
-    public init(schedule: Schedule, trigger: TriggerSettings? = nil, name: String? = nil, outside: Outside = .close) {
+    public init(schedule: Schedule, trigger: TriggerSettings? = nil, name: String? = nil, outside: Outside = .close,
+                waitForClock: Double = 0) {
         self.schedule = schedule
         self.trigger = trigger
         self.name = name
         self.outside = outside
+        self.waitForClock = waitForClock
     }
 }
 
@@ -40,6 +47,8 @@ struct ScheduleRun {
     /// The schedule asked to listen between windows.
     var listens = false
     var status: ScheduleStatus?
+    /// The hold for the clock was logged (once).
+    var heldLogged = false
 }
 
 extension RecorderController {
@@ -63,6 +72,14 @@ extension RecorderController {
         }
     }
 
+    /// Seconds a window open by the clock is still held for the clock's synchronization
+    /// (`waitForClock`, counted on the boot clock from recd's start); nil: not held.
+    func heldForClock(_ plan: ScheduledRecording) -> Double? {
+        guard plan.waitForClock > 0, !clockMonitor.isSynchronized else { return nil }
+        let left = plan.waitForClock - Double(DispatchTime.now().uptimeNanoseconds - startedUptime) / 1e9
+        return left > 0 ? left : nil
+    }
+
     /// The schedule followed now, if any.
     var scheduledRecording: ScheduledRecording? { scheduling.withLock { $0.plan } }
 
@@ -75,10 +92,18 @@ extension RecorderController {
     func evaluateSchedule() {
         guard let plan = scheduling.withLock({ $0.plan }) else { return }
         let now = Date()
-        let status = plan.schedule.status(at: now, zone: .system)
+        var status = plan.schedule.status(at: now, zone: .system)
+        let held = status.active ? heldForClock(plan) : nil
+        status.heldForClock = held
         scheduling.withLock { $0.status = status }
         let ours = scheduling.withLock { $0.recordingId }
-        if status.active {
+        if let held {
+            if !scheduling.withLock({ $0.heldLogged }) {
+                scheduling.withLock { $0.heldLogged = true }
+                logger.notice("recording window held until the system clock is synchronized",
+                              metadata: ["schedule.wait_for_clock": "\(String(printf: "%.0f", held))"])
+            }
+        } else if status.active {
             if !published.state.value.isActive {
                 do throws(RecorderError) {
                     let recording = try startOnQueue(name: plan.name, settings: nil, trigger: plan.trigger, unattended: true)
@@ -107,8 +132,9 @@ extension RecorderController {
         }
         // The next change, or an hour from now at most: a clock set or a time zone changed
         // in between is then noticed within the hour.
+        // A hold ends with its time (a synchronization or a step re-evaluates at once: `init`).
         let next = min(plan.schedule.nextChange(after: now, zone: .system) ?? now.addingTimeInterval(3600),
-                       now.addingTimeInterval(3600))
+                       now.addingTimeInterval(min(3600, held ?? 3600)))
         let timer = DispatchSource.makeTimerSource(queue: control)
         let seconds = max(next.timeIntervalSince1970, now.timeIntervalSince1970 + 0.001)
         let wallTime = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - seconds.rounded(.down)) * 1_000_000_000))

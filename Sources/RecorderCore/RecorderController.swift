@@ -28,6 +28,10 @@ final class RecorderController: @unchecked Sendable {
     let clockMonitor: SystemClockMonitor
     /// Re-dates the files begun before the clock was synchronized, once it is.
     let redater: FileRedater
+    /// When the controller was made (uptime ns): `[schedule] wait_for_clock` counts from here.
+    let startedUptime = DispatchTime.now().uptimeNanoseconds
+    /// The schedule is evaluated again whenever the clock steps or its synchronization changes.
+    private let clockObservation = NIOLockedValueBox<ObservationToken?>(nil)
     let logger: Logger
     /// The one executor: every operation, one at a time.
     let control = DispatchQueue(label: "recd.recorder.control")
@@ -165,6 +169,11 @@ final class RecorderController: @unchecked Sendable {
         let clockMonitor = SystemClockMonitor(sources: clock, publishing: published.clock, logger: logger)
         self.clockMonitor = clockMonitor
         self.redater = FileRedater(published: published, isSynchronized: { clockMonitor.isSynchronized }, logger: logger)
+        // A step or a synchronization moves the windows (and may end a hold): now, not within the hour.
+        let observation = published.clock.subscribe(on: control, delivery: .every, sendingCurrent: false) { [weak self] _ in
+            self?.evaluateSchedule()
+        }
+        clockObservation.withLock { $0 = observation }
     }
 
     /// The configuration the next recording will use.

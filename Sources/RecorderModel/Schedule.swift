@@ -423,6 +423,9 @@ public struct ScheduleStatus: Sendable, Equatable, Codable {
     /// window far inside a polar circle, or no windows).
     public var nextStart: Date?
     public var nextEnd: Date?
+    /// Set while a window that is open by the clock is held because the system clock is not
+    /// synchronized yet (`[schedule] wait_for_clock`): the seconds the hold may still last.
+    public var heldForClock: Double?
 
     public init(current: ScheduleInterval?, next: ScheduleInterval?) {
         active = current != nil

@@ -324,6 +324,9 @@ enum Output {
     static func scheduleRow(_ schedule: ScheduleStatus) -> String {
         var parts: [String] = []
         if schedule.active, let end = schedule.currentEnd { parts.append("window open until " + localTime(end)) } else { parts.append("outside the windows") }
+        if let held = schedule.heldForClock {
+            parts.append(yellow("held until the clock is synchronized") + String(printf: " (at most %.0f s more)", held))
+        }
         if let start = schedule.nextStart, let end = schedule.nextEnd { parts.append("next " + localTime(start) + " – " + localTime(end)) }
         return parts.joined(separator: "; ")
     }

@@ -334,6 +334,64 @@ struct ClockTests {
         #expect(daemon.terminate() == 0)
     }
 
+    /// A `[schedule]` window open now by a clock three days behind, and closed by the true one:
+    /// the behind clock's weekday, from a minute before its time of day to five after.
+    static func windowOfTheClockBehind() -> String {
+        let behind = Date().addingTimeInterval(-259_200)
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = .current
+        let parts = calendar.dateComponents([.weekday, .hour, .minute], from: behind.addingTimeInterval(-60))
+        let end = calendar.dateComponents([.hour, .minute], from: behind.addingTimeInterval(300))
+        let day = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"][(parts.weekday ?? 1) - 1]
+        return String(format: "%@ %02d:%02d..%02d:%02d", day, parts.hour ?? 0, parts.minute ?? 0, end.hour ?? 0, end.minute ?? 0)
+    }
+
+    /// A schedule under a clock three days behind (issue 50, item 4). By default its window
+    /// opens by the clock as it is (an offline station must record), the files are marked, and
+    /// once the clock steps and is synchronized the window is seen closed at once (not within
+    /// the hour) and the files are re-dated. With `wait_for_clock` the window is held instead:
+    /// nothing recorded by the wrong time, and after the synchronization nothing at all (by the
+    /// true clock it is another day).
+    @Test(.enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer), arguments: [false, true])
+    func aScheduleUnderAClockThreeDaysBehind(waitForClock: Bool) throws {
+        let server = try PulseServer()
+        let window = Self.windowOfTheClockBehind()
+        let config = "[recording]\nformat = \"flac\"\n[schedule]\nwindows = [\"\(window)\"]\n"
+            + (waitForClock ? "wait_for_clock = \"10m\"\n" : "")
+        let daemon = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: config, device: TestDevices.paced(server))
+        let client = try daemon.connect()
+        if waitForClock {
+            let held = try #require(daemon.waitForStatus { $0.schedule?.heldForClock != nil }, "\(window): never held\n\(daemon.log)")
+            #expect(held.schedule?.active == true && !held.state.isActive, "\(held.state)")
+            #expect((held.schedule?.heldForClock ?? 0) > 500 && (held.schedule?.heldForClock ?? 0) <= 600)
+            #expect(logLines(daemon, "recording window held until the system clock is synchronized").count == 1, "\(daemon.log)")
+        } else {
+            // Its file marked once its first frame is known.
+            _ = try #require(daemon.waitForStatus { $0.state.isActive && $0.recording?.segment?.unsynchronizedStart != nil },
+                             "\(window): never recorded, or not marked\n\(daemon.log)")
+            // A second of it, on the wrong clock.
+            _ = daemon.waitForStatus { $0.currentTime >= 1 }
+        }
+        try setFakeOffset("+0")
+        try setDiscipline("synchronized")
+        _ = try clock(daemon)
+        // By the true clock the window is closed: seen at once.
+        let after = try #require(daemon.waitForStatus(timeout: 15) { $0.schedule?.active == false && !$0.state.isActive },
+                                 "the window still open after the synchronization\n\(daemon.log)")
+        #expect(after.schedule?.heldForClock == nil)
+        let list: RecordingsListResult = try client.call(.recordingsList)
+        if waitForClock {
+            #expect(list.recordings.isEmpty, "\(list.recordings.map(\.file))")
+        } else {
+            #expect(list.recordings.count == 1, "\(list.recordings.map(\.file))")
+            for file in list.recordings {
+                #expect(file.startClock == .redated, "\(file.file)")
+                #expect(abs((file.startedAt ?? .distantPast).timeIntervalSinceNow) < 60, "\(file.file) starts \(String(describing: file.startedAt))")
+            }
+        }
+        #expect(daemon.terminate() == 0)
+    }
+
     /// `%Y%m%dT%H%M%SZ` of a start, as the default template names segments.
     static func utcName(_ date: Date) -> String {
         let fields = UTCTimestamp.fields(secondsSince1970: Int64(((date.timeIntervalSince1970 * 1000).rounded() / 1000).rounded(.down)))
