@@ -392,6 +392,53 @@ struct ClockTests {
         #expect(daemon.terminate() == 0)
     }
 
+    /// A sound-activated station three days behind: an event's file is marked, and re-dated
+    /// (start, name) once the clock steps and is synchronized; the event after is not marked.
+    @Test(.enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer))
+    func aTriggerEventBeforeTheSynchronizationIsRedated() throws {
+        let server = try PulseServer()
+        let path = work.file("scene.raw")
+        Signal.write(Signal.triggerScene(seconds: 60, bursts: [(2.0, 3.0), (12.0, 13.0)]), to: path)
+        let daemon = try daemon(discipline: "unsynchronized", fakeOffset: "-3d",
+                                config: "[recording]\nformat = \"flac\"\nsample_rate = 48000\nchannels = 2\n",
+                                device: TestDevices.pacedFile(path, server: server))
+        let watcher = try daemon.connect()
+        let _: SubscribeResult = try watcher.call(.subscribe, SubscribeParams(topics: [.trigger, .redated]))
+        let client = try daemon.connect()
+        let trigger = TriggerParams(highPass: 100, threshold: -35, hysteresis: 4, attack: 0.05, hang: 1, minimumLength: 0.2, preRoll: 1)
+        let _: Recording = try client.call(.start, StartParams(name: "birds", trigger: trigger))
+        var closed: [TriggerEvent] = []
+        var redated: [RedatedFile] = []
+        func collect(until done: () -> Bool) throws {
+            let deadline = Date().addingTimeInterval(60)
+            while !done(), Date() < deadline {
+                let notification = try watcher.nextNotification(timeout: 60)
+                if case .trigger(let event?) = notification.value, event.kind == .closed { closed.append(event) }
+                if case .redated(let file?) = notification.value { redated.append(file) }
+            }
+        }
+        try collect { closed.count >= 1 }
+        let first = closed[0]
+        let listed: RecordingsListResult = try client.call(.recordingsList)
+        #expect(listed.recordings.first { $0.path == first.path }?.startClock == .unsynchronized, "\(listed.recordings.map(\.file))")
+
+        try setFakeOffset("+0")
+        try setDiscipline("synchronized")
+        _ = try clock(daemon)
+        try collect { redated.count >= 1 && closed.count >= 2 }
+        let _: Recording = try client.call(.stop)
+        let file = try #require(redated.first { $0.previousPath == first.path }, "\(redated)")
+        #expect(abs(file.segment.startedAt.timeIntervalSince(first.start.addingTimeInterval(259_200))) < 0.002,
+                "\(UTCTimestamp.text(file.segment.startedAt)) for \(UTCTimestamp.text(first.start))")
+        #expect(file.segment.path != first.path && FileManager.default.fileExists(atPath: file.segment.path))
+        #expect(try Self.dateAndComment(file.segment.path).date == UTCTimestamp.text(file.segment.startedAt))
+        let second = try #require(closed.dropFirst().first)
+        let after: RecordingsListResult = try client.call(.recordingsList)
+        #expect(after.recordings.first { $0.path == second.path }?.startClock == .synchronized, "\(after.recordings.map(\.file))")
+        #expect(after.recordings.first { $0.path == file.segment.path }?.startClock == .redated)
+        #expect(daemon.terminate() == 0)
+    }
+
     /// `%Y%m%dT%H%M%SZ` of a start, as the default template names segments.
     static func utcName(_ date: Date) -> String {
         let fields = UTCTimestamp.fields(secondsSince1970: Int64(((date.timeIntervalSince1970 * 1000).rounded() / 1000).rounded(.down)))
