@@ -6,24 +6,31 @@ import Logging
 import NIOConcurrencyHelpers
 import RecorderModel
 
-/// Where recd learns whether the system clock is synchronized, besides the kernel.
-public struct SystemClockSources: Sendable, Equatable {
+/// Where recd learns whether the system clock is synchronized where the kernel cannot be
+/// asked (recd.service's `ProtectClock=` filters adjtimex out, reads included).
+public struct SystemClockSources: Sendable {
     /// systemd-timesyncd's runtime directory: its `synchronized` file appears there once
     /// timesyncd synchronized the clock since boot, and is touched at every synchronization.
     public var timesyncDirectory: String
+    /// Asks systemd-timedated (over the system bus) whether the clock is synchronized: it reads
+    /// the kernel's flag outside recd's sandbox, whoever disciplines the clock (chrony and ntpd
+    /// too). Blocking; nil when it cannot answer. recd passes `Systemd`'s; nil: not asked.
+    public var timedated: (@Sendable () -> Bool?)?
 
     public static let defaultTimesyncDirectory = "/run/systemd/timesync"
 
-    public init(timesyncDirectory: String = SystemClockSources.defaultTimesyncDirectory) {
+    public init(timesyncDirectory: String = SystemClockSources.defaultTimesyncDirectory, timedated: (@Sendable () -> Bool?)? = nil) {
         self.timesyncDirectory = timesyncDirectory
+        self.timedated = timedated
     }
 
     /// The default sources, with timesyncd's directory from `RECD_TIMESYNC_DIRECTORY` when it
-    /// is set: for the tests, which cannot run a timesyncd of their own (doc/testing.md). Not a
+    /// is set: for the tests, which cannot run a timesyncd of their own (doc/testing.md) and
+    /// stand in for the machine's time services, so timedated is not asked then. Not a
     /// setting: a station's timesyncd is where systemd puts it.
-    public init(environment: [String: String]) {
-        self.init(timesyncDirectory: environment["RECD_TIMESYNC_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 }
-                  ?? Self.defaultTimesyncDirectory)
+    public init(environment: [String: String], timedated: (@Sendable () -> Bool?)? = nil) {
+        let directory = environment["RECD_TIMESYNC_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 }
+        self.init(timesyncDirectory: directory ?? Self.defaultTimesyncDirectory, timedated: directory == nil ? timedated : nil)
     }
 }
 
@@ -44,12 +51,14 @@ struct ClockReading: Sendable, Equatable {
     var kernel: KernelClockDiscipline?
     /// systemd-timesyncd's `synchronized` file exists.
     var timesyncdSynchronized: Bool
+    /// systemd-timedated's `NTPSynchronized`, as last asked (nil: not asked, or no answer).
+    var timedated: Bool? = nil
     /// The wall clock when it was taken.
     var wallClock: Date
 
     /// Reads the kernel, the clocks and timesyncd's file now. Also returns adjtimex's errno
     /// when the kernel could not be asked.
-    static func now(timesyncDirectory: String) -> (reading: ClockReading, kernelError: Int32?) {
+    static func now(timesyncDirectory: String, timedated: Bool? = nil) -> (reading: ClockReading, kernelError: Int32?) {
         var unsynchronized: Int32 = 0
         var maxError = 0
         var estimatedError = 0
@@ -62,7 +71,7 @@ struct ClockReading: Sendable, Equatable {
             offset: offset,
             kernel: asked ? KernelClockDiscipline(synchronized: unsynchronized == 0, maxError: Double(maxError) / 1e6,
                                                   estimatedError: Double(estimatedError) / 1e6) : nil,
-            timesyncdSynchronized: timesyncd, wallClock: Date())
+            timesyncdSynchronized: timesyncd, timedated: timedated, wallClock: Date())
         return (reading, kernelError)
     }
 }
@@ -88,9 +97,11 @@ struct ClockWatch: Sendable, Equatable {
         reference = reading.offset
     }
 
-    /// The kernel's word where it can be asked, else timesyncd's.
+    /// The kernel's word where it can be asked, else timedated's (the kernel's, read outside
+    /// the sandbox), else timesyncd's.
     static func verdict(_ reading: ClockReading) -> (synchronized: Bool, source: ClockSynchronizationSource) {
         if let kernel = reading.kernel { return (kernel.synchronized, .kernel) }
+        if let timedated = reading.timedated { return (timedated, .timedated) }
         return (reading.timesyncdSynchronized, .timesyncd)
     }
 
@@ -156,6 +167,11 @@ final class SystemClockMonitor: @unchecked Sendable {
     private let logger: Logger
     private let queue = DispatchQueue(label: "recd.clock")
     private let watch: NIOLockedValueBox<ClockWatch>
+    /// timedated's last answer, asked on `queue` only (a bus round trip; the first may start
+    /// timedated), and only where the kernel cannot be asked: `status` reads it from here.
+    private let timedatedAnswer = NIOLockedValueBox<Bool?>(nil)
+    /// The kernel refused to say (the first reading): timedated is asked instead.
+    private let kernelRefused: Bool
     private var dispatchSources: [any DispatchSourceProtocol] = []
     /// The inotify descriptor (-1: none).
     private let directoryWatch: Int32
@@ -184,13 +200,21 @@ final class SystemClockMonitor: @unchecked Sendable {
         let alarm = Self.makeClockSetAlarm(logger)
         directoryWatch = recd_directory_watch()
         watchedParent = Self.watchDirectory(sources.timesyncDirectory, on: directoryWatch, parent: nil)
-        let (reading, kernelError) = ClockReading.now(timesyncDirectory: sources.timesyncDirectory)
+        var (reading, kernelError) = ClockReading.now(timesyncDirectory: sources.timesyncDirectory)
+        kernelRefused = kernelError != nil
+        if kernelError != nil, let ask = sources.timedated {
+            let answer = ask()
+            timedatedAnswer.withLockedValue { $0 = answer }
+            reading.timedated = answer
+        }
         let first = ClockWatch(reading)
         watch = NIOLockedValueBox(first)
         published.send(first.status)
 
         if let kernelError {
-            logger.info("the kernel's clock state cannot be read; synchronization is systemd-timesyncd's word alone",
+            logger.info(reading.timedated == nil
+                        ? "the kernel's clock state cannot be read, nor systemd-timedated asked; synchronization is systemd-timesyncd's word alone"
+                        : "the kernel's clock state cannot be read here; systemd-timedated reads it",
                         metadata: ["error": "\(String(cString: strerror(kernelError)))",
                                    "clock.timesyncd": "\(sources.timesyncDirectory)/synchronized"])
         }
@@ -222,7 +246,10 @@ final class SystemClockMonitor: @unchecked Sendable {
         let timer = DispatchSource.makeTimerSource(queue: queue)
         let interval = Int(Self.recheckInterval * 1e9)
         timer.schedule(deadline: .now() + .nanoseconds(interval), repeating: .nanoseconds(interval), leeway: .seconds(10))
-        timer.setEventHandler { [weak self] in self?.refresh(.recheck) }
+        timer.setEventHandler { [weak self] in
+            self?.askTimedated()
+            self?.refresh(.recheck)
+        }
         timer.resume()
         dispatchSources.append(timer)
     }
@@ -255,8 +282,9 @@ final class SystemClockMonitor: @unchecked Sendable {
         let published = self.published
         // Read under the lock: two readings taken on two threads must not be taken in one order
         // and measured in the other (a step, then the same step back).
+        let timedated = timedatedAnswer.withLockedValue { $0 }
         let (status, changes) = watch.withLockedValue { watch -> (ClockStatus, [ClockWatch.Change]) in
-            let (reading, _) = ClockReading.now(timesyncDirectory: sources.timesyncDirectory)
+            let (reading, _) = ClockReading.now(timesyncDirectory: sources.timesyncDirectory, timedated: timedated)
             let changes = watch.observe(reading)
             if !changes.isEmpty { published.send(watch.status) }
             return (watch.status(with: reading), changes)
@@ -276,12 +304,22 @@ final class SystemClockMonitor: @unchecked Sendable {
         if recd_arm_clock_set_alarm(alarm) != 0 {
             logger.warning("the clock-set alarm cannot be armed again", metadata: ["error": "\(String(cString: strerror(errno)))"])
         }
+        askTimedated()
         refresh(.clockSet)
+    }
+
+    /// On `queue`, where the kernel cannot be asked: timedated's word, kept for the readings
+    /// (at each event and each minute; timedated exits when idle and the bus starts it again).
+    private func askTimedated() {
+        guard kernelRefused, let ask = sources.timedated else { return }
+        let answer = ask()
+        timedatedAnswer.withLockedValue { $0 = answer }
     }
 
     /// On `queue`: something appeared, changed or went in timesyncd's directory (or its parent).
     private func timesyncDirectoryChanged() {
         watchedParent = Self.watchDirectory(sources.timesyncDirectory, on: directoryWatch, parent: watchedParent)
+        askTimedated()
         refresh(.timesyncd)
     }
 

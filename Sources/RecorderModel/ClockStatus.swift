@@ -44,7 +44,10 @@ public struct ClockStatus: Sendable, Equatable, Codable {
 public enum ClockSynchronizationSource: String, Sendable, Codable, CaseIterable {
     /// The kernel's clock discipline (adjtimex), whoever disciplines it.
     case kernel
-    /// systemd-timesyncd's file, where the kernel cannot be asked.
+    /// systemd-timedated (over the system bus), where the kernel cannot be asked here: it reads
+    /// the kernel's flag outside recd's sandbox.
+    case timedated
+    /// systemd-timesyncd's file, where the kernel cannot be asked and timedated cannot answer.
     case timesyncd
 }
 

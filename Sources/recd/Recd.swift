@@ -119,7 +119,8 @@ struct Recd: AsyncParsableCommand {
         }
         defer { withExtendedLifetime(directoryLock) {} }
         let recorder = Recorder(configuration: configuration.recorderConfiguration,
-                                clock: SystemClockSources(environment: ProcessInfo.processInfo.environment),
+                                clock: SystemClockSources(environment: ProcessInfo.processInfo.environment,
+                                                          timedated: { Systemd.timedatedSaysNTPSynchronized() }),
                                 logger: Logger(label: "recd.recorder"))
         _ = RecordingLibrary(directory: configuration.recordingsDirectory).recoverPartialFiles(logger: logger)
 

@@ -116,6 +116,18 @@ if runuser -u bob -- recctl status >"$out/status-bob.txt" 2>&1; then fail "bob (
 if runuser -u alice -- recctl start nope --duration 1 >"$out/start-alice.txt" 2>&1; then fail "alice (observe only) could start a recording"; fi
 pass "alice (group recd) observes; bob (no group) cannot connect; alice cannot control"
 
+# --- The system clock, as the sandbox lets recd see it -------------------------------------------
+check clock
+# ProtectClock= filters adjtimex out: recd asks systemd-timedated over the system bus, which
+# reads the kernel's flag outside the sandbox (this machine's kernel: STA_UNSYNC, no NTP).
+clock=$(recctl status --json | jq -c .clock) || fail "recctl status --json"
+[[ $(jq -r .source <<<"$clock") == timedated ]] || fail "status.clock.source is not timedated: $clock"
+kernel=$(busctl get-property org.freedesktop.timedate1 /org/freedesktop/timedate1 org.freedesktop.timedate1 NTPSynchronized) ||
+    fail "busctl cannot ask timedated"
+[[ $kernel == "b $(jq -r .synchronized <<<"$clock")" ]] || fail "recd says synchronized=$(jq -r .synchronized <<<"$clock"), timedated '$kernel'"
+journalctl -b -u recd.service -o cat --no-pager | grep -q "systemd-timedated reads it" || fail "recd did not log where its clock's word comes from"
+pass "status.clock.source timedated (through the system bus from the sandbox), synchronized as timedated says ($kernel)"
+
 # --- A recording from the paced device, through the sandbox ------------------------------------
 check paced-recording
 timeout 60 recctl start boot-take --format wav --duration 2 --wait >"$out/take.txt" 2>&1 ||
