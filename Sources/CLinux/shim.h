@@ -71,29 +71,14 @@ static inline int recd_clock_discipline(int *unsynchronized, long *max_error_us,
     return 0;
 }
 
-/// CLOCK_REALTIME minus CLOCK_BOOTTIME, in nanoseconds: what a step of the wall clock changes
-/// and nothing else does (NTP's slewing and frequency corrections move both clocks alike, and
-/// a suspend adds its length to both). The boot clock is read on both sides of the wall
-/// clock, and the reading taken again if something came between them (a preemption).
-static inline int64_t recd_wall_clock_offset(void) {
-    struct timespec before, wall, after;
-    int64_t offset = 0;
-    for (int attempt = 0; attempt < 4; attempt++) {
-        clock_gettime(CLOCK_BOOTTIME, &before);
-        clock_gettime(CLOCK_REALTIME, &wall);
-        clock_gettime(CLOCK_BOOTTIME, &after);
-        int64_t boot_before = (int64_t)before.tv_sec * 1000000000 + before.tv_nsec;
-        int64_t boot_after = (int64_t)after.tv_sec * 1000000000 + after.tv_nsec;
-        offset = (int64_t)wall.tv_sec * 1000000000 + wall.tv_nsec - (boot_before + (boot_after - boot_before) / 2);
-        if (boot_after - boot_before < 100000) break;
-    }
-    return offset;
-}
-
 /// The wall clock (CLOCK_REALTIME, nanoseconds) and, from the same reading, its offset from the
-/// boot clock (as `recd_wall_clock_offset`): the capture engine times each read with the first
-/// and follows a step of the wall clock with the second, and the two must never disagree (a
-/// step between two separate readings would time one read by the old clock and the new offset).
+/// boot clock (CLOCK_REALTIME minus CLOCK_BOOTTIME): what a step of the wall clock changes and
+/// nothing else does (NTP's slewing and frequency corrections move both clocks alike, and a
+/// suspend adds its length to both). The boot clock is read on both sides of the wall clock,
+/// and the reading taken again if something came between them (a preemption). The capture
+/// engine times each read with the first and follows a step with the second: the two must
+/// never disagree (a step between two separate readings would time a read by the old clock and
+/// the new offset).
 static inline int64_t recd_wall_clock_now(int64_t *offset) {
     struct timespec before, wall, after;
     int64_t now = 0;
@@ -108,6 +93,13 @@ static inline int64_t recd_wall_clock_now(int64_t *offset) {
         if (boot_after - boot_before < 100000) break;
     }
     return now;
+}
+
+/// CLOCK_REALTIME minus CLOCK_BOOTTIME, in nanoseconds (`recd_wall_clock_now`'s offset).
+static inline int64_t recd_wall_clock_offset(void) {
+    int64_t offset = 0;
+    recd_wall_clock_now(&offset);
+    return offset;
 }
 
 /// A CLOCK_REALTIME timer descriptor for `recd_arm_clock_set_alarm`: non-blocking,

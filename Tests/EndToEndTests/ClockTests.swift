@@ -258,7 +258,9 @@ struct ClockTests {
 
         // status and recctl say how many wait (the two, and any that closed since).
         #expect((try clock(daemon).filesToRedate ?? 0) >= early.count)
-        #expect(try recctlStatusLine(daemon).contains(" files to re-date once it is synchronized"))
+        let waitingLine = try recctlStatusLine(daemon)
+        #expect(waitingLine.contains(" files to re-date once it is synchronized"))
+        print("recctl status, before: \(waitingLine)")
 
         // NTP steps the clock and synchronizes it.
         try setFakeOffset("+0")
@@ -285,11 +287,14 @@ struct ClockTests {
             let message = mqtt.first("\(Self.prefix)/redated", where: { $0.json?["previousPath"] as? String == before.path })
             #expect((message?.json?["segment"] as? [String: Any])?["path"] as? String == file.segment.path, "\(mqtt.messages)")
             #expect(message?.json?["previousStart"] as? String == UTCTimestamp.text(before.startedAt))
+            if let message { print("MQTT \(message.topic): \(message.payload)") }
             let line = "on_file_redated|\(before.path)|\(file.segment.path)|\(UTCTimestamp.text(before.startedAt))|\(UTCTimestamp.text(file.segment.startedAt))"
             #expect(waitUntil(timeout: 30) { ((try? String(contentsOfFile: hookLog, encoding: .utf8)) ?? "").contains(line) },
                     "\(line) not in \((try? String(contentsOfFile: hookLog, encoding: .utf8)) ?? "no hook log")")
         }
         #expect(try metrics(daemon)["recd_files_redated_total"] == Double(early.count))
+        print("recctl status, after: \(try recctlStatusLine(daemon))")
+        print("metrics: recd_files_redated_total \(try metrics(daemon)["recd_files_redated_total"] ?? -1)")
         let waitingAfter = try clock(daemon).filesToRedate
         #expect(waitingAfter == 0, "\(String(describing: waitingAfter)) still waiting; closed: \(closed.map { "\($0.index) \($0.unsynchronizedStart != nil)" })\n\(daemon.log.suffix(4000))")
 
@@ -308,6 +313,11 @@ struct ClockTests {
         let later = Array(closed[seen..<beforeBack])
         #expect(later[0].redatedFrom != nil && later[0].unsynchronizedStart == nil, "\(later[0])")
         #expect(later.dropFirst().allSatisfy { $0.redatedFrom == nil && $0.unsynchronizedStart == nil })
+        // The segments after it are on the clock's 4 s boundaries again (UTC), by the true clock.
+        for segment in later.dropFirst() {
+            let offBoundary = segment.startedAt.timeIntervalSince1970.truncatingRemainder(dividingBy: 4)
+            #expect(min(offBoundary, 4 - offBoundary) < 0.010, "segment \(segment.index) starts \(UTCTimestamp.text(segment.startedAt))")
+        }
         #expect(try Self.dateAndComment(later[0].path).comment.contains("; re-dated at clock sync; "))
         #expect(try !Self.dateAndComment(later[1].path).comment.contains("clock"), "\(later[1].path)")
         #expect(redated.count == early.count, "a file open at the synchronization is corrected at its close, not announced twice")
