@@ -17,8 +17,11 @@ import SystemPackage
 /// then. `FileRedating` writes it into the file, the file takes the name its template gives
 /// the true start (never over another file), the session log learns it, and `redatedFile`
 /// announces it (old path → new). A file still being written is corrected as it closes,
-/// before it is announced at all (`correctedAtClose`). Files of an earlier boot, or of an
-/// earlier run of recd, are not known here and stay marked: nothing is guessed.
+/// before it is announced at all (`correctedAtClose`). The files waiting are also written to
+/// `<recordings>/.sessions/unsynchronized.ndjson`, so that recd started again in the same boot
+/// (a crash, an upgrade) re-dates them too (`resume`); files of an earlier boot stay marked,
+/// as does a file a crash left open (repaired at the next start, it was never closed here):
+/// nothing is guessed.
 final class FileRedater: Sendable {
     private struct Pending: Sendable {
         var segment: Segment
@@ -54,12 +57,20 @@ final class FileRedater: Sendable {
     func correctedAtClose(_ segment: Segment, directory: String) -> Segment {
         guard segment.unsynchronizedStart != nil else { return segment }
         if isSynchronized(), let redated = redate(segment, directory: directory) { return redated.segment }
-        let firstDrop = pending.withLock { pending -> Bool in
+        let (firstDrop, trimmed) = pending.withLock { pending -> (Bool, [Segment]?) in
             pending.files.append(Pending(segment: segment, directory: directory))
-            guard pending.files.count > Self.pendingLimit else { return false }
+            guard pending.files.count > Self.pendingLimit else { return (false, nil) }
             pending.files.removeFirst(pending.files.count - Self.pendingLimit)
             pending.dropped += 1
-            return pending.dropped == 1
+            // The log is cut back to what is kept once per `pendingLimit` files dropped: at most
+            // twice as long, never rewritten at every close.
+            let cut = pending.dropped % Self.pendingLimit == 1
+            return (pending.dropped == 1, cut ? pending.files.filter { $0.directory == directory }.map(\.segment) : nil)
+        }
+        if let trimmed {
+            Self.rewriteWaitingLog(directory: directory, trimmed)
+        } else {
+            Self.appendToWaitingLog(directory: directory, segment)
         }
         if firstDrop {
             logger.warning("the clock has not been synchronized for \(Self.pendingLimit) files; the oldest will keep their unsynchronized start",
@@ -88,6 +99,80 @@ final class FileRedater: Sendable {
             }
             published.redatedFile.send(redated)
         }
+        // Done, or not to be done (a file that cannot be re-dated keeps its mark for good).
+        for directory in Set(files.map(\.directory)) { Self.rewriteWaitingLog(directory: directory, []) }
+    }
+
+    // MARK: The files waiting, on disk
+
+    /// Not `.jsonl`: the session logs' listing (`RecordingLibrary.loggedSegments`) must not read it.
+    static let waitingLogName = "unsynchronized.ndjson"
+
+    static func waitingLogPath(_ directory: String) -> String {
+        directory + "/" + RecordingLibrary.sessionLogDirectory + "/" + waitingLogName
+    }
+
+    /// Reads `directory`'s log of files waiting for the clock (at start): those of this boot
+    /// that are still there and still marked wait again; the rest (another boot's, gone,
+    /// re-dated) leave the log. Then, if the clock is synchronized already, re-dates them.
+    func resume(directory: String) {
+        queue.async { [self] in
+            guard let text = try? String(contentsOfFile: Self.waitingLogPath(directory), encoding: .utf8) else { return }
+            let decoder = JSONDecoder.sessionLog
+            var seen: Set<String> = []
+            var waiting: [Segment] = []
+            for line in text.split(separator: "\n").reversed() {
+                guard let segment = try? decoder.decode(Segment.self, from: Data(line.utf8)), seen.insert(segment.path).inserted,
+                      let bootId = segment.unsynchronizedStart?.bootId, bootId == BootIdentity.current,
+                      RecordingLibrary.startClock(ofFile: segment.path) == .unsynchronized else { continue }
+                waiting.append(segment)
+            }
+            waiting.reverse()
+            Self.rewriteWaitingLog(directory: directory, waiting)
+            guard !waiting.isEmpty else { return }
+            pending.withLock { pending in
+                let known = Set(pending.files.map(\.segment.path))
+                pending.files.insert(contentsOf: waiting.filter { !known.contains($0.path) }.map { Pending(segment: $0, directory: directory) }, at: 0)
+            }
+            logger.notice("files from before recd started wait for the clock to be re-dated",
+                          metadata: ["files": "\(waiting.count)", "recordings_dir": "\(directory)"])
+            if isSynchronized() { redatePending() }
+        }
+    }
+
+    /// Appends a file to the log (best effort: without it only this run re-dates the file).
+    /// Only files that know their boot: others could never be trusted after a restart.
+    private static func appendToWaitingLog(directory: String, _ segment: Segment) {
+        guard segment.unsynchronizedStart?.bootId != nil, var data = try? JSONEncoder.sessionLog.encode(segment) else { return }
+        data.append(0x0A)
+        let logDirectory = directory + "/" + RecordingLibrary.sessionLogDirectory
+        guard Directories.make(logDirectory) == nil else { return }
+        let fd = open(waitingLogPath(directory), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+
+    /// Replaces the log with `segments` (a new file renamed over it), or removes it when none.
+    private static func rewriteWaitingLog(directory: String, _ segments: [Segment]) {
+        let path = waitingLogPath(directory)
+        let kept = segments.filter { $0.unsynchronizedStart?.bootId != nil }
+        guard !kept.isEmpty else {
+            unlink(path)
+            return
+        }
+        var data = Data()
+        for segment in kept {
+            guard let line = try? JSONEncoder.sessionLog.encode(segment) else { continue }
+            data.append(line)
+            data.append(0x0A)
+        }
+        let temporary = path + ".new"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return }
+        let wrote = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        if wrote == data.count { rename(temporary, path) } else { unlink(temporary) }
     }
 
     /// Rewrites the start in `segment`'s file and renames it as its template names the true

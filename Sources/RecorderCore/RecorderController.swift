@@ -174,6 +174,8 @@ final class RecorderController: @unchecked Sendable {
             self?.evaluateSchedule()
         }
         clockObservation.withLock { $0 = observation }
+        // Files of this boot an earlier run of recd left waiting for the clock.
+        redater.resume(directory: configuration.recordingsDirectory)
     }
 
     /// The configuration the next recording will use.

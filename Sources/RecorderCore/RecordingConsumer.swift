@@ -633,7 +633,7 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
     func stamp(_ file: (any AudioFileWriter)?, startedAt time: Date) -> UnsynchronizedStart? {
         let mark = clockSynchronized() ? nil : UnsynchronizedStart(
             bootTime: time.timeIntervalSince1970 - (clockOffset.isNaN ? Double(recd_wall_clock_offset()) / 1e9 : clockOffset),
-            template: files.template, localTime: files.localTime)
+            template: files.template, localTime: files.localTime, bootId: BootIdentity.current)
         file?.stampOrigin(origin(startedAt: time, clock: mark == nil ? .synchronized : .unsynchronized))
         return mark
     }

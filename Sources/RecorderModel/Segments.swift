@@ -163,11 +163,15 @@ public struct UnsynchronizedStart: Sendable, Equatable, Codable {
     /// The file name's template and whether it is in local time (`SegmentSettings`).
     public var template: String
     public var localTime: Bool
+    /// The boot `bootTime` counts from (nil: not known; only the run of recd that recorded the
+    /// file may then re-date it).
+    public var bootId: String?
 
-    public init(bootTime: Double, template: String, localTime: Bool) {
+    public init(bootTime: Double, template: String, localTime: Bool, bootId: String? = nil) {
         self.bootTime = bootTime
         self.template = template
         self.localTime = localTime
+        self.bootId = bootId
     }
 }
 

@@ -48,7 +48,8 @@ struct ClockTests {
     /// recd on the null device with the kernel's state from the interposer, timesyncd's
     /// directory below the test's own (`run/timesync`, absent until a test makes it) and, with
     /// `fakeOffset`, under libfaketime.
-    func daemon(discipline: String, fakeOffset: String? = nil, config: String = "", device: String = "null") throws -> Daemon {
+    func daemon(discipline: String, fakeOffset: String? = nil, config: String = "", device: String = "null",
+                recordings: String? = nil) throws -> Daemon {
         try setDiscipline(discipline)
         var preload = [try clockDiscipline()]
         var environment = ["RECD_TEST_CLOCK_DISCIPLINE": work.file("discipline"),
@@ -64,7 +65,7 @@ struct ClockTests {
             environment["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
         }
         environment["LD_PRELOAD"] = preload.joined(separator: " ")
-        return try Daemon(device: device, config: config, environment: environment)
+        return try Daemon(device: device, config: config, environment: environment, recordings: recordings)
     }
 
     /// Why the tests with libfaketime run against the release binaries only (PreloadTests says more).
@@ -400,6 +401,58 @@ struct ClockTests {
             }
         }
         #expect(daemon.terminate() == 0)
+    }
+
+    /// recd started again in the same boot before the clock is synchronized (a crash, an
+    /// upgrade): the files the first run closed wait in the recordings' log and the second run
+    /// re-dates them; an entry of another boot (its boot clock means nothing now) stays marked.
+    @Test(.enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer))
+    func filesAnEarlierRunOfThisBootClosedAreRedatedByTheNext() throws {
+        let server = try PulseServer()
+        let recordings = work.file("station")
+        let config = "[recording]\nformat = \"flac\"\n"
+        let first = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: config, device: TestDevices.paced(server),
+                               recordings: recordings)
+        let client = try first.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "run1", segmentLength: 2))
+        _ = try #require(first.waitForStatus { $0.statistics.segmentsClosed >= 2 }, "\(first.log)")
+        let _: Recording = try client.call(.stop)
+        let made: RecordingsListResult = try client.call(.recordingsList)
+        #expect(made.recordings.count >= 3 && made.recordings.allSatisfy { $0.startClock == .unsynchronized },
+                "\(made.recordings.map { "\($0.file) \(String(describing: $0.startClock))" })")
+        #expect(first.terminate() == 0)
+
+        // The last file as another boot's.
+        let log = recordings + "/.sessions/unsynchronized.ndjson"
+        var lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(lines.count == made.recordings.count, "\(lines)")
+        let last = try #require(lines.last)
+        lines[lines.count - 1] = last.replacing(/"bootId":"[^"]*"/, with: #""bootId":"another-boot""#)
+        #expect(lines.last != last)
+        try (lines.joined(separator: "\n") + "\n").write(toFile: log, atomically: true, encoding: .utf8)
+        // The session log's encoder does not escape slashes.
+        let otherBootsFile = try #require(made.recordings.last { last.contains("\"path\":\"" + $0.path + "\"") }, "\(last)")
+
+        // recd again, same boot, the clock still behind; then NTP.
+        let second = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: config, device: TestDevices.paced(server),
+                                recordings: recordings)
+        #expect(try clock(second).filesToRedate == made.recordings.count - 1)
+        try setFakeOffset("+0")
+        try setDiscipline("synchronized")
+        _ = try clock(second)
+        var after: [RecordingFile] = []
+        let done = waitUntil(timeout: 30) {
+            after = ((try? second.connect().call(.recordingsList)) as RecordingsListResult?)?.recordings ?? []
+            return after.filter { $0.startClock == .redated }.count == made.recordings.count - 1
+        }
+        #expect(done, "\(after.map { "\($0.file) \(String(describing: $0.startClock))" })\n\(second.log)")
+        for file in made.recordings where file.path != otherBootsFile.path {
+            #expect(!FileManager.default.fileExists(atPath: file.path), "\(file.file) was not renamed")
+        }
+        #expect(after.first { $0.path == otherBootsFile.path }?.startClock == .unsynchronized, "another boot's file is left as it is")
+        #expect(logLines(second, "files from before recd started wait for the clock to be re-dated").count == 1, "\(second.log)")
+        #expect(waitUntil(timeout: 10) { !FileManager.default.fileExists(atPath: log) }, "the log is gone once every file in it was dealt with")
+        #expect(second.terminate() == 0)
     }
 
     /// A sound-activated station three days behind: an event's file is marked, and re-dated
