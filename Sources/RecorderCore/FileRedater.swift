@@ -39,14 +39,27 @@ final class FileRedater: Sendable {
     static let pendingLimit = 5000
     /// Re-dating rewrites and renames files: off the clock's and the control queue.
     private let queue = DispatchQueue(label: "recd.redate")
+    /// Follows the clock's publications (never blocks), beside `queue`, which may be waiting
+    /// out a settling or rewriting files.
+    private let clockQueue = DispatchQueue(label: "recd.redate.clock", target: .global())
     private let token = NIOLockedValueBox<ObservationToken?>(nil)
+    /// The clock counts as settled this long after it became synchronized or last stepped: a
+    /// time service that declared synchronization just before its step must not have files
+    /// re-dated by the clock it was about to correct.
+    static let settleSeconds = 2.0
+    /// When the clock settles (uptime ns; nil while it is not synchronized), the steps counted
+    /// when it was last looked at, and which settling the timer is for.
+    private let settling = NIOLockedValueBox<(settlesAt: UInt64?, steps: Int, generation: Int)>((nil, 0, 0))
 
     init(published: RecorderOutputs, isSynchronized: @escaping @Sendable () -> Bool, logger: Logger) {
         self.published = published
         self.isSynchronized = isSynchronized
         self.logger = logger
-        let observation = published.clock.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] clock in
-            if clock.synchronized { self?.redatePending() }
+        // Synchronized when recd starts: settled already.
+        let clock = published.clock.value
+        settling.withLockedValue { $0 = (clock.synchronized ? 0 : nil, clock.steps, 0) }
+        let observation = published.clock.subscribe(on: clockQueue, delivery: .every, sendingCurrent: false) { [weak self] clock in
+            self?.clockChanged(clock)
         }
         token.withLock { $0 = observation }
     }
@@ -56,7 +69,7 @@ final class FileRedater: Sendable {
     /// for when it will be. Any thread but the clock's.
     func correctedAtClose(_ segment: Segment, directory: String) -> Segment {
         guard segment.unsynchronizedStart != nil else { return segment }
-        if isSynchronized(), let redated = redate(segment, directory: directory) { return redated.segment }
+        if isSettled, let redated = redate(segment, directory: directory) { return redated.segment }
         let (firstDrop, trimmed) = pending.withLock { pending -> (Bool, [Segment]?) in
             pending.files.append(Pending(segment: segment, directory: directory))
             guard pending.files.count > Self.pendingLimit else { return (false, nil) }
@@ -77,14 +90,52 @@ final class FileRedater: Sendable {
                            metadata: ["segment.path": "\(segment.path)"])
         }
         // The clock may have been synchronized in between: its announcement found nothing.
-        if isSynchronized() { queue.async { [weak self] in self?.redatePending() } }
+        if isSettled { queue.async { [weak self] in self?.redatePending() } }
         return segment
     }
 
     /// Files waiting for the clock (status).
     var pendingCount: Int { pending.withLock { $0.files.count } }
 
-    // MARK: On queue
+    /// Synchronized, and neither that nor a step happened in the last `settleSeconds`.
+    private var isSettled: Bool {
+        guard isSynchronized() else { return false }
+        return settling.withLockedValue { $0.settlesAt }.map { DispatchTime.now().uptimeNanoseconds >= $0 } ?? false
+    }
+
+    // MARK: On the queues
+
+    /// On `clockQueue`. A synchronization or a step (while synchronized) starts the settling afresh; the files
+    /// waiting are re-dated when it ends, unless another starts first.
+    private func clockChanged(_ clock: ClockStatus) {
+        let generation = settling.withLockedValue { settling -> Int? in
+            let stepped = clock.steps != settling.steps
+            settling.steps = clock.steps
+            guard clock.synchronized else {
+                settling.settlesAt = nil
+                return nil
+            }
+            guard settling.settlesAt == nil || stepped else { return nil }
+            settling.settlesAt = DispatchTime.now().uptimeNanoseconds + UInt64(Self.settleSeconds * 1e9)
+            settling.generation += 1
+            return settling.generation
+        }
+        guard let generation else { return }
+        // Waited out on the re-dating's own queue (it may block), not with a Dispatch timer;
+        // the settling state is kept by `clockQueue`, so a step meanwhile is seen at the end.
+        queue.async { [weak self] in
+            // Until this settling ends (then re-date), or another takes its place (then leave it
+            // to that one's block), looking every 0.1 s.
+            while let self, let settlesAt = settling.withLockedValue({ $0.generation == generation ? $0.settlesAt : nil }) {
+                let now = DispatchTime.now().uptimeNanoseconds
+                if now >= settlesAt {
+                    redatePending()
+                    return
+                }
+                usleep(UInt32(Swift.min(settlesAt - now, 100_000_000) / 1000))
+            }
+        }
+    }
 
     private func redatePending() {
         let files = pending.withLock { pending -> [Pending] in
@@ -136,7 +187,7 @@ final class FileRedater: Sendable {
             }
             logger.notice("files from before recd started wait for the clock to be re-dated",
                           metadata: ["files": "\(waiting.count)", "recordings_dir": "\(directory)"])
-            if isSynchronized() { redatePending() }
+            if isSettled { redatePending() }
         }
     }
 
