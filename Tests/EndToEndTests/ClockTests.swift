@@ -457,9 +457,11 @@ struct ClockTests {
         try setDiscipline("synchronized")
         _ = try clock(second)
         var after: [RecordingFile] = []
+        // Re-dated, then renamed: done once the old names are gone too.
         let done = waitUntil(timeout: 30) {
             after = ((try? second.connect().call(.recordingsList)) as RecordingsListResult?)?.recordings ?? []
             return after.filter { $0.startClock == .redated }.count == made.recordings.count - 1
+                && made.recordings.allSatisfy { $0.path == otherBootsFile.path || !FileManager.default.fileExists(atPath: $0.path) }
         }
         #expect(done, "\(after.map { "\($0.file) \(String(describing: $0.startClock))" })\n\(second.log)")
         for file in made.recordings where file.path != otherBootsFile.path {
