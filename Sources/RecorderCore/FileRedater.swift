@@ -194,14 +194,8 @@ final class FileRedater: Sendable {
     /// Appends a file to the log (best effort: without it only this run re-dates the file).
     /// Only files that know their boot: others could never be trusted after a restart.
     private static func appendToWaitingLog(directory: String, _ segment: Segment) {
-        guard segment.unsynchronizedStart?.bootId != nil, var data = try? JSONEncoder.sessionLog.encode(segment) else { return }
-        data.append(0x0A)
-        let logDirectory = directory + "/" + RecordingLibrary.sessionLogDirectory
-        guard Directories.make(logDirectory) == nil else { return }
-        let fd = open(waitingLogPath(directory), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
-        _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard segment.unsynchronizedStart?.bootId != nil else { return }
+        RecordingLibrary(directory: directory).append(segment, toLog: waitingLogName)
     }
 
     /// Replaces the log with `segments` (a new file renamed over it), or removes it when none.

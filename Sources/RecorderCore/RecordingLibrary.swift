@@ -83,12 +83,15 @@ public struct RecordingLibrary: Sendable {
     public static let sessionLogDirectory = ".sessions"
 
     /// Appends `segment` to its session's log (best effort: the file itself is what matters).
-    public func log(_ segment: Segment) {
+    public func log(_ segment: Segment) { append(segment, toLog: segment.recordingId + ".jsonl") }
+
+    /// Appends `segment` as one JSON line to `name` in the session log directory (best effort).
+    func append(_ segment: Segment, toLog name: String) {
         let logDirectory = directory + "/" + Self.sessionLogDirectory
         guard Directories.make(logDirectory) == nil,
               var data = try? JSONEncoder.sessionLog.encode(segment) else { return }
         data.append(0x0A)
-        let fd = open(logDirectory + "/" + segment.recordingId + ".jsonl", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        let fd = open(logDirectory + "/" + name, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return }
         defer { close(fd) }
         _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
