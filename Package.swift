@@ -78,6 +78,9 @@ let package = Package(
 
         // The only Swift module per C library.
         .target(name: "ALSA", dependencies: ["CALSA"]),
+        // Sound cards by what they are and where they are plugged (sysfs, udev's links), and the
+        // inotify watch that tells when they change. No C library: the kernel's files.
+        .target(name: "SoundCards"),
         .target(name: "Systemd", dependencies: ["CSystemd"]),
         .target(name: "Sndfile", dependencies: ["CSndfile"]),
         .target(name: "Soxr", dependencies: ["CSoxr"]),
@@ -100,7 +103,7 @@ let package = Package(
         ]),
         // Observed<T>, Recorder (the control plane) and the graph's nodes.
         .target(name: "RecorderCore", dependencies: [
-            "AudioGraph", "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux", "MPEG4",
+            "AudioGraph", "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux", "MPEG4", "SoundCards",
             .product(name: "Logging", package: "swift-log"),
             // A pthread lock for Observed: ThreadSanitizer cannot see Synchronization.Mutex's
             // futex on Linux and reports every access it guards as a race.
@@ -113,7 +116,7 @@ let package = Package(
         // unknown keys refused at file:line. A library, so that it has unit tests and the
         // fuzzer links it.
         .target(name: "RecdConfiguration", dependencies: [
-            "TOML", "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks",
+            "TOML", "RecorderCore", "RecorderModel", "RecdProtocol", "RecdHooks", "SoundCards",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
@@ -161,7 +164,7 @@ let package = Package(
         ]),
         .executableTarget(name: "recd", dependencies: [
             "RecdServer", "RecdCommands", "RecdConfiguration", "RecdMQTT", "RecdMetrics", "RecdHooks", "RecorderCore", "RecorderModel", "RecdProtocol",
-            "Systemd", "Mosquitto", "CBuildInfo", "CMallocTuning", "CCommandLine",
+            "Systemd", "Mosquitto", "SoundCards", "CBuildInfo", "CMallocTuning", "CCommandLine",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -211,7 +214,7 @@ let package = Package(
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport", swiftSettings: optimizedTestCode),
         .testTarget(name: "RecorderCoreTests", dependencies: [
-            "AudioGraph", "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "RecdTestSupport",
+            "AudioGraph", "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "SoundCards", "RecdTestSupport",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
         ]),

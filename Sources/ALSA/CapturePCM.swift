@@ -58,11 +58,12 @@ public final class CapturePCM {
     private var pollDescriptors: [pollfd] = []
 
     /// Opens `name` (`default`, `hw:1,0`, `plughw:…`, `pulse`, `dsnoop:…`) for capture.
-    public init(name: String) throws(ALSAError) {
+    /// `nonBlocking`: fail with EBUSY instead of waiting for a device another program holds.
+    public init(name: String, nonBlocking: Bool = false) throws(ALSAError) {
         var pcm: OpaquePointer?
         LibraryMessages.routed
         LibraryMessages.clear()
-        let result = snd_pcm_open(&pcm, name, SND_PCM_STREAM_CAPTURE, 0)
+        let result = snd_pcm_open(&pcm, name, SND_PCM_STREAM_CAPTURE, nonBlocking ? SND_PCM_NONBLOCK : 0)
         if result < 0 { throw ALSAError(code: result, function: "snd_pcm_open", device: name, detail: LibraryMessages.last) }
         guard let pcm else { throw ALSAError(code: -ENODEV, function: "snd_pcm_open", device: name) }
         self.name = name
@@ -70,6 +71,17 @@ public final class CapturePCM {
     }
 
     deinit { snd_pcm_close(handle) }
+
+    /// The number of the sound card the PCM opened on; nil when it is not on a card (a sound
+    /// server's PCM, a file).
+    public var cardIndex: Int? {
+        var info: OpaquePointer?
+        guard snd_pcm_info_malloc(&info) == 0, let info else { return nil }
+        defer { snd_pcm_info_free(info) }
+        guard snd_pcm_info(handle, info) == 0 else { return nil }
+        let card = snd_pcm_info_get_card(info)
+        return card >= 0 ? Int(card) : nil
+    }
 
     /// Negotiates hardware parameters as close to the request as the device allows.
     ///

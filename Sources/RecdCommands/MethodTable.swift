@@ -214,8 +214,16 @@ public enum MethodTable {
                 let devices = SoundDevices.captureDevices().map {
                     DeviceInfo(name: $0.name, description: $0.description, direction: $0.direction, card: $0.card)
                 }
-                let cards = SoundDevices.cards().map { SoundCardInfo(index: $0.index, id: $0.id, name: $0.name) }
-                return DevicesResult(current: context.recorder.configuration.device, devices: devices, cards: cards)
+                let configuration = context.recorder.configuration
+                let open = context.recorder.holdsDevice
+                let cards = SoundDevices.cards(configured: configuration.device, roots: configuration.systemRoots).map {
+                    SoundCardInfo(index: $0.index, id: $0.id, name: $0.name, stableDevice: $0.stableIDs.recommended, usb: $0.usb,
+                                  serial: $0.serial, port: $0.port, serialDevice: $0.stableIDs.serial, portDevice: $0.stableIDs.port,
+                                  links: $0.stableIDs.links, alsaNames: $0.alsaNames, configured: $0.configured,
+                                  inUse: $0.configured && open, busy: $0.busy)
+                }
+                return DevicesResult(current: configuration.device, devices: devices, cards: cards,
+                                     warning: SoundDevices.deviceWarning(configuration.device, roots: configuration.systemRoots))
             }
         }
     }

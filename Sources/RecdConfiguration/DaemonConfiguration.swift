@@ -4,6 +4,7 @@ import Logging
 import RecdProtocol
 import RecorderCore
 import RecorderModel
+import SoundCards
 import TOML
 
 /// Everything recd can be configured with: defaults for the mode, then the TOML file, then
@@ -12,6 +13,11 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public enum Mode: String, Sendable { case system, user }
 
     public var device = "default"
+    /// Where `device` was written (for a message about it), when it came from the file.
+    public var deviceFile: String?
+    public var deviceLine: Int?
+    /// Where sysfs, /dev and udev's database are: the machine's, or under RECD_SYSTEM_ROOT (tests).
+    public var systemRoots = SystemRoots.live
     public var recordingsDirectory: String
     public var socketPath: String
     public var logLevel: Logger.Level = .info
@@ -82,12 +88,16 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public static func defaults(for mode: Mode, environment: [String: String]) -> DaemonConfiguration {
         switch mode {
         case .system:
-            return DaemonConfiguration(recordingsDirectory: "/var/lib/recd/recordings", socketPath: SocketLocation.system)
+            var configuration = DaemonConfiguration(recordingsDirectory: "/var/lib/recd/recordings", socketPath: SocketLocation.system)
+            configuration.systemRoots = SystemRoots.from(environment: environment)
+            return configuration
         case .user:
             let home = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
             let data = environment["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/share"
-            return DaemonConfiguration(recordingsDirectory: data + "/recd/recordings",
-                                       socketPath: SocketLocation.user(environment: environment))
+            var configuration = DaemonConfiguration(recordingsDirectory: data + "/recd/recordings",
+                                                    socketPath: SocketLocation.user(environment: environment))
+            configuration.systemRoots = SystemRoots.from(environment: environment)
+            return configuration
         }
     }
 
@@ -110,7 +120,24 @@ public struct DaemonConfiguration: Equatable, Sendable {
                               stopTimeout: stopTimeout,
                               segments: segments, waitForDevice: waitForDevice, maximumRetryInterval: retryIntervalMax,
                               silenceWarningAfter: silenceWarningAfter, storage: storage, retention: retention,
-                              preRoll: preRoll, trigger: trigger)
+                              preRoll: preRoll, trigger: trigger, systemRoots: systemRoots)
+    }
+
+    /// The device against the cards present: a name that matches several (two identical
+    /// microphones named by vendor and product) is refused, naming each card's port id. A
+    /// device that is not present passes: it may be plugged in later. For `--check-config`,
+    /// start and reload, after the command line's `--device`.
+    public func checkDevice() throws(ConfigurationError) {
+        do throws(SoundCardError) {
+            _ = try SoundCardScan(roots: systemRoots).resolve(device, roots: systemRoots)
+        } catch {
+            switch error {
+            case .notPresent, .changed: return
+            case .invalidName, .ambiguous:
+                throw ConfigurationError(file: deviceFile ?? "--device", line: deviceFile == nil ? nil : deviceLine,
+                                         key: "device", message: "\(error)")
+            }
+        }
     }
 
     // MARK: The TOML file
@@ -124,7 +151,16 @@ public struct DaemonConfiguration: Equatable, Sendable {
             throw ConfigurationError(file: file, line: error.line, key: nil, message: error.message)
         }
         let reader = KeyReader(document: document, file: file)
-        try reader.read("device") { (value: String) in device = value }
+        try reader.read("device") { (value: String) throws(ConfigurationError) in
+            do throws(SoundCardError) {
+                _ = try DeviceName(parsing: value)
+            } catch {
+                throw reader.invalid("device", "\(error)")
+            }
+            device = value
+            deviceFile = file
+            deviceLine = reader.line(of: "device")
+        }
         try reader.read("recordings_dir") { (value: String) throws(ConfigurationError) in
             guard value.hasPrefix("/") else { throw reader.invalid("recordings_dir", "must be an absolute path") }
             recordingsDirectory = value

@@ -579,21 +579,74 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
     }
 }
 
-/// A sound card as the kernel lists it.
+/// A sound card as the kernel lists it, with the names that keep naming it.
 public struct SoundCardInfo: Codable, Sendable, Equatable {
     /// Its number now (`hw:1`): may change with the order in which cards appear.
     public var index: Int
-    /// Its id (`hw:CARD=<id>`): stable; name devices by it.
+    /// Its ALSA id (`hw:CARD=<id>`): stable for one card of a kind; the second of two
+    /// identical cards gets `<id>_1`, in probe order.
     public var id: String
     public var name: String
-    /// The stable name of its first capture device, through ALSA's format conversion.
+    /// The id to write in recd.toml: `usb:VID:PID:s=SERIAL` when the card has a serial no
+    /// other card shares, else `usb:VID:PID:p=PORT`; for a card not on USB, its ALSA name by id.
     public var stableDevice: String
+    /// A USB card's `VID:PID`, serial (as the device reports it) and port (controller-devpath).
+    public var usb: String?
+    public var serial: String?
+    public var port: String?
+    /// Its ids by serial (when unique among the cards present) and by port.
+    public var serialDevice: String?
+    public var portDevice: String?
+    /// udev's links to it (/dev/snd/by-id/…, /dev/snd/by-path/…).
+    public var links: [String]
+    /// ALSA names for its first capture PCM: by id, then by number (not stable).
+    public var alsaNames: [String]
+    /// The configured device resolves to this card now.
+    public var configured: Bool
+    /// recd has it open (recording or listening).
+    public var inUse: Bool
+    /// Another program holds its capture PCM.
+    public var busy: Bool
 
-    public init(index: Int, id: String, name: String) {
+    public init(index: Int, id: String, name: String, stableDevice: String? = nil, usb: String? = nil, serial: String? = nil,
+                port: String? = nil, serialDevice: String? = nil, portDevice: String? = nil, links: [String] = [],
+                alsaNames: [String]? = nil, configured: Bool = false, inUse: Bool = false, busy: Bool = false) {
         self.index = index
         self.id = id
         self.name = name
-        self.stableDevice = "plughw:CARD=\(id),DEV=0"
+        self.stableDevice = stableDevice ?? "plughw:CARD=\(id),DEV=0"
+        self.usb = usb
+        self.serial = serial
+        self.port = port
+        self.serialDevice = serialDevice
+        self.portDevice = portDevice
+        self.links = links
+        self.alsaNames = alsaNames ?? ["plughw:CARD=\(id),DEV=0", "hw:\(index),0"]
+        self.configured = configured
+        self.inUse = inUse
+        self.busy = busy
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case index, id, name, stableDevice, usb, serial, port, serialDevice, portDevice, links, alsaNames, configured, inUse, busy
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        index = try container.decode(Int.self, forKey: .index)
+        id = try container.decode(String.self, forKey: .id)
+        name = try container.decode(String.self, forKey: .name)
+        stableDevice = try container.decode(String.self, forKey: .stableDevice)
+        usb = try container.decodeIfPresent(String.self, forKey: .usb)
+        serial = try container.decodeIfPresent(String.self, forKey: .serial)
+        port = try container.decodeIfPresent(String.self, forKey: .port)
+        serialDevice = try container.decodeIfPresent(String.self, forKey: .serialDevice)
+        portDevice = try container.decodeIfPresent(String.self, forKey: .portDevice)
+        links = try container.decodeIfPresent([String].self, forKey: .links) ?? []
+        alsaNames = try container.decodeIfPresent([String].self, forKey: .alsaNames) ?? []
+        configured = try container.decodeIfPresent(Bool.self, forKey: .configured) ?? false
+        inUse = try container.decodeIfPresent(Bool.self, forKey: .inUse) ?? false
+        busy = try container.decodeIfPresent(Bool.self, forKey: .busy) ?? false
     }
 }
 
@@ -603,19 +656,25 @@ public struct DevicesResult: Codable, Sendable, Equatable {
     public var devices: [DeviceInfo]
     /// The sound cards present now.
     public var cards: [SoundCardInfo]
-    public init(current: String, devices: [DeviceInfo], cards: [SoundCardInfo] = []) {
+    /// Why the configured device is not named well: a card named by its place in the probe
+    /// order (`hw:1`, a `_1` id), with the stable id to write instead; or what resolving it
+    /// says now (several cards match). nil when all is well.
+    public var warning: String?
+    public init(current: String, devices: [DeviceInfo], cards: [SoundCardInfo] = [], warning: String? = nil) {
         self.current = current
         self.devices = devices
         self.cards = cards
+        self.warning = warning
     }
 
-    private enum CodingKeys: String, CodingKey { case current, devices, cards }
+    private enum CodingKeys: String, CodingKey { case current, devices, cards, warning }
 
     public init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         current = try container.decode(String.self, forKey: .current)
         devices = try container.decode([DeviceInfo].self, forKey: .devices)
         cards = try container.decodeIfPresent([SoundCardInfo].self, forKey: .cards) ?? []
+        warning = try container.decodeIfPresent(String.self, forKey: .warning)
     }
 }
 

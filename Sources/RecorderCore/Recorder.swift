@@ -200,6 +200,9 @@ public final class Recorder: Sendable {
     /// Listening's figures now (pre-roll held, frames captured); nil when not listening. Any thread.
     public func currentListeningStatus() -> ListeningStatus? { controller.currentListeningStatus() }
 
+    /// Whether the capture device is open now (recording, listening or a tap).
+    public var holdsDevice: Bool { controller.activeEngine.withLock { $0 != nil } }
+
     /// `source` (the socket server, the MQTT bridge) wants levels every `interval` seconds
     /// (0: as often as configured), or no longer wants them. Nobody: no meter on the capture
     /// thread while listening, no levels timer, nothing encoded. Any thread.

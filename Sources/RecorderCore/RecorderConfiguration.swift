@@ -1,10 +1,14 @@
 import FoundationEssentials
 import RecorderModel
+import SoundCards
 
 /// How the recorder captures, where it writes, and how often it publishes.
 public struct RecorderConfiguration: Sendable, Equatable {
-    /// The ALSA PCM to capture from.
+    /// The capture device: a stable id (`usb:VID:PID:s=SERIAL`, `usb:VID:PID:p=PORT`, a
+    /// /dev/snd/by-id or by-path link) resolved to a card at every open, or an ALSA PCM name.
     public var device: String
+    /// Where sysfs, /dev and udev's database are (tests build their own).
+    public var systemRoots: SystemRoots = .live
     /// Where recordings are written; created if missing.
     public var recordingsDirectory: String
     /// What `record()` uses when no settings are given.
@@ -65,8 +69,9 @@ public struct RecorderConfiguration: Sendable, Equatable {
                 segments: SegmentSettings = SegmentSettings(), waitForDevice: Bool = true,
                 maximumRetryInterval: Double = 1.5, silenceWarningAfter: Double? = 60,
                 storage: StorageSettings = StorageSettings(), retention: RetentionSettings = RetentionSettings(),
-                preRoll: Double = 5, trigger: TriggerSettings = TriggerSettings()) {
+                preRoll: Double = 5, trigger: TriggerSettings = TriggerSettings(), systemRoots: SystemRoots = .live) {
         self.trigger = trigger
+        self.systemRoots = systemRoots
         self.device = device
         self.recordingsDirectory = recordingsDirectory
         self.defaultSettings = defaultSettings

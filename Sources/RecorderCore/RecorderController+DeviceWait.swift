@@ -5,6 +5,15 @@ import FoundationEssentials
 import Glibc
 import NIOConcurrencyHelpers
 import RecorderModel
+import SoundCards
+
+/// A wait that follows the sound cards: the watch, what it waits for, and the attempt it makes.
+struct CardWait {
+    var watch: SoundCardWatch
+    var device: String
+    var roots: SystemRoots
+    var attempt: (@Sendable (RecorderController) -> Void)?
+}
 
 /// Waiting for a device: a recording whose device is missing at `start`, or went away, keeps
 /// trying to open it (0.1 s, doubling, at most `maximumRetryInterval`) and continues in a new
@@ -45,19 +54,29 @@ extension RecorderController {
             segmentSettings: segments)
     }
 
-    /// Publishes the wait and arms the next attempt: 0.1 s, doubling, at most `maximumRetryInterval`.
+    /// Publishes the wait and arms the next attempt.
     func scheduleRetry(_ recording: Recording, error: RecorderError, since: Date, attempts: Int) {
-        let wait = armRetry(error: error, since: since, attempts: attempts,
-                            maximum: state.plan?.configuration.maximumRetryInterval) { $0.retryDevice() }
+        let wait = armRetry(error: error, since: since, attempts: attempts, configuration: state.plan?.configuration) { $0.retryDevice() }
         published.state.send(.waitingForDevice(recording, wait))
     }
 
-    /// Arms the one retry timer (replacing any): `attempt` runs on the control queue after
-    /// 0.1 s, doubling with `attempts`, at most `maximum` (1.5 s when nil). Returns the wait to publish.
-    func armRetry(error: RecorderError, since: Date, attempts: Int, maximum: Double?,
-                          _ attempt: @escaping @Sendable (RecorderController) -> Void) -> DeviceWait {
-        let delay = Swift.min(maximum ?? 1.5, 0.1 * Double(1 << Swift.min(attempts, 20)))
-        cancelRetry()
+    /// Arms the next attempt (replacing any), which runs `attempt` on the control queue.
+    /// Returns the wait to publish.
+    ///
+    /// A device on a card that is missing, lost or not yet usable is tried again when the
+    /// sound cards change (`SoundCardWatch`: inotify on /dev/snd and udev's database): nothing
+    /// wakes recd while it waits, and a card plugged in is tried as soon as its node appears.
+    /// Anything else (a sound server's PCM, a busy card) is tried again on a timer: after 0.1 s,
+    /// doubling with `attempts`, at most `maximumRetryInterval`.
+    func armRetry(error: RecorderError, since: Date, attempts: Int, configuration: RecorderConfiguration?,
+                  _ attempt: @escaping @Sendable (RecorderController) -> Void) -> DeviceWait {
+        state.retryTimer?.cancel()
+        state.retryTimer = nil
+        if let configuration, Self.waitsForCards(error, device: configuration.device), armCardWait(configuration, attempt) {
+            return DeviceWait(error: error, since: since, retryAt: nil, attempts: attempts, watchingDevices: true)
+        }
+        state.cardWait?.attempt = nil
+        let delay = Swift.min(configuration?.maximumRetryInterval ?? 1.5, 0.1 * Double(1 << Swift.min(attempts, 20)))
         let timer = DispatchSource.makeTimerSource(queue: control)
         timer.schedule(deadline: .now() + .nanoseconds(Int(delay * 1_000_000_000)), leeway: .milliseconds(10))
         timer.setEventHandler { [weak self] in if let self { attempt(self) } }
@@ -66,9 +85,65 @@ extension RecorderController {
         return DeviceWait(error: error, since: since, retryAt: Date().addingTimeInterval(delay), attempts: attempts)
     }
 
+    /// Whether the wait for `device` can follow the sound cards: it is on a card, and what
+    /// keeps it is the card's absence or udev not being done with it (EACCES until udev sets
+    /// the node's group), not a program holding it.
+    static func waitsForCards(_ error: RecorderError, device: String) -> Bool {
+        guard let name = try? DeviceName(parsing: device), name.isOnACard else { return false }
+        return [.deviceNotFound, .deviceLost, .noPermission].contains(error.code)
+    }
+
+    /// The watch for a wait on a card, kept across attempts (a watch made anew after each
+    /// attempt could miss what happened in between). false when inotify cannot be had.
+    private func armCardWait(_ configuration: RecorderConfiguration, _ attempt: @escaping @Sendable (RecorderController) -> Void) -> Bool {
+        if var wait = state.cardWait, wait.roots == configuration.systemRoots {
+            wait.device = configuration.device
+            wait.attempt = attempt
+            state.cardWait = wait
+            return true
+        }
+        state.cardWait?.watch.cancel()
+        guard let watch = SoundCardWatch(roots: configuration.systemRoots, queue: control, changed: { [weak self] in self?.soundCardsChanged() })
+        else {
+            state.cardWait = nil
+            return false
+        }
+        state.cardWait = CardWait(watch: watch, device: configuration.device, roots: configuration.systemRoots, attempt: attempt)
+        // What changed between the failed attempt and the watch: one attempt now.
+        control.async { [weak self] in self?.soundCardsChanged() }
+        return true
+    }
+
+    /// The sound cards changed while a wait watches them: the next attempt, unless udev is
+    /// still setting up the card the device resolves to (its database entry says when it is done).
+    func soundCardsChanged() {
+        guard let wait = state.cardWait, let attempt = wait.attempt else { return }
+        if let card = (try? SoundCardScan(roots: wait.roots).resolve(wait.device, roots: wait.roots))?.card,
+           !SoundCardScan.isInitialized(card: card.index, roots: wait.roots) {
+            return
+        }
+        attempt(self)
+    }
+
+    /// Ends the armed attempt. A card watch stays until this turn of the control queue is
+    /// over: the attempt that called this arms the next on the same watch if it fails.
     func cancelRetry() {
         state.retryTimer?.cancel()
         state.retryTimer = nil
+        guard state.cardWait != nil else { return }
+        state.cardWait?.attempt = nil
+        control.async { [weak self] in
+            guard let self, let wait = self.state.cardWait, wait.attempt == nil else { return }
+            wait.watch.cancel()
+            self.state.cardWait = nil
+        }
+    }
+
+    /// Whether an attempt's error leaves the wait going. Waiting on a card, a refusal
+    /// (EACCES) is udev not yet done with the node: the next change of its attributes ends it.
+    func mayComeBack(_ error: ALSAError) -> Bool {
+        if state.cardWait != nil, [EACCES, EPERM].contains(error.errno) { return true }
+        return Self.mayComeBack(error)
     }
 
     /// One attempt to open the device again; on success, capture continues in a new segment.
@@ -80,7 +155,7 @@ extension RecorderController {
             engine = try openEngine(plan.configuration, state.listenPlan == nil ? plan.settings : plan.configuration.defaultSettings)
         } catch {
             let failure = RecorderError.opening(error)
-            guard Self.mayComeBack(error) else {
+            guard mayComeBack(error) else {
                 _ = end(recording, failure: failure)
                 return
             }

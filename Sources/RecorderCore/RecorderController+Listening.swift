@@ -254,7 +254,7 @@ extension RecorderController {
 
     func scheduleListeningRetry(error failure: RecorderError, since: Date, attempts: Int) {
         let wait = armRetry(error: failure, since: since, attempts: attempts,
-                            maximum: state.listenPlan?.configuration.maximumRetryInterval) { $0.retryListening() }
+                            configuration: state.listenPlan?.configuration) { $0.retryListening() }
         state.listenPlan?.wait = wait
         publishListening()
     }
@@ -272,7 +272,7 @@ extension RecorderController {
             let engine = try openEngine(listenPlan.configuration, listenPlan.configuration.defaultSettings)
             logger.notice("capture device is back; listening again", metadata: ["device.name": "\(engine.pcm.name)"])
         } catch {
-            guard Self.mayComeBack(error) else {
+            guard mayComeBack(error) else {
                 logger.error("capture device cannot be opened; listening ends", metadata: ["error.message": "\(error)"])
                 published.error.send(.opening(error))
                 endListening()
@@ -286,7 +286,7 @@ extension RecorderController {
     /// device closes.
     func returnToListeningOrClose() {
         guard let listenPlan = state.listenPlan else { return closeEngineIfUnused() }
-        if state.engine == nil, state.retryTimer == nil {
+        if state.engine == nil, state.retryTimer == nil, state.cardWait?.attempt == nil {
             // No device and nobody trying to open it (the recording's attempts ended with it):
             // listening waits with attempts of its own.
             let wait = listenPlan.wait

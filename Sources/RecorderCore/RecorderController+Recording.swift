@@ -138,7 +138,7 @@ extension RecorderController {
     /// Opens and configures the capture device for `settings` (listening: the default settings).
     static func openDevice(_ configuration: RecorderConfiguration,
                                    _ settings: RecordingSettings) throws(ALSAError) -> (CapturePCM, PCMConfiguration) {
-        let pcm = try CapturePCM(name: configuration.device)
+        let (pcm, _) = try SoundDevices.open(configuration.device, roots: configuration.systemRoots)
         let pcmConfiguration = try pcm.configure(
             sampleFormat: settings.preferredCaptureFormat,
             sampleRate: configuration.captureSampleRate ?? settings.sampleRate,
@@ -151,7 +151,8 @@ extension RecorderController {
     /// Whether waiting may heal a device error: the device is missing, gone or busy. Not a
     /// refusal (no permission) or a format it cannot deliver.
     static func mayComeBack(_ error: ALSAError) -> Bool {
-        ![EACCES, EPERM, EINVAL, ENOMEM, ENOSYS].contains(error.errno)
+        // ENOTUNIQ: the name matches several cards; recd does not guess, then or later.
+        ![EACCES, EPERM, EINVAL, ENOMEM, ENOSYS, ENOTUNIQ].contains(error.errno)
     }
 
     /// The file format, rate and channels for a recording, from its settings and what the

@@ -88,6 +88,8 @@ final class RecorderController: @unchecked Sendable {
         var openedDevices: Set<String> = []
         /// The next attempt to open a missing or lost device (a recording's or listening's).
         var retryTimer: DispatchSourceTimer?
+        /// Or, for a device on a card, the watch on /dev/snd and udev that makes the next attempt.
+        var cardWait: CardWait?
         // A recording
         /// Prepared, recording, paused or stopping: its capture session on the engine (nil
         /// while it waits for its device).

@@ -6,6 +6,15 @@ import Sndfile
 extension RecorderError {
     /// An error opening or configuring a capture device.
     static func opening(_ error: ALSAError) -> RecorderError {
+        if error.function == "resolve" {
+            // A device id that names no card present, several, or none at all: its own words.
+            let message = error.detail ?? "\(error)"
+            switch error.errno {
+            case ENOTUNIQ: return RecorderError(.ambiguousDevice, message)
+            case EINVAL: return RecorderError(.invalidSettings, message)
+            default: return RecorderError(.deviceNotFound, message)
+            }
+        }
         let cause = "\(error.reason) (\(error.function)" + (error.detail.map { ": " + $0 } ?? "") + ")"
         if error.isUnknownDevice {
             return RecorderError(.deviceNotFound, "capture device '\(error.device)' does not exist: " + cause)

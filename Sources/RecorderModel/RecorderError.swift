@@ -7,6 +7,10 @@ public struct RecorderError: Error, Sendable, Equatable, Codable, CustomStringCo
         case noPermission
         /// No such PCM, or the file/card behind it does not exist.
         case deviceNotFound
+        /// The device id matches several sound cards (two identical USB microphones named by
+        /// vendor and product, or sharing a serial): recd does not guess; the message names
+        /// each card's port id to write instead.
+        case ambiguousDevice
         /// Another process holds the device (EBUSY).
         case deviceBusy
         /// The device failed mid-recording (unplugged, sound server gone).

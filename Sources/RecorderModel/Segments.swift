@@ -202,16 +202,32 @@ public struct DeviceWait: Sendable, Equatable, Codable {
     public var error: RecorderError
     /// When the wait began.
     public var since: Date
-    /// When the next attempt to open the device is due.
-    public var retryAt: Date
+    /// When the next attempt to open the device is due; nil when the next attempt comes with
+    /// the next change of the sound cards (`watchingDevices`).
+    public var retryAt: Date?
     /// Attempts to open the device so far in this wait.
     public var attempts: Int
+    /// The device is on a card, and recd watches /dev/snd and udev for it instead of trying
+    /// on a timer: a card plugged in is opened as soon as udev has made it usable.
+    public var watchingDevices: Bool
 
-    public init(error: RecorderError, since: Date, retryAt: Date, attempts: Int) {
+    public init(error: RecorderError, since: Date, retryAt: Date?, attempts: Int, watchingDevices: Bool = false) {
         self.error = error
         self.since = since
         self.retryAt = retryAt
         self.attempts = attempts
+        self.watchingDevices = watchingDevices
+    }
+
+    private enum CodingKeys: String, CodingKey { case error, since, retryAt, attempts, watchingDevices }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        error = try container.decode(RecorderError.self, forKey: .error)
+        since = try container.decode(Date.self, forKey: .since)
+        retryAt = try container.decodeIfPresent(Date.self, forKey: .retryAt)
+        attempts = try container.decode(Int.self, forKey: .attempts)
+        watchingDevices = try container.decodeIfPresent(Bool.self, forKey: .watchingDevices) ?? false
     }
 }
 

@@ -86,7 +86,10 @@ enum Output {
 
     /// "retry in 0.8 s (attempt 5)"
     static func retry(_ wait: DeviceWait, now: Date = Date()) -> String {
-        String(printf: "retry in %.1f s (attempt %d)", max(0, wait.retryAt.timeIntervalSince(now)), wait.attempts + 1)
+        guard let retryAt = wait.retryAt else {
+            return wait.watchingDevices ? "watching for the card (\(wait.attempts) attempts)" : "waiting"
+        }
+        return String(printf: "retry in %.1f s (attempt %d)", max(0, retryAt.timeIntervalSince(now)), wait.attempts + 1)
     }
 
     /// "closed segment #3 /path (00:02:00.0, 14:00:00, 2 xruns, after a 3.1 s gap)"
@@ -392,20 +395,37 @@ enum Output {
     }
 
     static func printDevices(_ result: DevicesResult) {
+        for card in result.cards {
+            var marks: [String] = []
+            if card.configured { marks.append(green("configured") + (card.inUse ? ", in use by recd" : "")) }
+            if card.busy { marks.append(yellow("busy: another program has it open")) }
+            let usb = card.usb.map { dim("  USB \($0)") } ?? ""
+            line(bold("card \(card.index)") + "  \(card.id)  \(card.name)" + usb + (marks.isEmpty ? "" : "  " + marks.joined(separator: ", ")))
+            line("    device = \"\(card.stableDevice)\"" + dim(card.usb == nil ? "  (its ALSA id)" : card.serialDevice == nil
+                ? "  (the port it is plugged into: it has no serial of its own)" : "  (its serial number)"))
+            if card.usb != nil {
+                if let serial = card.serialDevice { line("    by serial  " + serial) } else {
+                    line("    by serial  " + dim(card.serial.map { "none usable ('\($0)' is shared or empty)" } ?? "none (the device reports no serial)"))
+                }
+                if let port = card.portDevice { line("    by port    " + port) }
+            }
+            for link in card.links { line("    link       " + link) }
+            if !card.alsaNames.isEmpty {
+                line("    ALSA       " + card.alsaNames.joined(separator: "  ") + dim("  (the number changes with probe order)"))
+            }
+        }
+        if !result.devices.isEmpty {
+            line(bold("ALSA's capture PCMs") + dim(" (* the configured device)"))
+        }
         for device in result.devices {
             let marker = device.name == result.current ? "*" : " "
             let description = device.description.map { dim(" — " + $0.replacing("\n", with: ", ")) } ?? ""
             line("\(marker) \(device.name)\(description)")
         }
-        if !result.cards.isEmpty {
-            line(bold("cards") + dim(" (name devices by id: it stays the same across reboots and replugging)"))
-            for card in result.cards {
-                line("  \(card.index)  \(card.id)  \(card.name)  " + dim("-> hw:CARD=\(card.id),DEV=0 or \(card.stableDevice)"))
-            }
+        if !result.devices.contains(where: { $0.name == result.current }) && !result.cards.contains(where: \.configured) {
+            line("* \(result.current)" + dim(" (configured; not present now)"))
         }
-        if !result.devices.contains(where: { $0.name == result.current }) {
-            line("* \(result.current)" + dim(" (configured; not among ALSA's hints)"))
-        }
+        if let warning = result.warning { line(yellow("warning: ") + warning) }
     }
 }
 

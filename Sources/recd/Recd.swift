@@ -16,6 +16,7 @@ import RecdConfiguration
 import RecdServer
 import RecorderCore
 import ServiceLifecycle
+import SoundCards
 import SystemPackage
 import Systemd
 
@@ -78,9 +79,18 @@ struct Recd: AsyncParsableCommand {
     func loadConfiguration() throws -> DaemonConfiguration {
         var configuration = try DaemonConfiguration.load(mode: mode, path: config, environment: ProcessInfo.processInfo.environment)
         if let socket { configuration.socketPath = socket }
-        if let device { configuration.device = device }
         if let recordingsDir { configuration.recordingsDirectory = recordingsDir }
         if let logLevel, let level = Logger.Level(rawValue: logLevel) { configuration.logLevel = level }
+        if let device {
+            configuration.device = device
+            configuration.deviceFile = nil
+            do throws(SoundCardError) {
+                _ = try DeviceName(parsing: device)
+            } catch {
+                throw ConfigurationError(file: "--device", line: nil, key: "device", message: "\(error)")
+            }
+        }
+        try configuration.checkDevice()
         return configuration
     }
 
@@ -94,6 +104,9 @@ struct Recd: AsyncParsableCommand {
             throw ExitCode(78)  // EX_CONFIG
         }
         if checkConfig {
+            if let warning = SoundDevices.unstableNameWarning(configuration.device, roots: configuration.systemRoots) {
+                _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: warning: \(warning)\n".utf8)
+            }
             print("recd: the configuration is valid")
             return
         }

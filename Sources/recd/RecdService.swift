@@ -45,6 +45,9 @@ struct RecdService: Service {
         // Ready only once clients can connect (MPD does the same).
         Systemd.notify("READY=1\nSTATUS=\(Self.statusLine(recorder))")
         logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
+        if let warning = SoundDevices.unstableNameWarning(recorder.configuration.device, roots: recorder.configuration.systemRoots) {
+            logger.warning("\(warning)")
+        }
         if listenAtStart { startListening() }
         if let autostart { startRecording(name: autostart.name, trigger: autostart.trigger) }
         followSchedule(schedule)

@@ -55,6 +55,17 @@ public enum TestDevices {
             type plug
             slave.pcm "hardpacedclock_raw"
         }
+        # SoundCardFixture's cards: plughw:N is the PulseAudio server linked as
+        # $RECD_TEST_CARDS/cardN (no machine here has a sound card to be overridden).
+        pcm.!plughw {
+            @args [ CARD DEV SUBDEV ]
+            @args.CARD { type string }
+            @args.DEV { type integer default 0 }
+            @args.SUBDEV { type integer default -1 }
+            type pulse
+            device "testsink.monitor"
+            server { @func concat strings [ "unix:" { @func getenv vars [ RECD_TEST_CARDS ] default "/nonexistent" } "/card" $CARD "/native" ] }
+        }
         pcm.paced {
             @args [ SERVER ]
             @args.SERVER { type string }
