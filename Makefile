@@ -255,8 +255,9 @@ demo: $(if $(filter release,$(CONFIG)),release,build)
 demo-shell: $(if $(filter release,$(CONFIG)),release,build)
 	bash doc/demo.sh "$$($(SWIFT_BUILD) -c $(CONFIG) --show-bin-path)" --shell
 
-bench: deps-bench release
-	bash bench/run.sh "$$($(SWIFT_BUILD) -c release --show-bin-path)"
+bench: deps-bench release build-tests
+	RECD_TEST_XCTEST="$$($(SWIFT_BUILD) --show-bin-path $(TEST_BUILD_FLAGS))/recdPackageTests.xctest" \
+	  bash bench/run.sh "$$($(SWIFT_BUILD) -c release --show-bin-path)"
 
 # Memory, threads and descriptors over hours of wall-clock time: three daemons at once (recording
 # alone; 20 subscribers at 20 Hz, segments and a lost device; start/stop churn with clients that

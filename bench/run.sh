@@ -19,7 +19,9 @@
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
 # BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10), BENCH_LISTEN_SPECTRUM (1: a client follows the spectrum meanwhile),
-# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard profile; default all).
+# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard replug profile; default all).
+# BENCH_REPLUG_ROUNDS (20): replugs per mode in the replug step (it runs the end-to-end test
+# binary, RECD_TEST_XCTEST, against the release binaries).
 # BENCH_TAP_SECONDS (120): each window of the taps step.
 # BENCH_TRIGGER_SECONDS (120): the CPU window of the sound-activated step (trigger); BENCH_TRIGGER_BURSTS (20);
 # BENCH_TRIGGER_PERIOD (0.01): recd's [capture] period_time in that step.
@@ -32,7 +34,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${BENCH_OUT:-$root/bench/out/$run_id}
-steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard profile} "
+steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard replug profile} "
 step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
@@ -197,6 +199,12 @@ step web && section "10. The web page: recd + recd-web CPU with no page and with
 # filesystem: bytes and fsyncs per recorded hour, per format and sync_interval, and armed.
 step sdcard && section "11. What a station writes to its SD card ($sdcard_seconds s per case)" \
     python3 sdcard.py "$bin" --seconds "$sdcard_seconds" --out "$results/sdcard.json"
+
+# A USB microphone replugged: its card followed by inotify (a port id) against today's attempts on
+# a timer (a sound server's PCM), on SoundCardFixture's sysfs tree and paced PulseAudio servers.
+step replug && section "12. Replug: the device open again after a USB microphone comes back (${BENCH_REPLUG_ROUNDS:-20} replugs per mode)" \
+    bash -c 'RECD_TEST_BINARIES="$1" RECD_REPLUG_ROUNDS="$2" "$3" --testing-library swift-testing --filter replugLatency \
+               | grep "^replug " | tee "$4"' replug "$bin" "${BENCH_REPLUG_ROUNDS:-20}" "$RECD_TEST_XCTEST" "$results/replug.txt"
 
 if [ "$profile" = 1 ] && step profile; then
     section "Profiles (callgrind)" \

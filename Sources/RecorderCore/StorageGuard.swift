@@ -137,8 +137,11 @@ final class StorageGuard: @unchecked Sendable {
 
     /// On `queue`: a recording became active or ended; a new interval begins with a tick.
     private func stateChanged(_ state: RecorderState) {
-        guard state.isActive != tickingForRecording, let timer else { return }
-        tickingForRecording = state.isActive
+        // Waiting for its device, a recording writes nothing: the idle interval, so that
+        // nothing but a change of the sound cards wakes a waiting station every second.
+        let writing = state.isActive && state.name != .waitingForDevice
+        guard writing != tickingForRecording, let timer else { return }
+        tickingForRecording = writing
         Self.schedule(timer, interval: Self.interval(configuration, recording: tickingForRecording))
     }
 
