@@ -87,6 +87,10 @@ struct WebSite: Sendable {
             try access.require(.observe, request)
             return Self.json(line: try await recd.call(.recordingsList))
         }
+        router.get("/api/devices") { request, _ in
+            try access.require(.observe, request)
+            return Self.json(line: try await recd.call(.devicesList))
+        }
         let schedule = schedule, latitude = latitude, longitude = longitude
         router.get("/api/day") { request, _ in
             try access.require(.observe, request)

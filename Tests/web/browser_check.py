@@ -180,6 +180,15 @@ def main():
         RESULT["clockSynchronized"] = synchronized
         wait_for(driver, "document.getElementById('clock').hidden === " + ("true" if synchronized else "false"), 10,
                  "the clock's mark " + ("hidden" if synchronized else "shown"))
+        # The microphones (issue 51): what devices.list says, as the page lists it.
+        cards = run_script(driver, "return fetch('/api/devices').then(r => r.json()).then(d => d.result.cards.length)",
+                           "the sound cards in devices.list")
+        RESULT["soundCards"] = cards
+        wait_for(driver, "!document.getElementById('devices').hidden && document.getElementById('cards').textContent.length > 0", 10,
+                 "the microphones listed")
+        listed = run_script(driver, "return document.querySelectorAll('#cards li').length", "the cards on the page")
+        if listed != cards:
+            fail(f"the page lists {listed} sound cards, devices.list {cards}")
         driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone-observer.png"))
 
         driver.find_element(By.ID, "token").send_keys(arguments.token)

@@ -44,15 +44,42 @@ async function loadSession() {
   $('controls').hidden = !can('control');
   $('live').hidden = !can('observe');
   $('day').hidden = !can('observe');
+  $('devices').hidden = !can('observe');
   $('hear-row').hidden = !can('listen');
   if (!can('observe')) { $('state').textContent = 'sign in to see the station'; return; }
   connectLive();
   loadDay();
+  loadDevices();
   api('/api/status').then((status) => {
     page.recordingsDirectory = status.result.recordingsDirectory;
     showClock(status.result.clock);
   }).catch(() => {});
 }
+
+// The sound cards and the ids that keep naming them (devices.list): which one recd.toml names,
+// and what to write for the others.
+async function loadDevices() {
+  try {
+    const answer = (await api('/api/devices')).result;
+    $('devices-warning').hidden = !answer.warning;
+    $('devices-warning').textContent = answer.warning || '';
+    const list = $('cards');
+    list.replaceChildren();
+    for (const card of answer.cards) {
+      const item = document.createElement('li');
+      const marks = [card.configured ? (card.inUse ? 'configured, in use' : 'configured') : '', card.busy ? 'busy: another program' : '']
+        .filter(Boolean).join(', ');
+      item.textContent = `card ${card.index} ${card.id} · ${card.name}` + (card.usb ? ` · USB ${card.usb}` : '') + (marks ? ` · ${marks}` : '');
+      const id = document.createElement('code');
+      id.textContent = `device = "${card.stableDevice}"`;
+      item.append(document.createElement('br'), id);
+      if (card.configured) item.classList.add('configured');
+      list.append(item);
+    }
+    if (answer.cards.length === 0) list.textContent = `no sound card; the device is ${answer.current}`;
+  } catch (error) { say(error.message); }
+}
+$('devices-refresh').addEventListener('click', loadDevices);
 
 // The station's clock: marked while it is not synchronized (a Raspberry Pi before NTP), when
 // every time shown may be off; files recorded meanwhile are re-dated once it is.
