@@ -25,6 +25,7 @@ let package = Package(
     products: [
         .executable(name: "recd", targets: ["recd"]),
         .executable(name: "recctl", targets: ["recctl"]),
+        .executable(name: "recd-rtsp", targets: ["recd-rtsp"]),
         // For other Swift programs: recd's client (blocking and async), and the recorder itself
         // to record in-process (Examples/simple-recorder shows it).
         .library(name: "RecdClient", targets: ["RecdClient", "RecdProtocol", "RecorderModel"]),
@@ -51,6 +52,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         // recd-web's HTTPS (the TLS trait), under HummingbirdTLS.
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        // recd-rtsp's Digest authentication (MD5, as RTSP clients answer it). Already built for
+        // Hummingbird's WebSocket module.
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
     ],
     targets: [
         // C libraries, found through pkg-config.
@@ -208,6 +212,22 @@ let package = Package(
         // libFuzzer over the request parser and the configuration reader (`make fuzz`); built
         // plainly, it replays a corpus.
         .executableTarget(name: "recd-fuzz", dependencies: ["RecdProtocol", "RecdConfiguration", "RecorderModel"]),
+        // RTSP 1.0's messages, RTP and RTCP over interleaved TCP, Digest authentication: what
+        // recd-rtsp speaks, without its sockets (tested on its own).
+        .target(name: "RTSP", dependencies: [
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+        // The live input as RTSP, a client of recd's socket (a tap): recd stays off the network.
+        .executableTarget(name: "recd-rtsp", dependencies: [
+            "RTSP", "RecdClient", "RecdProtocol", "RecdConfiguration", "RecorderModel", "Systemd", "CLinux", "CBuildInfo", "CCommandLine",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
         // RecorderCore used as a library: record a file in-process.
         .executableTarget(name: "simple-recorder", dependencies: ["RecorderCore", "RecorderModel"], path: "Examples/simple-recorder"),
 

@@ -83,6 +83,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public var mqtt = MQTTSettings()
     public var hooks = HookSettings()
     public var web = WebSettings()
+    public var rtsp = RTSPSettings()
 
     /// The defaults for a mode: FHS paths for the system instance, XDG paths for a user's.
     public static func defaults(for mode: Mode, environment: [String: String]) -> DaemonConfiguration {
@@ -258,6 +259,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
         try applyStorageAndRetention(reader)
         try applyMQTTAndHooks(reader)
         try applyWeb(reader)
+        try applyRTSP(reader)
         try reader.rejectUnknownKeys()
     }
 }

@@ -1,0 +1,215 @@
+import CLinux
+import Glibc
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import RTSP
+import RecdClient
+import RecdProtocol
+import RecorderModel
+
+/// The station's input as RTP for every client playing it: one tap on recd's socket, opened
+/// when the first client plays and closed `linger` seconds after the last leaves (an unwatched
+/// station holds no tap and packetizes nothing), read by a thread of its own. Each chunk is
+/// cut into packets once; each client's connection takes them on its event loop, or drops
+/// them (counted) when it is not keeping up: a slow client costs only itself.
+///
+/// RTP timestamps are the tap's frame positions (plus a random base): a gap in capture is a
+/// jump in the timestamps, never compressed, and so is what a slow client dropped.
+final class LiveStream: @unchecked Sendable {
+    struct Format: Equatable, Sendable {
+        var rate: Int
+        var channels: Int
+        var bytesPerFrame: Int { 2 * channels }
+    }
+
+    let format: Format
+    let socketPath: String
+    let linger: Double
+    let logger: Logger
+    let ssrc = UInt32.random(in: 1...UInt32.max)
+    let timestampBase = UInt32.random(in: 0...UInt32.max)
+    /// At most 1400 bytes of audio and 10 ms a packet: 480 frames of 48 kHz mono, 350 of stereo.
+    let framesPerPacket: Int
+
+    private struct State {
+        var clients: [ObjectIdentifier: RTPClient] = [:]
+        var reader: TapReader?
+        /// The tap's next position: where the next packet's timestamp comes from.
+        var nextPosition: UInt64?
+        /// Clients whose PLAY waits for the tap's first chunk.
+        var waiting: [(RTPClient, EventLoopPromise<UInt32>)] = []
+        /// Bumped at every open and close, so that a linger's close of an old tap is ignored.
+        var generation = 0
+    }
+    private let state = NIOLockedValueBox(State())
+
+    init(format: Format, socketPath: String, linger: Double, logger: Logger) {
+        self.format = format
+        self.socketPath = socketPath
+        self.linger = linger
+        self.logger = logger
+        framesPerPacket = max(1, min(1400 / format.bytesPerFrame, format.rate / 100))
+    }
+
+    var clientCount: Int { state.withLockedValue { $0.clients.count } }
+    var isTapOpen: Bool { state.withLockedValue { $0.reader != nil } }
+
+    /// `client` plays from the next packet: its RTP timestamp (for RTP-Info), once the tap runs.
+    func join(_ client: RTPClient) -> EventLoopFuture<UInt32> {
+        let promise = client.channel.eventLoop.makePromise(of: UInt32.self)
+        let open = state.withLockedValue { state -> Bool in
+            state.clients[ObjectIdentifier(client)] = client
+            if let position = state.nextPosition {
+                promise.succeed(timestampBase &+ UInt32(truncatingIfNeeded: position))
+            } else {
+                state.waiting.append((client, promise))
+            }
+            guard state.reader == nil else { return false }
+            state.generation += 1
+            return true
+        }
+        if open { openTap() }
+        return promise.futureResult
+    }
+
+    func leave(_ client: RTPClient) {
+        let generation = state.withLockedValue { state -> Int? in
+            guard state.clients.removeValue(forKey: ObjectIdentifier(client)) != nil else { return nil }
+            state.waiting.removeAll { $0.0 === client }
+            return state.clients.isEmpty ? state.generation : nil
+        }
+        guard let generation else { return }
+        client.channel.eventLoop.scheduleTask(in: .milliseconds(Int64(linger * 1000))) { [self] in
+            closeTap(ifStill: generation)
+        }
+    }
+
+    private func openTap() {
+        let format = format
+        let thread = PThread(name: "recd-rtsp-tap") { [self] in
+            let reader: TapReader
+            do {
+                reader = try TapReader(path: socketPath, params: TapParams(rate: format.rate, channels: format.channels, encoding: .s16le))
+            } catch {
+                logger.error("cannot open a tap on recd", metadata: ["error": "\(error)", "socket": "\(socketPath)"])
+                fail(error)
+                return
+            }
+            let keep = state.withLockedValue { state -> Bool in
+                guard !state.clients.isEmpty else { return false }
+                state.reader = reader
+                return true
+            }
+            guard keep else { return }
+            logger.info("tap opened", metadata: ["tap": "\(reader.result.tap)", "rate": "\(format.rate)", "channels": "\(format.channels)"])
+            read(reader)
+        }
+        thread.start()
+    }
+
+    private func fail(_ error: any Error) {
+        let waiting = state.withLockedValue { state -> [(RTPClient, EventLoopPromise<UInt32>)] in
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for (_, promise) in waiting { promise.fail(error) }
+    }
+
+    /// Ends the tap if nobody has played since `generation` began.
+    private func closeTap(ifStill generation: Int) {
+        let reader = state.withLockedValue { state -> TapReader? in
+            guard state.clients.isEmpty, state.generation == generation, let reader = state.reader else { return nil }
+            state.reader = nil
+            state.nextPosition = nil
+            state.generation += 1
+            return reader
+        }
+        guard let reader else { return }
+        // recd ends the tap when the connection's writing side closes; the thread's read then ends.
+        reader.connection.shutdownWriting()
+        logger.info("tap closed: nobody plays")
+    }
+
+    /// The tap thread: every chunk cut into packets, handed to every client.
+    private func read(_ reader: TapReader) {
+        let bytesPerPacket = framesPerPacket * format.bytesPerFrame
+        let allocator = ByteBufferAllocator()
+        while true {
+            let chunk: (header: TapChunkHeader, payload: [UInt8])?
+            do { chunk = try reader.next() } catch {
+                logger.warning("the tap ended", metadata: ["error": "\(error)"])
+                break
+            }
+            guard let (header, payload) = chunk else { break }
+            let frames = Int(header.frames)
+            guard frames > 0 else { continue }
+            var packets: [RTPClient.Packet] = []
+            var offset = 0
+            while offset < frames {
+                let count = min(framesPerPacket, frames - offset)
+                var buffer = allocator.buffer(capacity: bytesPerPacket)
+                // L16 is big-endian (RFC 3551); the tap's s16le.
+                payload.withUnsafeBytes { bytes in
+                    let samples = bytes.bindMemory(to: Int16.self)
+                    let start = offset * format.channels
+                    for index in start..<(start + count * format.channels) { buffer.writeInteger(Int16(littleEndian: samples[index])) }
+                }
+                let position = header.position + UInt64(offset)
+                packets.append(RTPClient.Packet(
+                    timestamp: timestampBase &+ UInt32(truncatingIfNeeded: position), payload: buffer,
+                    captureTime: header.captureTime + Double(offset) / Double(format.rate)))
+                offset += count
+            }
+            let (clients, waiting) = state.withLockedValue { state -> ([RTPClient], [(RTPClient, EventLoopPromise<UInt32>)]) in
+                guard state.reader === reader else { return ([], []) }
+                state.nextPosition = header.position + UInt64(frames)
+                defer { state.waiting = [] }
+                return (Array(state.clients.values), state.waiting)
+            }
+            guard state.withLockedValue({ $0.reader === reader }) || !clients.isEmpty else { break }
+            for client in clients { client.deliver(packets) }
+            // Those who waited play from the next chunk on.
+            let next = timestampBase &+ UInt32(truncatingIfNeeded: header.position + UInt64(frames))
+            for (_, promise) in waiting { promise.succeed(next) }
+        }
+        let ended = state.withLockedValue { state -> Bool in
+            guard state.reader === reader else { return false }
+            state.reader = nil
+            state.nextPosition = nil
+            state.generation += 1
+            return true
+        }
+        if ended {
+            // recd stopped, or the device is gone for good: the clients' sessions end.
+            let clients = state.withLockedValue { state -> [RTPClient] in
+                defer { state.clients = [:] }
+                return Array(state.clients.values)
+            }
+            for client in clients { client.end() }
+        }
+    }
+}
+
+/// A thread of recd-rtsp's own (the tap's read blocks).
+final class PThread: @unchecked Sendable {
+    private let body: () -> Void
+    private let name: String
+
+    init(name: String, _ body: @escaping () -> Void) {
+        self.name = name
+        self.body = body
+    }
+
+    func start() {
+        let box = Unmanaged.passRetained(self)
+        var thread = pthread_t()
+        pthread_create(&thread, nil, { argument in
+            let this = Unmanaged<PThread>.fromOpaque(argument!).takeRetainedValue()
+            _ = recd_name_current_thread(this.name)
+            this.body()
+            return nil
+        }, box.toOpaque())
+        pthread_detach(thread)
+    }
+}

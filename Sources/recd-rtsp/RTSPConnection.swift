@@ -1,0 +1,259 @@
+import Dispatch
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import RTSP
+import RecdClient
+import RecdConfiguration
+import RecdProtocol
+import RecorderModel
+
+/// What every connection shares: the settings, the stream, who may play, how many do.
+final class RTSPService: @unchecked Sendable {
+    let settings: RTSPSettings
+    let socketPath: String
+    let authentication: [DigestAuthentication]
+    let logger: Logger
+    private let stream = NIOLockedValueBox<LiveStream?>(nil)
+    let playing = NIOLockedValueBox(0)
+    /// Answers the blocking calls to recd (status) off the event loops.
+    private let recdQueue = DispatchQueue(label: "recd-rtsp.recd")
+
+    init(settings: RTSPSettings, socketPath: String, tokens: [String], logger: Logger) {
+        self.settings = settings
+        self.socketPath = socketPath
+        authentication = tokens.map { DigestAuthentication(token: $0) }
+        self.logger = logger
+    }
+
+    /// The stream, its format decided the first time: the settings', else the device's as
+    /// recd says now, else recd's recording defaults. The tap converts to it.
+    func liveStream(on loop: any EventLoop) -> EventLoopFuture<LiveStream> {
+        if let stream = stream.withLockedValue({ $0 }) { return loop.makeSucceededFuture(stream) }
+        let promise = loop.makePromise(of: LiveStream.self)
+        recdQueue.async { [self] in
+            if let stream = stream.withLockedValue({ $0 }) { return promise.succeed(stream) }
+            do {
+                let connection = try RecdConnection(path: socketPath)
+                let status: StatusResult = try connection.call(.status)
+                let device = status.recording?.deviceFormat ?? status.listening?.deviceFormat
+                let format = LiveStream.Format(rate: settings.sampleRate ?? device?.sampleRate ?? status.settings.sampleRate ?? 48000,
+                                               channels: settings.channels ?? device?.channels ?? status.settings.channels ?? 2)
+                let made = stream.withLockedValue { current in
+                    if current == nil { current = LiveStream(format: format, socketPath: socketPath, linger: settings.linger, logger: logger) }
+                    return current!
+                }
+                promise.succeed(made)
+            } catch {
+                promise.fail(error)
+            }
+        }
+        return promise.futureResult
+    }
+
+    var path: String { "/" + settings.path }
+}
+
+/// One RTSP connection (RFC 2326 over TCP): OPTIONS, DESCRIBE, SETUP (interleaved TCP only:
+/// UDP is answered 461, after which ffmpeg, libVLC and ExoPlayer retry over TCP), PLAY,
+/// GET_PARAMETER (the keepalive), TEARDOWN. One session, one audio track.
+final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = RTSPInbound
+    typealias OutboundOut = ByteBuffer
+
+    let service: RTSPService
+    private let sessionID = String(UInt64.random(in: 1...UInt64.max), radix: 16)
+    private var interleaved: UInt8?
+    private var client: RTPClient?
+    private var counted = false
+    private var idle: Scheduled<Void>?
+    private var context: ChannelHandlerContext?
+
+    init(service: RTSPService) { self.service = service }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        stopPlaying()
+        idle?.cancel()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        service.logger.debug("connection closed", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .interleaved:
+            // The client's RTCP receiver reports: it is alive.
+            resetIdle(context)
+        case .request(let request):
+            resetIdle(context)
+            handle(request, context: context)
+        }
+    }
+
+    /// A session that hears nothing (no request, no receiver report) for the session timeout ends.
+    private func resetIdle(_ context: ChannelHandlerContext) {
+        idle?.cancel()
+        let timeout = Int64(service.settings.sessionTimeout)
+        idle = context.eventLoop.scheduleTask(in: .seconds(timeout)) { [weak self] in
+            guard let self, let context = self.context else { return }
+            self.service.logger.info("session timed out", metadata: ["session": "\(self.sessionID)"])
+            context.close(promise: nil)
+        }
+    }
+
+    private func handle(_ request: RTSPRequest, context: ChannelHandlerContext) {
+        var headers: [(name: String, value: String)] = [("CSeq", request.header("CSeq") ?? "0"), ("Server", "recd-rtsp")]
+        func respond(_ status: Int, _ extra: [(name: String, value: String)] = [], body: [UInt8] = []) {
+            var buffer = context.channel.allocator.buffer(capacity: 256 + body.count)
+            RTSPResponse(status: status, headers: headers + extra, body: body).write(into: &buffer)
+            context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
+        }
+        guard request.version == "RTSP/1.0" else { return respond(505) }
+        if request.method != "OPTIONS", !service.authentication.isEmpty,
+           !service.authentication.contains(where: { $0.accepts(request.header("Authorization"), method: request.method) }) {
+            return respond(401, [("WWW-Authenticate", service.authentication[0].challenge)])
+        }
+        let (path, track) = Self.path(of: request.uri)
+        if request.method != "OPTIONS" || request.uri != "*" {
+            guard path == service.path || (request.method == "OPTIONS" && path.isEmpty) else { return respond(404) }
+        }
+        if interleaved != nil, request.method != "SETUP" {
+            headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
+        }
+        switch request.method {
+        case "OPTIONS":
+            respond(200, [("Public", "OPTIONS, DESCRIBE, SETUP, PLAY, GET_PARAMETER, TEARDOWN")])
+        case "GET_PARAMETER":
+            respond(200)
+        case "DESCRIBE":
+            let base = request.uri.hasSuffix("/") ? request.uri : request.uri + "/"
+            service.liveStream(on: context.eventLoop).whenComplete { [self] result in
+                switch result {
+                case .success(let stream):
+                    respond(200, [("Content-Type", "application/sdp"), ("Content-Base", base)],
+                            body: Array(Self.sdp(stream, address: context.channel.localAddress).utf8))
+                case .failure(let error):
+                    service.logger.warning("DESCRIBE: recd does not answer", metadata: ["error": "\(error)"])
+                    respond(503)
+                }
+            }
+        case "SETUP":
+            guard track == nil || track == "trackID=0" else { return respond(404) }
+            let transport = request.header("Transport") ?? ""
+            guard transport.contains("RTP/AVP/TCP") else {
+                return respond(461, [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")])
+            }
+            var channel: UInt8 = 0
+            if let range = transport.firstRange(of: "interleaved=") {
+                let digits = transport[range.upperBound...].prefix { $0.isNumber }
+                guard let first = UInt8(digits), first < 254, first % 2 == 0 else { return respond(461) }
+                channel = first
+            }
+            interleaved = channel
+            headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
+            service.liveStream(on: context.eventLoop).whenComplete { [self] result in
+                guard case .success(let stream) = result else { return respond(503) }
+                respond(200, [("Transport", "RTP/AVP/TCP;unicast;interleaved=\(channel)-\(channel + 1);ssrc=\(hex8(stream.ssrc))")])
+            }
+        case "PLAY":
+            guard let channel = interleaved else { return respond(455) }
+            guard request.header("Session")?.split(separator: ";").first.map(String.init) == sessionID else { return respond(454) }
+            if client != nil { return respond(200, [("Range", "npt=now-")]) }
+            let allowed = service.playing.withLockedValue { playing -> Bool in
+                guard playing < service.settings.maxClients else { return false }
+                playing += 1
+                return true
+            }
+            guard allowed else {
+                service.logger.warning("a client over the limit refused", metadata: ["max_clients": "\(service.settings.maxClients)"])
+                return respond(453)
+            }
+            counted = true
+            let uri = request.uri
+            service.liveStream(on: context.eventLoop).flatMap { [self] stream -> EventLoopFuture<(LiveStream, RTPClient, UInt32)> in
+                let client = RTPClient(channel: context.channel, rtpChannel: channel, ssrc: stream.ssrc, cname: "recd-rtsp")
+                client.onEnd = { [weak self] in self?.context?.close(promise: nil) }
+                self.client = client
+                return stream.join(client).map { (stream, client, $0) }
+            }.whenComplete { [self] result in
+                switch result {
+                case .success(let (_, client, timestamp)):
+                    let track = uri.hasSuffix("/") ? uri + "trackID=0" : uri + "/trackID=0"
+                    respond(200, [("Range", "npt=now-"), ("RTP-Info", "url=\(track);seq=\(client.sequence);rtptime=\(timestamp)")])
+                    client.play(from: timestamp)
+                    service.logger.info("playing", metadata: ["session": "\(sessionID)", "peer": "\(context.channel.remoteAddress?.description ?? "?")"])
+                case .failure(let error):
+                    service.logger.warning("PLAY: no tap from recd", metadata: ["error": "\(error)"])
+                    stopPlaying()
+                    respond(503)
+                }
+            }
+        case "TEARDOWN":
+            stopPlaying()
+            interleaved = nil
+            respond(200)
+        case "ANNOUNCE", "RECORD", "PAUSE", "SET_PARAMETER", "REDIRECT":
+            respond(405, [("Allow", "OPTIONS, DESCRIBE, SETUP, PLAY, GET_PARAMETER, TEARDOWN")])
+        default:
+            respond(501)
+        }
+    }
+
+    private func stopPlaying() {
+        if let client {
+            client.stop()
+            service.liveStream(on: client.channel.eventLoop).whenSuccess { $0.leave(client) }
+            self.client = nil
+        }
+        if counted {
+            counted = false
+            service.playing.withLockedValue { $0 -= 1 }
+        }
+    }
+
+    /// `rtsp://host:port/live/trackID=0` → ("/live", "trackID=0").
+    static func path(of uri: String) -> (String, String?) {
+        var rest = Substring(uri)
+        if let scheme = rest.firstRange(of: "://") {
+            rest = rest[scheme.upperBound...]
+            rest = rest[(rest.firstIndex(of: "/") ?? rest.endIndex)...]
+        }
+        if let query = rest.firstIndex(of: "?") { rest = rest[..<query] }
+        while rest.hasSuffix("/") { rest = rest.dropLast() }
+        if let slash = rest.lastIndex(of: "/"), rest[rest.index(after: slash)...].hasPrefix("trackID=") {
+            return (String(rest[..<slash]), String(rest[rest.index(after: slash)...]))
+        }
+        return (String(rest), nil)
+    }
+
+    /// An audio-only SDP: L16 at the stream's rate and channels (RFC 3551), one track.
+    static func sdp(_ stream: LiveStream, address: SocketAddress?) -> String {
+        let ip = address?.ipAddress ?? "0.0.0.0"
+        let family = ip.contains(":") ? "IP6" : "IP4"
+        return """
+        v=0\r
+        o=- \(stream.ssrc) 1 IN \(family) \(ip)\r
+        s=recd\r
+        c=IN \(family) \(ip)\r
+        t=0 0\r
+        a=tool:recd-rtsp\r
+        a=control:*\r
+        m=audio 0 RTP/AVP \(RTP.payloadType)\r
+        a=rtpmap:\(RTP.payloadType) L16/\(stream.format.rate)/\(stream.format.channels)\r
+        a=control:trackID=0\r
+        a=recvonly\r
+
+        """
+    }
+}
+
+/// Eight hex digits.
+func hex8(_ value: UInt32) -> String {
+    let text = String(value, radix: 16, uppercase: true)
+    return String(repeating: "0", count: max(0, 8 - text.count)) + text
+}
