@@ -239,6 +239,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "RecdProtocolTests", dependencies: ["RecdProtocol"]),
+        .testTarget(name: "RTSPProtocolTests", dependencies: ["RTSP", .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
         .testTarget(name: "RecdConfigurationTests", dependencies: ["RecdConfiguration", "RecorderModel"]),
         .testTarget(name: "RecdServerTests", dependencies: [

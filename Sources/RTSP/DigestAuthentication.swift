@@ -8,12 +8,16 @@ public struct DigestAuthentication: Sendable {
     private let token: String
 
     public init(token: String, realm: String = "recd") {
-        self.token = token
-        self.realm = realm
         var bytes = [UInt8](repeating: 0, count: 16)
         var generator = SystemRandomNumberGenerator()
         for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &generator) }
-        nonce = Self.hex(bytes)
+        self.init(token: token, realm: realm, nonce: Self.hex(bytes))
+    }
+
+    init(token: String, realm: String, nonce: String) {
+        self.token = token
+        self.realm = realm
+        self.nonce = nonce
     }
 
     /// The `WWW-Authenticate` header's value for a 401.

@@ -16,6 +16,21 @@ public struct RTSPRequest: Sendable, Equatable {
         self.body = body
     }
 
+    /// The URI's path and track: `rtsp://host:port/live/trackID=0` → ("/live", "trackID=0").
+    public var path: (path: String, track: String?) {
+        var rest = Substring(uri)
+        if let scheme = rest.firstRange(of: "://") {
+            rest = rest[scheme.upperBound...]
+            rest = rest[(rest.firstIndex(of: "/") ?? rest.endIndex)...]
+        }
+        if let query = rest.firstIndex(of: "?") { rest = rest[..<query] }
+        while rest.hasSuffix("/") { rest = rest.dropLast() }
+        if let slash = rest.lastIndex(of: "/"), rest[rest.index(after: slash)...].hasPrefix("trackID=") {
+            return (String(rest[..<slash]), String(rest[rest.index(after: slash)...]))
+        }
+        return (String(rest), nil)
+    }
+
     /// The first header of that name, whatever its case.
     public func header(_ name: String) -> String? {
         headers.first { $0.name.lowercased() == name.lowercased() }?.value

@@ -107,23 +107,19 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
     }
 
     private func handle(_ request: RTSPRequest, context: ChannelHandlerContext) {
-        var headers: [(name: String, value: String)] = [("CSeq", request.header("CSeq") ?? "0"), ("Server", "recd-rtsp")]
-        func respond(_ status: Int, _ extra: [(name: String, value: String)] = [], body: [UInt8] = []) {
-            var buffer = context.channel.allocator.buffer(capacity: 256 + body.count)
-            RTSPResponse(status: status, headers: headers + extra, body: body).write(into: &buffer)
-            context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
-        }
+        var respond = Responder(context: NIOLoopBound(context, eventLoop: context.eventLoop),
+                                headers: [("CSeq", request.header("CSeq") ?? "0"), ("Server", "recd-rtsp")])
         guard request.version == "RTSP/1.0" else { return respond(505) }
         if request.method != "OPTIONS", !service.authentication.isEmpty,
            !service.authentication.contains(where: { $0.accepts(request.header("Authorization"), method: request.method) }) {
             return respond(401, [("WWW-Authenticate", service.authentication[0].challenge)])
         }
-        let (path, track) = Self.path(of: request.uri)
+        let (path, track) = request.path
         if request.method != "OPTIONS" || request.uri != "*" {
             guard path == service.path || (request.method == "OPTIONS" && path.isEmpty) else { return respond(404) }
         }
         if interleaved != nil, request.method != "SETUP" {
-            headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
+            respond.headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
         }
         switch request.method {
         case "OPTIONS":
@@ -132,11 +128,12 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             respond(200)
         case "DESCRIBE":
             let base = request.uri.hasSuffix("/") ? request.uri : request.uri + "/"
-            service.liveStream(on: context.eventLoop).whenComplete { [self] result in
+            let local = context.channel.localAddress
+            service.liveStream(on: context.eventLoop).whenComplete { [self, respond] result in
                 switch result {
                 case .success(let stream):
                     respond(200, [("Content-Type", "application/sdp"), ("Content-Base", base)],
-                            body: Array(Self.sdp(stream, address: context.channel.localAddress).utf8))
+                            body: Array(Self.sdp(stream, address: local).utf8))
                 case .failure(let error):
                     service.logger.warning("DESCRIBE: recd does not answer", metadata: ["error": "\(error)"])
                     respond(503)
@@ -146,6 +143,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             guard track == nil || track == "trackID=0" else { return respond(404) }
             let transport = request.header("Transport") ?? ""
             guard transport.contains("RTP/AVP/TCP") else {
+                service.logger.info("SETUP over UDP answered 461: RTP goes over the RTSP connection (TCP) only", metadata: ["transport": "\(transport)"])
                 return respond(461, [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")])
             }
             var channel: UInt8 = 0
@@ -155,8 +153,8 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
                 channel = first
             }
             interleaved = channel
-            headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
-            service.liveStream(on: context.eventLoop).whenComplete { [self] result in
+            respond.headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
+            service.liveStream(on: context.eventLoop).whenComplete { [respond, channel] result in
                 guard case .success(let stream) = result else { return respond(503) }
                 respond(200, [("Transport", "RTP/AVP/TCP;unicast;interleaved=\(channel)-\(channel + 1);ssrc=\(hex8(stream.ssrc))")])
             }
@@ -175,18 +173,19 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             }
             counted = true
             let uri = request.uri
+            let connection = context.channel
             service.liveStream(on: context.eventLoop).flatMap { [self] stream -> EventLoopFuture<(LiveStream, RTPClient, UInt32)> in
-                let client = RTPClient(channel: context.channel, rtpChannel: channel, ssrc: stream.ssrc, cname: "recd-rtsp")
+                let client = RTPClient(channel: connection, rtpChannel: channel, ssrc: stream.ssrc, cname: "recd-rtsp")
                 client.onEnd = { [weak self] in self?.context?.close(promise: nil) }
                 self.client = client
                 return stream.join(client).map { (stream, client, $0) }
-            }.whenComplete { [self] result in
+            }.whenComplete { [self, respond] result in
                 switch result {
                 case .success(let (_, client, timestamp)):
                     let track = uri.hasSuffix("/") ? uri + "trackID=0" : uri + "/trackID=0"
                     respond(200, [("Range", "npt=now-"), ("RTP-Info", "url=\(track);seq=\(client.sequence);rtptime=\(timestamp)")])
                     client.play(from: timestamp)
-                    service.logger.info("playing", metadata: ["session": "\(sessionID)", "peer": "\(context.channel.remoteAddress?.description ?? "?")"])
+                    service.logger.info("playing", metadata: ["session": "\(sessionID)", "peer": "\(connection.remoteAddress?.description ?? "?")"])
                 case .failure(let error):
                     service.logger.warning("PLAY: no tap from recd", metadata: ["error": "\(error)"])
                     stopPlaying()
@@ -216,19 +215,17 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
         }
     }
 
-    /// `rtsp://host:port/live/trackID=0` → ("/live", "trackID=0").
-    static func path(of uri: String) -> (String, String?) {
-        var rest = Substring(uri)
-        if let scheme = rest.firstRange(of: "://") {
-            rest = rest[scheme.upperBound...]
-            rest = rest[(rest.firstIndex(of: "/") ?? rest.endIndex)...]
+    /// Writes a response with the request's CSeq (and the session's header once there is one).
+    struct Responder: @unchecked Sendable {
+        let context: NIOLoopBound<ChannelHandlerContext>
+        var headers: [(name: String, value: String)]
+
+        func callAsFunction(_ status: Int, _ extra: [(name: String, value: String)] = [], body: [UInt8] = []) {
+            let context = context.value
+            var buffer = context.channel.allocator.buffer(capacity: 256 + body.count)
+            RTSPResponse(status: status, headers: headers + extra, body: body).write(into: &buffer)
+            context.writeAndFlush(NIOAny(buffer), promise: nil)
         }
-        if let query = rest.firstIndex(of: "?") { rest = rest[..<query] }
-        while rest.hasSuffix("/") { rest = rest.dropLast() }
-        if let slash = rest.lastIndex(of: "/"), rest[rest.index(after: slash)...].hasPrefix("trackID=") {
-            return (String(rest[..<slash]), String(rest[rest.index(after: slash)...]))
-        }
-        return (String(rest), nil)
     }
 
     /// An audio-only SDP: L16 at the stream's rate and channels (RFC 3551), one track.

@@ -131,11 +131,12 @@ final class ConnectionCount: @unchecked Sendable {
     func opened() { count.withLockedValue { $0 += 1 } }
     func closed() { count.withLockedValue { $0 -= 1 } }
 
+    private let idleSince = NIOLockedValueBox(NIODeadline.now())
+
     func exitWhenIdle(for seconds: Int, on loop: any EventLoop, _ exit: @escaping @Sendable () -> Void) {
-        var idleSince = NIODeadline.now()
         loop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { [self] task in
-            if count.withLockedValue({ $0 }) > 0 { idleSince = .now(); return }
-            if NIODeadline.now() - idleSince >= .seconds(Int64(seconds)) {
+            if count.withLockedValue({ $0 }) > 0 { idleSince.withLockedValue { $0 = .now() }; return }
+            if NIODeadline.now() - idleSince.withLockedValue({ $0 }) >= .seconds(Int64(seconds)) {
                 task.cancel()
                 exit()
             }

@@ -1,0 +1,167 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import RecorderModel
+import Sndfile
+import Testing
+
+/// recd-rtsp with real clients from Debian (issue 52): ffprobe, BirdNET-Go's exact ffmpeg line,
+/// plain ffmpeg, GStreamer's rtspsrc, and an RTP checker of the test's own (Tests/rtsp/rtp_check.py),
+/// against a recd recording from the paced PulseAudio device (a 440 Hz tone).
+@Suite("RTSP, end to end")
+struct RTSPTests {
+    static let token = "rtsp-listen-0123456789abcdef"
+
+    /// recd-rtsp for `daemon`, on a free port of 127.0.0.1.
+    final class RTSPServer {
+        let directory = TemporaryDirectory()
+        let process: ChildProcess
+        var port = 0
+        var url: String { "rtsp://127.0.0.1:\(port)/live" }
+        var log: String { (try? String(contentsOfFile: directory.file("rtsp.log"), encoding: .utf8)) ?? "" }
+
+        init(daemon: Daemon, rtsp: String = "access = \"open\"\n", tokens: String? = nil) throws {
+            try "[rtsp]\naddress = \"127.0.0.1\"\n\(rtsp)\n".write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
+            var arguments = ["--user", "--config", directory.file("recd.toml"), "--socket", daemon.socket, "--port", "0"]
+            if let tokens {
+                try tokens.write(toFile: directory.file("tokens"), atomically: true, encoding: .utf8)
+                chmod(directory.file("tokens"), 0o600)
+                arguments += ["--tokens-file", directory.file("tokens")]
+            }
+            process = try ChildProcess(Binaries.directory + "/recd-rtsp", arguments, environment: ProcessInfo.processInfo.environment,
+                                       output: directory.file("rtsp.log"))
+            var found = 0
+            _ = waitUntil(timeout: 60) {
+                if let range = log.range(of: #":(\d+)/live"#, options: .regularExpression) {
+                    found = Int(log[range].dropFirst().prefix { $0.isNumber }) ?? 0
+                }
+                return found > 0 || !process.isRunning
+            }
+            guard found > 0 else { throw TestFailure("recd-rtsp did not start: \(log)") }
+            port = found
+        }
+
+        deinit { process.signal(SIGTERM); _ = process.wait(timeout: 10) }
+    }
+
+    static func ffmpegTool(_ name: String, _ arguments: [String], timeout: Double = 60) throws -> CommandResult {
+        try run("/usr/bin/" + name, arguments, timeout: timeout)
+    }
+
+    @Test func realClientsPlayTheInputWhileTheRecordingStaysExact() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let recording: Recording = try daemon.connect().call(.start, StartParams(name: "archive", format: .wav))
+        let rtsp = try RTSPServer(daemon: daemon, rtsp: "access = \"open\"\nsession_timeout = 5\nmax_clients = 3\n")
+        #expect(try daemon.connect().call(.status, as: StatusResult.self).taps?.isEmpty ?? true, "no client, no tap")
+
+        // ffprobe: one audio stream, L16 at the device's rate and channels.
+        let probe = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", "-of", "compact", rtsp.url])
+        print("ffprobe -rtsp_transport tcp \(rtsp.url):\n\(probe.stdout)")
+        #expect(probe.status == 0, "\(probe.stderr)")
+        #expect(probe.stdout.contains("codec_name=pcm_s16be") && probe.stdout.contains("sample_rate=48000") && probe.stdout.contains("channels=2"),
+                "\(probe.stdout)")
+        #expect(probe.stdout.components(separatedBy: "codec_type=").count == 2, "one stream")
+
+        // BirdNET-Go's own line, for more than twice the session timeout (its keepalive holds).
+        let work = TemporaryDirectory()
+        let pcm = work.file("birdnet.raw")
+        let birdnet = try ChildProcess("/bin/sh", ["-c", "exec ffmpeg -rtsp_transport tcp -allowed_media_types audio -timeout 10000000 -i \(rtsp.url) "
+                                                   + "-loglevel error -vn -f s16le -ac 1 -ar 48000 -hide_banner pipe:1 > \(pcm) 2> \(work.file("birdnet.err"))"],
+                                       environment: ProcessInfo.processInfo.environment)
+        func size() -> Int { ((try? FileManager.default.attributesOfItem(atPath: pcm))?[.size] as? Int) ?? 0 }
+        #expect(waitUntil(timeout: 30) { size() > 96000 }, "BirdNET-Go's line gets audio")
+        let (t0, s0) = (Date(), size())
+        // The checker, GStreamer and plain ffmpeg meanwhile: three clients at once is the limit.
+        let check = try run("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", rtsp.url, "6"], timeout: 60)
+        print("rtp_check.py: \(check.stdout)")
+        #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
+        let figures = try JSONSerialization.jsonObject(with: Data(check.stdout.utf8)) as? [String: Any]
+        #expect((figures?["packets"] as? Int ?? 0) > 200 && (figures?["reports"] as? Int ?? 0) >= 2, "\(check.stdout)")
+        let gst = try run("/usr/bin/gst-launch-1.0", ["-q", "rtspsrc", "location=\(rtsp.url)", "protocols=tcp", "!", "rtpL16depay", "!",
+                                                      "audioconvert", "!", "fakesink", "num-buffers=200"], timeout: 60)
+        #expect(gst.status == 0, "gst-launch-1.0 rtspsrc … ! rtpL16depay: \(gst.stdout) \(gst.stderr)")
+        // Plain ffmpeg asks for UDP first: 461, then TCP.
+        let plain = try Self.ffmpegTool("ffmpeg", ["-hide_banner", "-loglevel", "error", "-i", rtsp.url, "-t", "1", "-f", "s16le", "-y", work.file("plain.raw")])
+        #expect(plain.status == 0, "\(plain.stderr)")
+        #expect(rtsp.log.contains("461"), "the UDP SETUP was answered 461: \(rtsp.log)")
+        #expect((try? FileManager.default.attributesOfItem(atPath: work.file("plain.raw")))?[.size] as? Int == 192000)
+
+        // Over the limit: with BirdNET-Go's and two others playing, a fourth is refused (453).
+        let holders = try (0..<2).map { index in
+            try ChildProcess("/bin/sh", ["-c", "exec ffmpeg -loglevel error -rtsp_transport tcp -i \(rtsp.url) -f s16le -y \(work.file("hold\(index).raw"))"],
+                             environment: ProcessInfo.processInfo.environment)
+        }
+        #expect(waitUntil(timeout: 30) { rtsp.log.components(separatedBy: "] playing").count - 1 >= 7 }, "\(rtsp.log)")
+        let refused = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", rtsp.url])
+        #expect(refused.status != 0 && refused.stderr.contains("453"), "\(refused.stderr)")
+        // A client killed (-9), another that stops reading: only they lose anything.
+        holders[0].signal(SIGKILL)
+        holders[1].signal(SIGSTOP)
+        let waited = Date()
+        while Date().timeIntervalSince(waited) < 8 { usleep(100_000) }  // the scenario: 8 s of a stuck client
+        let (t1, s1) = (Date(), size())
+        let bytesPerSecond = Double(s1 - s0) / t1.timeIntervalSince(t0)
+        print(String(format: "BirdNET-Go's line: %.0f bytes/s over %.1f s (96000 expected)", bytesPerSecond, t1.timeIntervalSince(t0)))
+        #expect(abs(bytesPerSecond / 96000 - 1) < 0.02, "\(bytesPerSecond) bytes/s")
+        holders[1].signal(SIGCONT)
+        holders[1].signal(SIGKILL)
+        birdnet.signal(SIGTERM)
+        _ = birdnet.wait(timeout: 10)
+
+        // What BirdNET-Go heard: the tone, without dropouts.
+        let samples = try Data(contentsOf: URL(fileURLWithPath: pcm)).withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+        let window = Array(samples.suffix(48000 * 2).prefix(48000))
+        let at440 = SoundCardIdentityTests.share(of: 440, in: window, channels: 1)
+        #expect(at440 > 0.5, "BirdNET-Go's input is the 440 Hz tone: \(at440)")
+        var run = 0, longest = 0
+        for sample in samples.dropFirst(4800) { run = sample == 0 ? run + 1 : 0; longest = max(longest, run) }
+        #expect(longest < 3, "no run of exact zeros: \(longest)")
+
+        // The recording went on exactly, without a gap, through all of it.
+        let stopped: Recording = try daemon.connect().call(.stop)
+        #expect(stopped.id == recording.id)
+        let status: StatusResult = try daemon.connect().call(.status)
+        #expect(status.statistics.gaps.isEmpty && status.statistics.xruns == 0, "\(status.statistics)")
+        #expect(try SoundFileReader(path: stopped.path).info.frames == stopped.frames)
+    }
+
+    @Test func digestAuthenticationWithAListenToken() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let rtsp = try RTSPServer(daemon: daemon, rtsp: "access = \"token\"\n", tokens: "listen \(Self.token)\nobserve observe-0123456789abcdef\n")
+        let url = rtsp.url
+        let none = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", url])
+        #expect(none.status != 0 && none.stderr.contains("401"), "\(none.stderr)")
+        let withCredentials = { (token: String) in url.replacingOccurrences(of: "rtsp://", with: "rtsp://birdnet:\(token)@") }
+        let wrong = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", withCredentials("observe-0123456789abcdef")])
+        #expect(wrong.status != 0 && wrong.stderr.contains("401"), "a token without the listen role: \(wrong.stderr)")
+        let right = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", withCredentials(Self.token)])
+        #expect(right.status == 0 && right.stdout.contains("codec_name=pcm_s16be"), "\(right.stderr)")
+        #expect(rtsp.log.contains("playing"), "\(rtsp.log)")
+    }
+
+    @Test func theTapOpensAtTheFirstPlayAndClosesAfterTheLastClientLeaves() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let rtsp = try RTSPServer(daemon: daemon)
+        func taps() throws -> Int { (try daemon.connect().call(.status, as: StatusResult.self).taps ?? []).count }
+        #expect(try taps() == 0)
+        let probe = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", rtsp.url])
+        #expect(probe.status == 0, "\(probe.stderr)")
+        let player = try ChildProcess("/bin/sh", ["-c", "exec ffmpeg -loglevel error -rtsp_transport tcp -i \(rtsp.url) -f null -"],
+                                      environment: ProcessInfo.processInfo.environment)
+        #expect(waitUntil(timeout: 30) { (try? taps()) == 1 }, "a tap while someone plays")
+        player.signal(SIGTERM)
+        _ = player.wait(timeout: 10)
+        #expect(waitUntil(timeout: 30) { (try? taps()) == 0 }, "no tap once nobody plays (after the linger)")
+        #expect(rtsp.log.contains("tap closed: nobody plays"), "\(rtsp.log)")
+    }
+
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+}

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""An RTP checker of the test's own (issue 52): plays URL over RTSP/TCP for SECONDS and checks
+what arrives, independently of recd-rtsp's code.
+
+  - every RTSP answer is 200 and PLAY's RTP-Info names the first packet's seq and rtptime;
+  - RTP: version 2, payload type 96, one SSRC, sequence numbers contiguous, each timestamp the
+    one before plus the frames of the packet before (L16: payload bytes / 2 / channels);
+  - RTCP: sender reports on the odd channel, the first within a second of the first packet;
+    two of them give the rate (RTP ticks per NTP second) within 200 ppm of the SDP's; each
+    report's NTP time is a capture time: earlier than when it arrived, by less than a second.
+
+Prints one JSON object (the figures) and exits 0, or 1 with the reason.
+usage: rtp_check.py URL SECONDS
+"""
+import json, re, socket, struct, sys, time
+from urllib.parse import urlparse
+
+url, seconds = sys.argv[1], float(sys.argv[2])
+u = urlparse(url)
+sock = socket.create_connection((u.hostname, u.port or 554), timeout=10)
+buffer = b""
+cseq = 0
+
+
+def fail(why):
+    print(json.dumps({"ok": False, "why": why}))
+    sys.exit(1)
+
+
+def read_more():
+    global buffer
+    data = sock.recv(65536)
+    if not data:
+        fail("the server closed the connection")
+    buffer += data
+
+
+def request(method, target, headers=None):
+    global cseq, buffer
+    cseq += 1
+    lines = [f"{method} {target} RTSP/1.0", f"CSeq: {cseq}", "User-Agent: rtp_check"] + [f"{k}: {v}" for k, v in (headers or {}).items()]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    while b"\r\n\r\n" not in buffer:
+        read_more()
+    head, buffer = buffer.split(b"\r\n\r\n", 1)
+    text = head.decode()
+    status = int(text.split(" ")[1])
+    fields = {}
+    for line in text.split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        fields[k.strip().lower()] = v.strip()
+    length = int(fields.get("content-length", "0"))
+    while len(buffer) < length:
+        read_more()
+    body, buffer = buffer[:length], buffer[length:]
+    if fields.get("cseq") != str(cseq):
+        fail(f"{method}: CSeq {fields.get('cseq')} for {cseq}")
+    return status, fields, body.decode()
+
+
+status, _, _ = request("OPTIONS", url)
+if status != 200:
+    fail(f"OPTIONS: {status}")
+status, fields, sdp = request("DESCRIBE", url, {"Accept": "application/sdp"})
+if status != 200:
+    fail(f"DESCRIBE: {status}")
+m = re.search(r"a=rtpmap:96 L16/(\d+)/(\d+)", sdp)
+if not m:
+    fail(f"no L16 rtpmap in the SDP: {sdp}")
+rate, channels = int(m.group(1)), int(m.group(2))
+status, fields, _ = request("SETUP", url + "/trackID=0", {"Transport": "RTP/AVP/TCP;unicast;interleaved=0-1"})
+if status != 200:
+    fail(f"SETUP: {status}")
+session = fields["session"].split(";")[0]
+status, fields, _ = request("PLAY", url, {"Session": session, "Range": "npt=0.000-"})
+if status != 200:
+    fail(f"PLAY: {status}")
+info = dict(kv.split("=", 1) for kv in fields["rtp-info"].split(";")[1:])
+first_seq, first_ts = int(info["seq"]), int(info["rtptime"])
+
+packets = 0
+frames_total = 0
+expected_seq, expected_ts, ssrc = first_seq, first_ts, None
+reports = []
+first_packet_at = None
+start = time.time()
+last_keepalive = start
+while time.time() - start < seconds:
+    while len(buffer) < 4:
+        read_more()
+    if buffer[0:1] != b"$":
+        # A response to our keepalive.
+        while b"\r\n\r\n" not in buffer:
+            read_more()
+        _, buffer = buffer.split(b"\r\n\r\n", 1)
+        continue
+    channel, length = buffer[1], struct.unpack(">H", buffer[2:4])[0]
+    while len(buffer) < 4 + length:
+        read_more()
+    frame, buffer = buffer[4:4 + length], buffer[4 + length:]
+    now = time.time()
+    if channel == 0:
+        v, pt = frame[0] >> 6, frame[1] & 0x7F
+        seq, ts, this_ssrc = struct.unpack(">HII", frame[2:12])
+        if v != 2 or pt != 96:
+            fail(f"version {v}, payload type {pt}")
+        if ssrc is None:
+            ssrc = this_ssrc
+            first_packet_at = now
+        elif this_ssrc != ssrc:
+            fail("the SSRC changed")
+        if seq != expected_seq:
+            fail(f"sequence {seq}, expected {expected_seq} after {packets} packets")
+        if ts != expected_ts:
+            fail(f"timestamp {ts}, expected {expected_ts} after {packets} packets")
+        n = (len(frame) - 12) // 2 // channels
+        packets += 1
+        frames_total += n
+        expected_seq = (seq + 1) & 0xFFFF
+        expected_ts = (ts + n) & 0xFFFFFFFF
+    elif channel == 1 and len(frame) >= 28 and frame[1] == 200:
+        ntp_s, ntp_f, rtp_ts = struct.unpack(">III", frame[8:20])
+        ntp = ntp_s - 2208988800 + ntp_f / 2**32
+        reports.append({"arrived": now, "ntp": ntp, "rtp": rtp_ts})
+        if not (0 <= now - ntp < 1.0):
+            fail(f"a sender report's time is {now - ntp:.3f} s before its arrival (a capture time is earlier, by less than a second)")
+    if now - last_keepalive > 3:
+        sock.sendall(f"GET_PARAMETER {url} RTSP/1.0\r\nCSeq: 999\r\nSession: {session}\r\n\r\n".encode())
+        last_keepalive = now
+
+if packets == 0:
+    fail("no RTP packet")
+if not reports:
+    fail("no sender report")
+if reports[0]["arrived"] - first_packet_at > 1.0:
+    fail(f"the first sender report came {reports[0]['arrived'] - first_packet_at:.2f} s after the first packet")
+figures = {"ok": True, "rate": rate, "channels": channels, "packets": packets, "frames": frames_total,
+           "seconds": time.time() - start, "reports": len(reports)}
+if len(reports) >= 2:
+    a, b = reports[0], reports[-1]
+    ticks = (b["rtp"] - a["rtp"]) & 0xFFFFFFFF
+    measured = ticks / (b["ntp"] - a["ntp"])
+    figures["srRate"] = measured
+    figures["srRatePPM"] = (measured / rate - 1) * 1e6
+    if abs(figures["srRatePPM"]) > 200:
+        fail(f"two sender reports give {measured:.1f} Hz, {figures['srRatePPM']:.0f} ppm from {rate}")
+sock.sendall(f"TEARDOWN {url} RTSP/1.0\r\nCSeq: 1000\r\nSession: {session}\r\n\r\n".encode())
+print(json.dumps(figures))
