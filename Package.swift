@@ -220,7 +220,7 @@ let package = Package(
         ]),
         // The live input as RTSP, a client of recd's socket (a tap): recd stays off the network.
         .executableTarget(name: "recd-rtsp", dependencies: [
-            "RTSP", "RecdClient", "RecdProtocol", "RecdConfiguration", "RecorderModel", "Systemd", "CLinux", "CBuildInfo", "CCommandLine",
+            "RTSP", "MPEG4", "RecdClient", "RecdProtocol", "RecdConfiguration", "RecorderModel", "Systemd", "CLinux", "CBuildInfo", "CCommandLine",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOCore", package: "swift-nio"),

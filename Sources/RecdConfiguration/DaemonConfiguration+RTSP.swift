@@ -4,12 +4,18 @@ public struct RTSPSettings: Equatable, Sendable {
     /// Who may play: anyone who reaches the port (a trusted LAN), or holders of a token with the
     /// `listen` role in the web's tokens file (web.tokens_file), by RTSP's Digest authentication.
     public enum Access: String, Equatable, Sendable, CaseIterable { case open, token }
+    /// L16: 16-bit PCM as captured (1.5 Mbit/s for 48 kHz stereo). Opus: RFC 7587 (48 kHz).
+    public enum Codec: String, Equatable, Sendable, CaseIterable { case l16, opus }
 
     public var address = "0.0.0.0"
     public var port = 8554
     /// rtsp://HOST:PORT/PATH: the station's input.
     public var path = "live"
     public var access = Access.token
+    /// What rtsp://HOST:PORT/PATH serves; PATH/l16 and PATH/opus serve each.
+    public var codec = Codec.l16
+    /// Opus's bit rate, bits per second.
+    public var opusBitRate = 64000
     /// Clients playing at once; one more is answered 453.
     public var maxClients = 8
     /// Seconds a session lives without a request (RTSP's keepalive: GET_PARAMETER, OPTIONS).
@@ -38,6 +44,8 @@ extension DaemonConfiguration {
             rtsp.path = value
         }
         try reader.read("rtsp.access") { (value: RTSPSettings.Access) in rtsp.access = value }
+        try reader.read("rtsp.codec") { (value: RTSPSettings.Codec) in rtsp.codec = value }
+        try reader.read("rtsp.opus_bitrate", in: 6000...510000, "bits per second") { (value: Int) in rtsp.opusBitRate = value }
         try reader.read("rtsp.max_clients", in: 1...64) { (value: Int) in rtsp.maxClients = value }
         try reader.read("rtsp.session_timeout", in: 5...3600, "seconds") { (value: Int) in rtsp.sessionTimeout = value }
         try reader.read("rtsp.sample_rate", in: 8000...192000, "Hz") { (value: Int) in rtsp.sampleRate = value }

@@ -3,8 +3,10 @@ import Glibc
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import MPEG4
 import RTSP
 import RecdClient
+import RecdConfiguration
 import RecdProtocol
 import RecorderModel
 
@@ -18,9 +20,16 @@ import RecorderModel
 /// jump in the timestamps, never compressed, and so is what a slow client dropped.
 final class LiveStream: @unchecked Sendable {
     struct Format: Equatable, Sendable {
+        var codec: RTSPSettings.Codec
         var rate: Int
         var channels: Int
+        /// Opus's bit rate.
+        var bitRate: Int = 64000
         var bytesPerFrame: Int { 2 * channels }
+
+        /// The SDP's rtpmap (RFC 3551's L16; RFC 7587's Opus, always 48000/2) and fmtp.
+        var rtpmap: String { codec == .opus ? "opus/48000/2" : "L16/\(rate)/\(channels)" }
+        var fmtp: String? { codec == .opus ? "sprop-stereo=\(channels == 2 ? 1 : 0); stereo=\(channels == 2 ? 1 : 0)" : nil }
     }
 
     let format: Format
@@ -35,8 +44,8 @@ final class LiveStream: @unchecked Sendable {
     private struct State {
         var clients: [ObjectIdentifier: RTPClient] = [:]
         var reader: TapReader?
-        /// The tap's next position: where the next packet's timestamp comes from.
-        var nextPosition: UInt64?
+        /// The next packet's RTP timestamp (the last one's plus its frames), once packets flow.
+        var nextTimestamp: UInt32?
         /// Clients whose PLAY waits for the tap's first chunk.
         var waiting: [(RTPClient, EventLoopPromise<UInt32>)] = []
         /// Bumped at every open and close, so that a linger's close of an old tap is ignored.
@@ -60,8 +69,8 @@ final class LiveStream: @unchecked Sendable {
         let promise = client.channel.eventLoop.makePromise(of: UInt32.self)
         let open = state.withLockedValue { state -> Bool in
             state.clients[ObjectIdentifier(client)] = client
-            if let position = state.nextPosition {
-                promise.succeed(timestampBase &+ UInt32(truncatingIfNeeded: position))
+            if let timestamp = state.nextTimestamp {
+                promise.succeed(timestamp)
             } else {
                 state.waiting.append((client, promise))
             }
@@ -121,7 +130,7 @@ final class LiveStream: @unchecked Sendable {
         let reader = state.withLockedValue { state -> TapReader? in
             guard state.clients.isEmpty, state.generation == generation, let reader = state.reader else { return nil }
             state.reader = nil
-            state.nextPosition = nil
+            state.nextTimestamp = nil
             state.generation += 1
             return reader
         }
@@ -131,10 +140,22 @@ final class LiveStream: @unchecked Sendable {
         logger.info("tap closed: nobody plays")
     }
 
-    /// The tap thread: every chunk cut into packets, handed to every client.
+    /// The tap thread: every chunk cut into packets (or encoded, once for every client), handed
+    /// to every client.
     private func read(_ reader: TapReader) {
         let bytesPerPacket = framesPerPacket * format.bytesPerFrame
         let allocator = ByteBufferAllocator()
+        var opus: OpusPacketEncoder?
+        if format.codec == .opus {
+            do {
+                opus = try OpusPacketEncoder(channels: format.channels, bitRate: format.bitRate)
+            } catch {
+                logger.error("cannot encode Opus", metadata: ["error": "\(error)"])
+                reader.connection.shutdownWriting()
+                fail(error)
+                return
+            }
+        }
         while true {
             let chunk: (header: TapChunkHeader, payload: [UInt8])?
             do { chunk = try reader.next() } catch {
@@ -145,7 +166,24 @@ final class LiveStream: @unchecked Sendable {
             let frames = Int(header.frames)
             guard frames > 0 else { continue }
             var packets: [RTPClient.Packet] = []
-            var offset = 0
+            if let opus {
+                do {
+                    let encoded = try payload.withUnsafeBytes { bytes in
+                        try opus.encode(bytes.bindMemory(to: Int16.self), position: header.position)
+                    }
+                    for packet in encoded {
+                        var buffer = allocator.buffer(capacity: packet.bytes.count)
+                        buffer.writeBytes(packet.bytes)
+                        let offset = Double(Int64(bitPattern: packet.position &- header.position)) / Double(format.rate)
+                        packets.append(RTPClient.Packet(timestamp: timestampBase &+ UInt32(truncatingIfNeeded: packet.position), payload: buffer,
+                                                        captureTime: header.captureTime + offset))
+                    }
+                } catch {
+                    logger.error("the Opus encoder failed", metadata: ["error": "\(error)"])
+                    break
+                }
+            }
+            var offset = opus == nil ? 0 : frames
             while offset < frames {
                 let count = min(framesPerPacket, frames - offset)
                 var buffer = allocator.buffer(capacity: bytesPerPacket)
@@ -161,22 +199,24 @@ final class LiveStream: @unchecked Sendable {
                     captureTime: header.captureTime + Double(offset) / Double(format.rate)))
                 offset += count
             }
-            let (clients, waiting) = state.withLockedValue { state -> ([RTPClient], [(RTPClient, EventLoopPromise<UInt32>)]) in
-                guard state.reader === reader else { return ([], []) }
-                state.nextPosition = header.position + UInt64(frames)
+            guard let first = packets.first, let last = packets.last else { continue }
+            let lastFrames = opus?.frameSize ?? (last.payload.readableBytes / format.bytesPerFrame)
+            let (open, clients, waiting) = state.withLockedValue { state -> (Bool, [RTPClient], [(RTPClient, EventLoopPromise<UInt32>)]) in
+                guard state.reader === reader else { return (false, [], []) }
+                state.nextTimestamp = last.timestamp &+ UInt32(lastFrames)
                 defer { state.waiting = [] }
-                return (Array(state.clients.values), state.waiting)
+                return (true, Array(state.clients.values), state.waiting)
             }
-            guard state.withLockedValue({ $0.reader === reader }) || !clients.isEmpty else { break }
+            guard open else { break }
+            // Those who waited play from this batch's first packet: told before the batch goes
+            // out (on their event loop, the answer's write comes first).
+            for (_, promise) in waiting { promise.succeed(first.timestamp) }
             for client in clients { client.deliver(packets) }
-            // Those who waited play from the next chunk on.
-            let next = timestampBase &+ UInt32(truncatingIfNeeded: header.position + UInt64(frames))
-            for (_, promise) in waiting { promise.succeed(next) }
         }
         let ended = state.withLockedValue { state -> Bool in
             guard state.reader === reader else { return false }
             state.reader = nil
-            state.nextPosition = nil
+            state.nextTimestamp = nil
             state.generation += 1
             return true
         }

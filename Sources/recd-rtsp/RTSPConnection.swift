@@ -14,7 +14,8 @@ final class RTSPService: @unchecked Sendable {
     let socketPath: String
     let authentication: [DigestAuthentication]
     let logger: Logger
-    private let stream = NIOLockedValueBox<LiveStream?>(nil)
+    /// One stream per codec, made when first asked for (one encoding for all its clients).
+    private let streams = NIOLockedValueBox<[RTSPSettings.Codec: LiveStream]>([:])
     let playing = NIOLockedValueBox(0)
     /// Answers the blocking calls to recd (status) off the event loops.
     private let recdQueue = DispatchQueue(label: "recd-rtsp.recd")
@@ -26,22 +27,30 @@ final class RTSPService: @unchecked Sendable {
         self.logger = logger
     }
 
-    /// The stream, its format decided the first time: the settings', else the device's as
-    /// recd says now, else recd's recording defaults. The tap converts to it.
-    func liveStream(on loop: any EventLoop) -> EventLoopFuture<LiveStream> {
-        if let stream = stream.withLockedValue({ $0 }) { return loop.makeSucceededFuture(stream) }
+    /// The stream of `codec`, its format decided the first time: the settings', else the
+    /// device's as recd says now, else recd's recording defaults (Opus: always 48 kHz, at most
+    /// two channels). The tap converts to it.
+    func liveStream(_ codec: RTSPSettings.Codec, on loop: any EventLoop) -> EventLoopFuture<LiveStream> {
+        if let stream = streams.withLockedValue({ $0[codec] }) { return loop.makeSucceededFuture(stream) }
         let promise = loop.makePromise(of: LiveStream.self)
         recdQueue.async { [self] in
-            if let stream = stream.withLockedValue({ $0 }) { return promise.succeed(stream) }
+            if let stream = streams.withLockedValue({ $0[codec] }) { return promise.succeed(stream) }
             do {
                 let connection = try RecdConnection(path: socketPath)
                 let status: StatusResult = try connection.call(.status)
                 let device = status.recording?.deviceFormat ?? status.listening?.deviceFormat
-                let format = LiveStream.Format(rate: settings.sampleRate ?? device?.sampleRate ?? status.settings.sampleRate ?? 48000,
-                                               channels: settings.channels ?? device?.channels ?? status.settings.channels ?? 2)
-                let made = stream.withLockedValue { current in
-                    if current == nil { current = LiveStream(format: format, socketPath: socketPath, linger: settings.linger, logger: logger) }
-                    return current!
+                var format = LiveStream.Format(codec: codec, rate: settings.sampleRate ?? device?.sampleRate ?? status.settings.sampleRate ?? 48000,
+                                               channels: settings.channels ?? device?.channels ?? status.settings.channels ?? 2,
+                                               bitRate: settings.opusBitRate)
+                if codec == .opus {
+                    format.rate = 48000
+                    format.channels = min(format.channels, 2)
+                }
+                let made = streams.withLockedValue { streams in
+                    if streams[codec] == nil {
+                        streams[codec] = LiveStream(format: format, socketPath: socketPath, linger: settings.linger, logger: logger)
+                    }
+                    return streams[codec]!
                 }
                 promise.succeed(made)
             } catch {
@@ -49,6 +58,13 @@ final class RTSPService: @unchecked Sendable {
             }
         }
         return promise.futureResult
+    }
+
+    /// The codec a path serves: PATH the configured one, PATH/l16 and PATH/opus each; nil: none.
+    func codec(ofPath path: String) -> RTSPSettings.Codec? {
+        if path == self.path { return settings.codec }
+        guard path.hasPrefix(self.path + "/") else { return nil }
+        return RTSPSettings.Codec(rawValue: String(path.dropFirst(self.path.count + 1)))
     }
 
     var path: String { "/" + settings.path }
@@ -64,6 +80,8 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
     let service: RTSPService
     private let sessionID = String(UInt64.random(in: 1...UInt64.max), radix: 16)
     private var interleaved: UInt8?
+    /// The codec the session set up (from the URL's path).
+    private var codec = RTSPSettings.Codec.l16
     private var client: RTPClient?
     private var counted = false
     private var idle: Scheduled<Void>?
@@ -115,8 +133,10 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             return respond(401, [("WWW-Authenticate", service.authentication[0].challenge)])
         }
         let (path, track) = request.path
+        var pathCodec: RTSPSettings.Codec?
         if request.method != "OPTIONS" || request.uri != "*" {
-            guard path == service.path || (request.method == "OPTIONS" && path.isEmpty) else { return respond(404) }
+            pathCodec = service.codec(ofPath: path)
+            guard pathCodec != nil || (request.method == "OPTIONS" && path.isEmpty) else { return respond(404) }
         }
         if interleaved != nil, request.method != "SETUP" {
             respond.headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
@@ -129,7 +149,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
         case "DESCRIBE":
             let base = request.uri.hasSuffix("/") ? request.uri : request.uri + "/"
             let local = context.channel.localAddress
-            service.liveStream(on: context.eventLoop).whenComplete { [self, respond] result in
+            service.liveStream(pathCodec ?? service.settings.codec, on: context.eventLoop).whenComplete { [self, respond] result in
                 switch result {
                 case .success(let stream):
                     respond(200, [("Content-Type", "application/sdp"), ("Content-Base", base)],
@@ -152,9 +172,11 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
                 guard let first = UInt8(digits), first < 254, first % 2 == 0 else { return respond(461) }
                 channel = first
             }
+            if client != nil, pathCodec != codec { return respond(459) }
             interleaved = channel
+            codec = pathCodec ?? service.settings.codec
             respond.headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
-            service.liveStream(on: context.eventLoop).whenComplete { [respond, channel] result in
+            service.liveStream(codec, on: context.eventLoop).whenComplete { [respond, channel] result in
                 guard case .success(let stream) = result else { return respond(503) }
                 respond(200, [("Transport", "RTP/AVP/TCP;unicast;interleaved=\(channel)-\(channel + 1);ssrc=\(hex8(stream.ssrc))")])
             }
@@ -174,7 +196,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             counted = true
             let uri = request.uri
             let connection = context.channel
-            service.liveStream(on: context.eventLoop).flatMap { [self] stream -> EventLoopFuture<(LiveStream, RTPClient, UInt32)> in
+            service.liveStream(codec, on: context.eventLoop).flatMap { [self] stream -> EventLoopFuture<(LiveStream, RTPClient, UInt32)> in
                 let client = RTPClient(channel: connection, rtpChannel: channel, ssrc: stream.ssrc, cname: "recd-rtsp")
                 client.onEnd = { [weak self] in self?.context?.close(promise: nil) }
                 self.client = client
@@ -206,7 +228,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
     private func stopPlaying() {
         if let client {
             client.stop()
-            service.liveStream(on: client.channel.eventLoop).whenSuccess { $0.leave(client) }
+            service.liveStream(codec, on: client.channel.eventLoop).whenSuccess { $0.leave(client) }
             self.client = nil
         }
         if counted {
@@ -228,7 +250,8 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
         }
     }
 
-    /// An audio-only SDP: L16 at the stream's rate and channels (RFC 3551), one track.
+    /// An audio-only SDP, one track: L16 at the stream's rate and channels (RFC 3551), or Opus
+    /// (RFC 7587: always opus/48000/2, the channels sent in sprop-stereo).
     static func sdp(_ stream: LiveStream, address: SocketAddress?) -> String {
         let ip = address?.ipAddress ?? "0.0.0.0"
         let family = ip.contains(":") ? "IP6" : "IP4"
@@ -241,8 +264,8 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
         a=tool:recd-rtsp\r
         a=control:*\r
         m=audio 0 RTP/AVP \(RTP.payloadType)\r
-        a=rtpmap:\(RTP.payloadType) L16/\(stream.format.rate)/\(stream.format.channels)\r
-        a=control:trackID=0\r
+        a=rtpmap:\(RTP.payloadType) \(stream.format.rtpmap)\r
+        \(stream.format.fmtp.map { "a=fmtp:\(RTP.payloadType) \($0)\r\n" } ?? "")a=control:trackID=0\r
         a=recvonly\r
 
         """

@@ -129,6 +129,33 @@ struct RTSPTests {
         #expect(try SoundFileReader(path: stopped.path).info.frames == stopped.frames)
     }
 
+    /// Opus (RFC 7587) at PATH/opus, or at PATH with rtsp.codec = "opus": one encoding for all.
+    @Test func opusPlaysInFFmpegAndGStreamerWithHonestTimestamps() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let rtsp = try RTSPServer(daemon: daemon, rtsp: "access = \"open\"\ncodec = \"opus\"\nopus_bitrate = 48000\n")
+        for url in [rtsp.url, rtsp.url + "/opus"] {
+            let probe = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", "-of", "compact", url])
+            print("ffprobe -rtsp_transport tcp \(url):\n\(probe.stdout)")
+            #expect(probe.status == 0 && probe.stdout.contains("codec_name=opus") && probe.stdout.contains("sample_rate=48000"), "\(probe.stdout) \(probe.stderr)")
+        }
+        let l16 = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", rtsp.url + "/l16"])
+        #expect(l16.stdout.contains("codec_name=pcm_s16be"), "PATH/l16 whatever the default: \(l16.stdout)")
+        let work = TemporaryDirectory()
+        let decoded = try Self.ffmpegTool("ffmpeg", ["-v", "error", "-rtsp_transport", "tcp", "-i", rtsp.url, "-t", "4", "-f", "s16le", "-ac", "1", "-ar", "48000", "-y", work.file("opus.raw")])
+        #expect(decoded.status == 0, "\(decoded.stderr)")
+        let samples = try Data(contentsOf: URL(fileURLWithPath: work.file("opus.raw"))).withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+        #expect(samples.count == 4 * 48000)
+        #expect(SoundCardIdentityTests.share(of: 440, in: Array(samples.suffix(96000)), channels: 1) > 0.5, "the tone, through Opus")
+        let gst = try run("/usr/bin/gst-launch-1.0", ["-q", "rtspsrc", "location=\(rtsp.url)", "protocols=tcp", "!", "rtpopusdepay", "!", "opusdec", "!",
+                                                      "fakesink", "num-buffers=100"], timeout: 60)
+        #expect(gst.status == 0, "gst-launch-1.0 rtspsrc … ! rtpopusdepay ! opusdec: \(gst.stderr)")
+        let check = try run("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", rtsp.url, "6"], timeout: 60)
+        print("rtp_check.py (Opus): \(check.stdout)")
+        #expect(check.status == 0 && check.stdout.contains(#""codec": "opus""#), "\(check.stdout) \(check.stderr)")
+    }
+
     @Test func digestAuthenticationWithAListenToken() throws {
         let server = try PulseServer()
         try server.tone()

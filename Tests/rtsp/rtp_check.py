@@ -4,7 +4,8 @@ what arrives, independently of recd-rtsp's code.
 
   - every RTSP answer is 200 and PLAY's RTP-Info names the first packet's seq and rtptime;
   - RTP: version 2, payload type 96, one SSRC, sequence numbers contiguous, each timestamp the
-    one before plus the frames of the packet before (L16: payload bytes / 2 / channels);
+    one before plus the frames of the packet before (L16: payload bytes / 2 / channels; Opus:
+    960, recd-rtsp's 20 ms frames);
   - RTCP: sender reports on the odd channel, the first within a second of the first packet;
     two of them give the rate (RTP ticks per NTP second) within 200 ppm of the SDP's; each
     report's NTP time is a capture time: earlier than when it arrived, by less than a second.
@@ -64,10 +65,10 @@ if status != 200:
 status, fields, sdp = request("DESCRIBE", url, {"Accept": "application/sdp"})
 if status != 200:
     fail(f"DESCRIBE: {status}")
-m = re.search(r"a=rtpmap:96 L16/(\d+)/(\d+)", sdp)
+m = re.search(r"a=rtpmap:96 (L16|opus)/(\d+)/(\d+)", sdp)
 if not m:
-    fail(f"no L16 rtpmap in the SDP: {sdp}")
-rate, channels = int(m.group(1)), int(m.group(2))
+    fail(f"no L16 or opus rtpmap in the SDP: {sdp}")
+codec, rate, channels = m.group(1), int(m.group(2)), int(m.group(3))
 status, fields, _ = request("SETUP", url + "/trackID=0", {"Transport": "RTP/AVP/TCP;unicast;interleaved=0-1"})
 if status != 200:
     fail(f"SETUP: {status}")
@@ -113,7 +114,8 @@ while time.time() - start < seconds:
             fail(f"sequence {seq}, expected {expected_seq} after {packets} packets")
         if ts != expected_ts:
             fail(f"timestamp {ts}, expected {expected_ts} after {packets} packets")
-        n = (len(frame) - 12) // 2 // channels
+        # L16: the payload's frames; Opus (RFC 7587): recd-rtsp's 20 ms packets, 960 ticks each.
+        n = (len(frame) - 12) // 2 // channels if codec == "L16" else 960
         packets += 1
         frames_total += n
         expected_seq = (seq + 1) & 0xFFFF
@@ -134,7 +136,7 @@ if not reports:
     fail("no sender report")
 if reports[0]["arrived"] - first_packet_at > 1.0:
     fail(f"the first sender report came {reports[0]['arrived'] - first_packet_at:.2f} s after the first packet")
-figures = {"ok": True, "rate": rate, "channels": channels, "packets": packets, "frames": frames_total,
+figures = {"ok": True, "codec": codec, "rate": rate, "channels": channels, "packets": packets, "frames": frames_total,
            "seconds": time.time() - start, "reports": len(reports)}
 if len(reports) >= 2:
     a, b = reports[0], reports[-1]
