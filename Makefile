@@ -308,7 +308,9 @@ CONFDIR     = $(DESTDIR)/etc/recd
 # Man pages, completions and units are generated here, then installed.
 GENERATED   = .build/install-files
 # systemd units, the same names in systemd/ and systemd/user/.
-UNITS       = recd.service recd.socket recd-web.service recd-web.socket recd-web-proxy.service
+UNITS       = recd.service recd.socket recd-web.service recd-web.socket recd-web-proxy.service recd-rtsp.service recd-rtsp.socket
+# The executables make install installs, each with its man pages and completions.
+TOOLS       = recd recctl recd-web recd-rtsp
 # The man pages' date: the last commit's, so that installing twice gives the same files.
 MANDATE    ?= $(shell git log -1 --format=%cs 2>/dev/null)
 
@@ -334,18 +336,19 @@ install: release
 	rm -rf $(GENERATED)
 	mkdir -p $(GENERATED)/man $(GENERATED)/completions $(GENERATED)/system $(GENERATED)/user
 	$(SWIFT_BUILD) --package-path .build/checkouts/swift-argument-parser --scratch-path .build/argument-parser --product generate-manual
-	set -e; bin="$$($(SWIFT_BUILD) -c release --show-bin-path)"; for tool in recd recctl recd-web; do \
+	set -e; bin="$$($(SWIFT_BUILD) -c release --show-bin-path)"; for tool in $(TOOLS); do \
 	  $(GENERATE_MANUAL) "$$bin/$$tool" --multi-page $(if $(MANDATE),--date $(MANDATE)) --output-directory $(GENERATED)/man; \
 	done
-	rm -f $(GENERATED)/man/recd.help.1 $(GENERATED)/man/recctl.help.1 $(GENERATED)/man/recd-web.help.1
+	rm -f $(addprefix $(GENERATED)/man/,$(addsuffix .help.1,$(TOOLS)))
 	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd\.help 1$$/.Xr recctl 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd.1
 	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd-web\.help 1$$/.Xr recd 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd-web.1
+	sed -i -e '/^\.Ar subcommand$$/d' -e 's/^\.Xr recd-rtsp\.help 1$$/.Xr recd 1 ,\n.Xr recd.toml 5/' $(GENERATED)/man/recd-rtsp.1
 	sed -i -e '/^\.Xr recctl\.help 1/d' $(GENERATED)/man/recctl.1
 	sed -i 's/^$$/.Pp/' $(GENERATED)/man/*.1
 	set -e; bin="$$($(SWIFT_BUILD) -c release --show-bin-path)"; \
 	awk -v date="$(MANDATE)" -v version="$(VERSION)" -f doc/recd.toml.5.awk etc/recd.toml \
 	  >$(GENERATED)/man/recd.toml.5; \
-	for tool in recd recctl recd-web; do \
+	for tool in $(TOOLS); do \
 	  "$$bin/$$tool" --generate-completion-script bash | sed '1{/^#!/d}' >$(GENERATED)/completions/$$tool; \
 	  "$$bin/$$tool" --generate-completion-script zsh >$(GENERATED)/completions/_$$tool; \
 	  "$$bin/$$tool" --generate-completion-script fish >$(GENERATED)/completions/$$tool.fish; \
@@ -356,12 +359,12 @@ install: release
 	done; \
 	install -d $(BINDIR) $(MAN1DIR) $(MAN5DIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR) \
 	  $(UNITDIR) $(USERUNITDIR) $(SYSUSERSDIR) $(TMPFILESDIR) $(CONFDIR); \
-	install -m 755 "$$bin/recd" "$$bin/recctl" "$$bin/recd-web" $(BINDIR)/; \
+	install -m 755 $(addprefix "$$bin"/,$(TOOLS)) $(BINDIR)/; \
 	install -m 644 $(GENERATED)/man/*.1 $(MAN1DIR)/; \
 	install -m 644 $(GENERATED)/man/recd.toml.5 $(MAN5DIR)/; \
-	install -m 644 $(GENERATED)/completions/recd $(GENERATED)/completions/recctl $(GENERATED)/completions/recd-web $(BASHCOMPDIR)/; \
-	install -m 644 $(GENERATED)/completions/_recd $(GENERATED)/completions/_recctl $(GENERATED)/completions/_recd-web $(ZSHCOMPDIR)/; \
-	install -m 644 $(GENERATED)/completions/recd.fish $(GENERATED)/completions/recctl.fish $(GENERATED)/completions/recd-web.fish $(FISHCOMPDIR)/; \
+	install -m 644 $(addprefix $(GENERATED)/completions/,$(TOOLS)) $(BASHCOMPDIR)/; \
+	install -m 644 $(addprefix $(GENERATED)/completions/_,$(TOOLS)) $(ZSHCOMPDIR)/; \
+	install -m 644 $(addprefix $(GENERATED)/completions/,$(addsuffix .fish,$(TOOLS))) $(FISHCOMPDIR)/; \
 	install -m 644 $(addprefix $(GENERATED)/system/,$(UNITS)) $(UNITDIR)/; \
 	install -m 644 $(addprefix $(GENERATED)/user/,$(UNITS)) $(USERUNITDIR)/; \
 	install -m 644 systemd/sysusers.d/recd.conf $(SYSUSERSDIR)/recd.conf; \
@@ -376,10 +379,10 @@ install: release
 
 # Removes what install put there, except a recd.toml that was changed after installing.
 uninstall:
-	rm -f $(BINDIR)/recd $(BINDIR)/recctl $(BINDIR)/recd-web
-	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1 $(MAN1DIR)/recd-web.1 $(MAN5DIR)/recd.toml.5
-	rm -f $(BASHCOMPDIR)/recd $(BASHCOMPDIR)/recctl $(BASHCOMPDIR)/recd-web $(ZSHCOMPDIR)/_recd $(ZSHCOMPDIR)/_recctl $(ZSHCOMPDIR)/_recd-web
-	rm -f $(FISHCOMPDIR)/recd.fish $(FISHCOMPDIR)/recctl.fish $(FISHCOMPDIR)/recd-web.fish
+	rm -f $(addprefix $(BINDIR)/,$(TOOLS))
+	rm -f $(MAN1DIR)/recd.1 $(MAN1DIR)/recd.*.1 $(MAN1DIR)/recctl.1 $(MAN1DIR)/recctl.*.1 $(MAN1DIR)/recd-web.1 $(MAN1DIR)/recd-rtsp.1 $(MAN5DIR)/recd.toml.5
+	rm -f $(addprefix $(BASHCOMPDIR)/,$(TOOLS)) $(addprefix $(ZSHCOMPDIR)/_,$(TOOLS))
+	rm -f $(addprefix $(FISHCOMPDIR)/,$(addsuffix .fish,$(TOOLS)))
 	rm -f $(addprefix $(UNITDIR)/,$(UNITS))
 	rm -f $(addprefix $(USERUNITDIR)/,$(UNITS))
 	rm -f $(SYSUSERSDIR)/recd.conf $(TMPFILESDIR)/recd.conf $(CONFDIR)/recd.toml.example

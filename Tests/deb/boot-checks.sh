@@ -271,10 +271,30 @@ else
 fi
 pass "page and /metrics through recd-web.socket ($(grep -c '^recd_' <<<"$metrics") recd_ lines); proxy and recd-web stopped by themselves when idle"
 
+# --- recd-rtsp.socket: on demand, playing with a listen token, and gone when idle -------------
+check rtsp
+mkdir -p /etc/systemd/system/recd-rtsp.service.d
+cat >/etc/systemd/system/recd-rtsp.service.d/test.conf <<'UNIT'
+[Service]
+ExecStart=
+ExecStart=/usr/bin/recd-rtsp --system --exit-idle-time 3
+UNIT
+systemctl daemon-reload
+systemctl start recd-rtsp.socket
+[[ $(systemctl is-active recd-rtsp.service) == inactive ]] || fail "recd-rtsp.service runs before any connection"
+token=$(awk '$1 == "listen" { print $2 }' /etc/recd/web-tokens)
+rtp=$(python3 /srv/boot-check/rtp_check.py "rtsp://birdnet:$token@127.0.0.1:8554/live" 4) ||
+    fail "playing rtsp://127.0.0.1:8554/live with the listen token: $rtp; $(journalctl -u recd-rtsp.service --no-pager -o cat | tail -5)"
+systemctl is-active --quiet recd-rtsp.service || fail "recd-rtsp.service is not active after a connection"
+echo "$rtp" >"$out/rtsp.json"
+wait_until 60 "recd-rtsp stopped when idle" sh -c '[ "$(systemctl is-active recd-rtsp.service)" = inactive ]'
+systemctl is-active --quiet recd-rtsp.socket || fail "recd-rtsp.socket stopped with it"
+pass "played through recd-rtsp.socket under its sandbox with a listen token ($(jq -r '"\(.packets) packets, \(.reports) sender reports, \(.srRatePPM // 0 | floor) ppm"' <<<"$rtp")); stopped by itself when idle"
+
 # --- The sandbox as systemd applies it ---------------------------------------------------------
 check exposure
 line=""
-for unit in recd.service recd-web.service recd-web-proxy.service; do
+for unit in recd.service recd-web.service recd-web-proxy.service recd-rtsp.service; do
     exposure=$(systemd-analyze security "$unit" --no-pager 2>/dev/null | sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) .*/\1/p')
     [[ -n $exposure ]] || fail "systemd-analyze security $unit gave no exposure"
     line+="$unit $exposure "

@@ -37,7 +37,7 @@ timeout_seconds=${RECD_TEST_BOOT_TIMEOUT:-300}
 # --- 1. The root, with the package's Depends ---------------------------------------------------
 # Depends as package names: the first of each set of alternatives, versions dropped.
 depends=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -e 's/|.*//' -e 's/(.*)//' -e 's/[[:space:]]//g' | grep . | sort -u | paste -sd, -)
-include=systemd,systemd-sysv,dbus,libasound2-plugins,curl,jq,procps,$depends
+include=systemd,systemd-sysv,dbus,libasound2-plugins,curl,jq,procps,python3-minimal,$depends
 cache=${RECD_TEST_DEB_CACHE:-$HOME/.cache/recd-test-deb}
 mkdir -p "$cache"
 base=$cache/boot-$suite-$arch-$(md5sum <<<"$include" | cut -c1-12).tar
@@ -90,6 +90,7 @@ pcm.pacedmic {
 }
 ALSA
 install -m 755 "$here/boot-checks.sh" "$root/srv/boot-check/checks.sh"
+install -m 755 "$here/../rtsp/rtp_check.py" "$root/srv/boot-check/rtp_check.py"
 cat >"$root/etc/systemd/system/recd-boot-checks.service" <<'UNIT'
 [Unit]
 Description=recd's booted checks (Tests/deb/boot-checks.sh)

@@ -11,13 +11,17 @@ what arrives, independently of recd-rtsp's code.
     report's NTP time is a capture time: earlier than when it arrived, by less than a second.
 
 Prints one JSON object (the figures) and exits 0, or 1 with the reason.
-usage: rtp_check.py URL SECONDS
+usage: rtp_check.py URL SECONDS      (rtsp://USER:TOKEN@HOST:PORT/PATH for Digest)
 """
-import json, re, socket, struct, sys, time
+import hashlib, json, re, socket, struct, sys, time
 from urllib.parse import urlparse
 
 url, seconds = sys.argv[1], float(sys.argv[2])
 u = urlparse(url)
+# rtsp://USER:TOKEN@HOST:PORT/PATH: Digest (RFC 2069's form, as ffmpeg answers), the URL without them.
+user, password = u.username, u.password
+url = url.replace(f"{user}:{password}@", "") if user else url
+challenge = None
 sock = socket.create_connection((u.hostname, u.port or 554), timeout=10)
 buffer = b""
 cseq = 0
@@ -36,10 +40,19 @@ def read_more():
     buffer += data
 
 
+def md5(text):
+    return hashlib.md5(text.encode()).hexdigest()
+
+
 def request(method, target, headers=None):
-    global cseq, buffer
+    global cseq, buffer, challenge
     cseq += 1
-    lines = [f"{method} {target} RTSP/1.0", f"CSeq: {cseq}", "User-Agent: rtp_check"] + [f"{k}: {v}" for k, v in (headers or {}).items()]
+    headers = dict(headers or {})
+    if challenge:
+        realm, nonce = challenge
+        response = md5(f"{md5(f'{user}:{realm}:{password}')}:{nonce}:{md5(f'{method}:{target}')}")
+        headers["Authorization"] = f'Digest username="{user}", realm="{realm}", nonce="{nonce}", uri="{target}", response="{response}"'
+    lines = [f"{method} {target} RTSP/1.0", f"CSeq: {cseq}", "User-Agent: rtp_check"] + [f"{k}: {v}" for k, v in headers.items()]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
     while b"\r\n\r\n" not in buffer:
         read_more()
@@ -56,6 +69,12 @@ def request(method, target, headers=None):
     body, buffer = buffer[:length], buffer[length:]
     if fields.get("cseq") != str(cseq):
         fail(f"{method}: CSeq {fields.get('cseq')} for {cseq}")
+    if status == 401 and user and not challenge:
+        m = re.search(r'realm="([^"]*)".*nonce="([^"]*)"', fields.get("www-authenticate", ""))
+        if not m:
+            fail(f"{method}: 401 without a Digest challenge")
+        challenge = (m.group(1), m.group(2))
+        return request(method, target, headers)
     return status, fields, body.decode()
 
 

@@ -4,8 +4,8 @@
 #      the user instance without printing anything on stderr;
 #   2. the system service's exposure level (`systemd-analyze security`) is at most 1.5;
 #   3. the same for the web page's units (recd-web.socket, recd-web-proxy.service, which holds the
-#      port, and recd-web.service, beside recd in the same directory): both services' exposure is
-#      at most 1.5 too.
+#      port, and recd-web.service, beside recd in the same directory) and RTSP's (recd-rtsp.socket,
+#      recd-rtsp.service): each service's exposure is at most 1.5 too.
 # The user services' exposure is printed for information only.
 #
 # Usage: Tests/units/check-units.sh PATH-TO-RECD
@@ -40,24 +40,28 @@ trap 'rm -rf "$work"' EXIT
 # symlink to the binary under test, whatever its path.
 mkdir "$work/bin"
 ln -s "$(realpath "$1")" "$work/bin/recd"
-web_binary="$(dirname "$1")/recd-web"
-[[ -x $web_binary ]] || web_binary=$1
-ln -s "$(realpath "$web_binary")" "$work/bin/recd-web"
+for helper in recd-web recd-rtsp; do
+    helper_binary="$(dirname "$1")/$helper"
+    [[ -x $helper_binary ]] || helper_binary=$1
+    ln -s "$(realpath "$helper_binary")" "$work/bin/$helper"
+done
 
 # copy_units SOURCE-DIR DEST-DIR: copies recd.service and recd.socket, with ExecStart= of
 # the service pointing to the binary under test.
 copy_units() {
     local source=$1 dest=$2 unit
     mkdir -p "$dest"
-    cp "$source/recd.socket" "$source/recd-web.socket" "$source/recd-web-proxy.service" "$dest/"
+    cp "$source/recd.socket" "$source/recd-web.socket" "$source/recd-web-proxy.service" "$source/recd-rtsp.socket" "$dest/"
     unit=$(<"$source/recd.service")
     grep -q "^ExecStart=$unit_binary " <<<"$unit" ||
         fail "$source/recd.service: no 'ExecStart=$unit_binary ...' line to rewrite"
     printf '%s\n' "${unit//"$unit_binary"/"$work/bin/recd"}" >"$dest/recd.service"
-    unit=$(<"$source/recd-web.service")
-    grep -q "^ExecStart=$unit_binary-web " <<<"$unit" ||
-        fail "$source/recd-web.service: no 'ExecStart=$unit_binary-web ...' line to rewrite"
-    printf '%s\n' "${unit//"$unit_binary-web"/"$work/bin/recd-web"}" >"$dest/recd-web.service"
+    for helper in web rtsp; do
+        unit=$(<"$source/recd-$helper.service")
+        grep -q "^ExecStart=$unit_binary-$helper " <<<"$unit" ||
+            fail "$source/recd-$helper.service: no 'ExecStart=$unit_binary-$helper ...' line to rewrite"
+        printf '%s\n' "${unit//"$unit_binary-$helper"/"$work/bin/recd-$helper"}" >"$dest/recd-$helper.service"
+    done
 }
 
 copy_units "$repo/systemd" "$work/system"
@@ -69,7 +73,7 @@ verify_pair() {
     local label=$1 dir=$2 status=0
     shift 2
     systemd-analyze "$@" verify --man=no "$dir/recd.service" "$dir/recd.socket" "$dir/recd-web.service" \
-        "$dir/recd-web.socket" "$dir/recd-web-proxy.service" \
+        "$dir/recd-web.socket" "$dir/recd-web-proxy.service" "$dir/recd-rtsp.service" "$dir/recd-rtsp.socket" \
         2>"$work/verify.err" >/dev/null || status=$?
     if [[ -s $work/verify.err || $status -ne 0 ]]; then
         cat "$work/verify.err" >&2
@@ -96,7 +100,7 @@ exposure() {
 
 system_level=$(exposure "$work/system" recd)
 user_level=$(XDG_RUNTIME_DIR="$work/runtime" exposure "$work/user" recd --user)
-for service in recd-web recd-web-proxy; do
+for service in recd-web recd-web-proxy recd-rtsp; do
     web_level=$(exposure "$work/system" "$service")
     printf 'check-units: exposure of the system %s.service: %s (maximum %s)\n' "$service" "$web_level" "$max_web_exposure"
     awk -v level="$web_level" -v max="$max_web_exposure" 'BEGIN { exit !(level + 0 <= max + 0) }' ||

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds recd, recctl and recd-web for another Debian release or architecture on this machine (make deb
+# Builds recd, recctl, recd-web and recd-rtsp for another Debian release or architecture on this machine (make deb
 # ARCH=arm64, doc/packaging.md): Raspberry Pi OS is Debian 13 (trixie), arm64.
 #
 # The compiler is Debian's own Swift (swiftlang 6.2.3, in sid only: trixie's 6.0.3 is too old
@@ -150,15 +150,15 @@ chroot "$compiler" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 RE
     { tail -40 "$build/build.log" >&2; fail "swift build for $triple failed (log: $build/build.log)"; }
 bin=$build/scratch/$triple/release
 mkdir -p "$output"
-cp "$bin/recd" "$bin/recctl" "$bin/recd-web" "$output/"
+cp "$bin/recd" "$bin/recctl" "$bin/recd-web" "$bin/recd-rtsp" "$output/"
 # Stripped as the host's package is (dh_strip's options), by the target's own binutils.
 mkdir -p "$sysroot/tmp/recd-strip"
-cp "$output/recd" "$output/recctl" "$output/recd-web" "$sysroot/tmp/recd-strip/"
-chroot "$sysroot" strip --remove-section=.comment --remove-section=.note /tmp/recd-strip/recd /tmp/recd-strip/recctl /tmp/recd-strip/recd-web ||
+cp "$output/recd" "$output/recctl" "$output/recd-web" "$output/recd-rtsp" "$sysroot/tmp/recd-strip/"
+chroot "$sysroot" strip --remove-section=.comment --remove-section=.note /tmp/recd-strip/recd /tmp/recd-strip/recctl /tmp/recd-strip/recd-web /tmp/recd-strip/recd-rtsp ||
     fail "strip failed"
-mv "$sysroot/tmp/recd-strip/recd" "$sysroot/tmp/recd-strip/recctl" "$sysroot/tmp/recd-strip/recd-web" "$output/"
+mv "$sysroot/tmp/recd-strip/recd" "$sysroot/tmp/recd-strip/recctl" "$sysroot/tmp/recd-strip/recd-web" "$sysroot/tmp/recd-strip/recd-rtsp" "$output/"
 rmdir "$sysroot/tmp/recd-strip"
-for tool in recd recctl recd-web; do
+for tool in recd recctl recd-web recd-rtsp; do
     file -b "$output/$tool" | grep -q "$(case $arch in arm64) echo 'ARM aarch64' ;; amd64) echo 'x86-64' ;; esac)" ||
         fail "$output/$tool is not an $arch executable: $(file -b "$output/$tool")"
     # recctl is a static executable: no dynamic symbols at all.

@@ -16,7 +16,7 @@
 #   4. dpkg-deb --root-owner-group, then lintian (errors and unoverridden warnings fail).
 #
 # Usage: build-deb.sh --version V --commit C --arch A --output FILE.deb   (from the repository)
-#        [--binaries DIR --root ROOT]: another release's or architecture's recd, recctl and recd-web
+#        [--binaries DIR --root ROOT]: another release's or architecture's recd, recctl, recd-web and recd-rtsp
 #        (packaging/cross/build.sh, already stripped) replace the host's after `make install`
 #        (man pages and completions are the same), and dpkg-shlibdeps and dpkg run inside ROOT,
 #        a root filesystem of the target release and architecture (under qemu-user if foreign).
@@ -67,9 +67,9 @@ mv "$root/usr/lib/systemd/system" "$root/lib/systemd/system"
 mv "$root/usr/share/zsh/site-functions" "$root/usr/share/zsh/vendor-completions"
 gzip -9n "$root"/usr/share/man/man1/*.1 "$root"/usr/share/man/man5/*.5
 if [[ -n $binaries ]]; then
-    install -m 755 "$binaries/recd" "$binaries/recctl" "$binaries/recd-web" "$root/usr/bin/"
+    install -m 755 "$binaries/recd" "$binaries/recctl" "$binaries/recd-web" "$binaries/recd-rtsp" "$root/usr/bin/"
 else
-    strip --remove-section=.comment --remove-section=.note "$root/usr/bin/recd" "$root/usr/bin/recctl" "$root/usr/bin/recd-web"
+    strip --remove-section=.comment --remove-section=.note "$root/usr/bin/recd" "$root/usr/bin/recctl" "$root/usr/bin/recd-web" "$root/usr/bin/recd-rtsp"
 fi
 doc=$root/usr/share/doc/recd
 install -d "$doc" "$root/usr/share/lintian/overrides"
@@ -105,7 +105,7 @@ if [[ -n $target ]]; then
     mount --bind "$work" "$target$work"
     trap 'umount "$target$work" 2>/dev/null || umount -l "$target$work"; rmdir "$target$work" 2>/dev/null; rm -rf "$work"' EXIT
 fi
-linked=$(in_target sh -c 'cd "$1" && dpkg-shlibdeps -O "$2" "$3"' - "$work" "$root/usr/bin/recd" "$root/usr/bin/recd-web" 2>"$work/shlibdeps.err") ||
+linked=$(in_target sh -c 'cd "$1" && dpkg-shlibdeps -O "$2" "$3" "$4"' - "$work" "$root/usr/bin/recd" "$root/usr/bin/recd-web" "$root/usr/bin/recd-rtsp" 2>"$work/shlibdeps.err") ||
     { cat "$work/shlibdeps.err" >&2; fail "dpkg-shlibdeps failed"; }
 # trixie's libc6 diverts the dynamic loader (/lib/ld-linux-aarch64.so.1 on arm64,
 # /lib64/ld-linux-x86-64.so.2 on amd64) for the /usr merge, which dpkg-shlibdeps warns about
@@ -171,7 +171,9 @@ Description: audio recorder daemon controlled over a Unix socket
  recd-web, socket-activated (not enabled by default), serves a page for
  phones and desktops on the LAN (meters, a live spectrogram, listening live,
  the day's recordings with players, controls behind tokens, HTTPS) and
- Prometheus metrics; recd itself stays off the network.
+ Prometheus metrics; recd-rtsp, socket-activated too, serves the live input
+ as RTSP to analysers such as BirdNET-Go (L16 or Opus); recd itself stays off
+ the network.
 CONTROL
 echo "make deb: 4/4 dpkg-deb (xz) and lintian"
 dpkg-deb --root-owner-group -Zxz --build "$root" "$repo/$output" >/dev/null || fail "dpkg-deb failed"
