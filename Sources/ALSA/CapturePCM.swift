@@ -58,12 +58,11 @@ public final class CapturePCM {
     private var pollDescriptors: [pollfd] = []
 
     /// Opens `name` (`default`, `hw:1,0`, `plughw:…`, `pulse`, `dsnoop:…`) for capture.
-    /// `nonBlocking`: fail with EBUSY instead of waiting for a device another program holds.
-    public init(name: String, nonBlocking: Bool = false) throws(ALSAError) {
+    public init(name: String) throws(ALSAError) {
         var pcm: OpaquePointer?
         LibraryMessages.routed
         LibraryMessages.clear()
-        let result = snd_pcm_open(&pcm, name, SND_PCM_STREAM_CAPTURE, nonBlocking ? SND_PCM_NONBLOCK : 0)
+        let result = snd_pcm_open(&pcm, name, SND_PCM_STREAM_CAPTURE, 0)
         if result < 0 { throw ALSAError(code: result, function: "snd_pcm_open", device: name, detail: LibraryMessages.last) }
         guard let pcm else { throw ALSAError(code: -ENODEV, function: "snd_pcm_open", device: name) }
         self.name = name

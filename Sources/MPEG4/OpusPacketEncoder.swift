@@ -18,6 +18,8 @@ public final class OpusPacketEncoder {
     /// Samples waiting for a whole frame, and the position of the first.
     private var pending: [Int16] = []
     private var pendingPosition: UInt64 = 0
+    /// The encoder's delay (libopus's pre-skip): libavcodec dates packets this much earlier.
+    private let delay: Int64
 
     public struct Packet: Sendable {
         /// The input position (48 kHz frames) its audio begins at.
@@ -43,6 +45,7 @@ public final class OpusPacketEncoder {
         context.pointee.bit_rate = Int64(bitRate)
         try check(av.avcodec_open2(context, encoder, nil), "cannot open the libopus encoder (\(channels) channel(s), \(bitRate) bit/s)", path: name)
         frameSize = Int(context.pointee.frame_size)
+        delay = Int64(context.pointee.initial_padding)
         guard let frame = av.av_frame_alloc(), let packet = av.av_packet_alloc() else { throw MPEG4Error(path: name, message: "out of memory") }
         resources.frame = frame
         resources.packet = packet
@@ -93,8 +96,9 @@ public final class OpusPacketEncoder {
             if received == recd_averror(EAGAIN) || received == recd_averror_eof() { return }
             try check(received, "the libopus encoder failed", path: "opus stream")
             let data = UnsafeBufferPointer(start: packet.pointee.data, count: Int(packet.pointee.size))
-            // libavcodec gives the packet the time of its audio, the encoder's delay taken off.
-            packets.append(Packet(position: UInt64(bitPattern: max(0, packet.pointee.pts)), bytes: Array(data)))
+            // libavcodec dates a packet by its audio less the encoder's delay: the input's
+            // position is that plus the delay (the first packet's is the first sample's).
+            packets.append(Packet(position: UInt64(bitPattern: max(0, packet.pointee.pts + delay)), bytes: Array(data)))
             av.av_packet_unref(packet)
         }
     }

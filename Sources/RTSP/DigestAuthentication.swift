@@ -1,21 +1,23 @@
 import Crypto
 
 /// RTSP's Digest authentication (RFC 2069/2617 with MD5, as ffmpeg, GStreamer, VLC and
-/// ExoPlayer answer it): the password is the station's token; any user name is taken.
+/// ExoPlayer answer it): the password is one of the station's tokens; any user name is taken.
+/// A nonce of its own per connection (make one of these per connection): an answer overheard
+/// on one connection opens no other.
 public struct DigestAuthentication: Sendable {
     public let realm: String
     public let nonce: String
-    private let token: String
+    private let tokens: [String]
 
-    public init(token: String, realm: String = "recd") {
+    public init(tokens: [String], realm: String = "recd") {
         var bytes = [UInt8](repeating: 0, count: 16)
         var generator = SystemRandomNumberGenerator()
         for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &generator) }
-        self.init(token: token, realm: realm, nonce: Self.hex(bytes))
+        self.init(tokens: tokens, realm: realm, nonce: Self.hex(bytes))
     }
 
-    init(token: String, realm: String, nonce: String) {
-        self.token = token
+    init(tokens: [String], realm: String, nonce: String) {
+        self.tokens = tokens
         self.realm = realm
         self.nonce = nonce
     }
@@ -29,15 +31,19 @@ public struct DigestAuthentication: Sendable {
         let fields = Self.fields(String(authorization.dropFirst(7)))
         guard let user = fields["username"], let uri = fields["uri"], let response = fields["response"],
               fields["nonce"] == nonce, fields["realm"] == realm else { return false }
-        let ha1 = Self.md5("\(user):\(realm):\(token)")
         let ha2 = Self.md5("\(method):\(uri)")
-        let expected: String
-        if let qop = fields["qop"], let nc = fields["nc"], let cnonce = fields["cnonce"] {
-            expected = Self.md5("\(ha1):\(nonce):\(nc):\(cnonce):\(qop):\(ha2)")
-        } else {
-            expected = Self.md5("\(ha1):\(nonce):\(ha2)")
+        var accepted = false
+        for token in tokens {
+            let ha1 = Self.md5("\(user):\(realm):\(token)")
+            let expected: String
+            if let qop = fields["qop"], let nc = fields["nc"], let cnonce = fields["cnonce"] {
+                expected = Self.md5("\(ha1):\(nonce):\(nc):\(cnonce):\(qop):\(ha2)")
+            } else {
+                expected = Self.md5("\(ha1):\(nonce):\(ha2)")
+            }
+            if Self.constantTimeEqual(Array(expected.utf8), Array(response.lowercased().utf8)) { accepted = true }
         }
-        return Self.constantTimeEqual(Array(expected.utf8), Array(response.lowercased().utf8))
+        return accepted
     }
 
     /// `a="b", c=d` → [a: b, c: d].

@@ -56,9 +56,9 @@ public struct NTPTime: Sendable, Equatable {
     public var seconds: UInt32
     public var fraction: UInt32
 
-    /// From seconds since 1970.
+    /// From seconds since 1970 (finite: a caller checks).
     public init(unixTime: Double) {
-        let ntp = unixTime + 2_208_988_800
+        let ntp = unixTime.isFinite ? unixTime + 2_208_988_800 : 0
         let whole = ntp.rounded(.down)
         seconds = UInt32(truncatingIfNeeded: Int64(whole))
         fraction = UInt32(min(4_294_967_295, ((ntp - whole) * 4_294_967_296).rounded()))

@@ -71,6 +71,10 @@ public struct RTSPDecoder: ByteToMessageDecoder {
 
     /// The next whole message at the front of `buffer` (consumed), or nil if it is not all there.
     public static func next(from buffer: inout ByteBuffer) throws -> RTSPInbound? {
+        // Some clients send a bare CRLF between requests.
+        while let byte = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self), byte == UInt8(ascii: "\r") || byte == UInt8(ascii: "\n") {
+            buffer.moveReaderIndex(forwardBy: 1)
+        }
         guard let first = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) else { return nil }
         if first == UInt8(ascii: "$") {
             // '$', channel, 16-bit length, then that many bytes.
@@ -79,11 +83,6 @@ public struct RTSPDecoder: ByteToMessageDecoder {
             guard buffer.readableBytes >= 4 + Int(length) else { return nil }
             buffer.moveReaderIndex(forwardBy: 4 + Int(length))
             return .interleaved(channel: channel, bytes: Int(length))
-        }
-        // Some clients send a bare CRLF between requests.
-        if first == UInt8(ascii: "\r") || first == UInt8(ascii: "\n") {
-            buffer.moveReaderIndex(forwardBy: 1)
-            return try next(from: &buffer)
         }
         let view = buffer.readableBytesView
         guard let end = Self.endOfHead(view) else {

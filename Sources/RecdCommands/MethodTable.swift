@@ -220,7 +220,7 @@ public enum MethodTable {
                     SoundCardInfo(index: $0.index, id: $0.id, name: $0.name, stableDevice: $0.stableIDs.recommended, usb: $0.usb,
                                   serial: $0.serial, port: $0.port, serialDevice: $0.stableIDs.serial, portDevice: $0.stableIDs.port,
                                   links: $0.stableIDs.links, alsaNames: $0.alsaNames, configured: $0.configured,
-                                  inUse: $0.configured && open, busy: $0.busy)
+                                  inUse: $0.configured && open)
                 }
                 return DevicesResult(current: configuration.device, devices: devices, cards: cards,
                                      warning: SoundDevices.deviceWarning(configuration.device, roots: configuration.systemRoots))

@@ -605,12 +605,10 @@ public struct SoundCardInfo: Codable, Sendable, Equatable {
     public var configured: Bool
     /// recd has it open (recording or listening).
     public var inUse: Bool
-    /// Another program holds its capture PCM.
-    public var busy: Bool
 
     public init(index: Int, id: String, name: String, stableDevice: String? = nil, usb: String? = nil, serial: String? = nil,
                 port: String? = nil, serialDevice: String? = nil, portDevice: String? = nil, links: [String] = [],
-                alsaNames: [String]? = nil, configured: Bool = false, inUse: Bool = false, busy: Bool = false) {
+                alsaNames: [String]? = nil, configured: Bool = false, inUse: Bool = false) {
         self.index = index
         self.id = id
         self.name = name
@@ -624,11 +622,10 @@ public struct SoundCardInfo: Codable, Sendable, Equatable {
         self.alsaNames = alsaNames ?? ["plughw:CARD=\(id),DEV=0", "hw:\(index),0"]
         self.configured = configured
         self.inUse = inUse
-        self.busy = busy
     }
 
     private enum CodingKeys: String, CodingKey {
-        case index, id, name, stableDevice, usb, serial, port, serialDevice, portDevice, links, alsaNames, configured, inUse, busy
+        case index, id, name, stableDevice, usb, serial, port, serialDevice, portDevice, links, alsaNames, configured, inUse
     }
 
     public init(from decoder: any Decoder) throws {
@@ -646,7 +643,6 @@ public struct SoundCardInfo: Codable, Sendable, Equatable {
         alsaNames = try container.decodeIfPresent([String].self, forKey: .alsaNames) ?? []
         configured = try container.decodeIfPresent(Bool.self, forKey: .configured) ?? false
         inUse = try container.decodeIfPresent(Bool.self, forKey: .inUse) ?? false
-        busy = try container.decodeIfPresent(Bool.self, forKey: .busy) ?? false
     }
 }
 

@@ -139,6 +139,15 @@ extension RecorderController {
         }
     }
 
+    /// Whether a first attempt's error may be waited out: what `mayComeBack` says, and a refusal
+    /// (EACCES) from a card udev has not finished setting up (its group comes with it).
+    static func mayBeWaitedFor(_ error: ALSAError, _ configuration: RecorderConfiguration) -> Bool {
+        if mayComeBack(error) { return true }
+        guard [EACCES, EPERM].contains(error.errno), let card = (try? SoundCardScan(roots: configuration.systemRoots)
+                .resolve(configuration.device, roots: configuration.systemRoots))?.card else { return false }
+        return !SoundCardScan.isInitialized(card: card.index, roots: configuration.systemRoots)
+    }
+
     /// Whether an attempt's error leaves the wait going. Waiting on a card, a refusal
     /// (EACCES) is udev not yet done with the node: the next change of its attributes ends it.
     func mayComeBack(_ error: ALSAError) -> Bool {

@@ -59,7 +59,7 @@ extension RecorderController {
                     _ = try openEngine(configuration, configuration.defaultSettings)
                 } catch {
                     let unknown = error.isUnknownDevice && !state.openedDevices.contains(configuration.device)
-                    guard configuration.waitForDevice, Self.mayComeBack(error), !unknown else {
+                    guard configuration.waitForDevice, Self.mayBeWaitedFor(error, configuration), !unknown else {
                         state.listenPlan = nil
                         throw fail(.opening(error), endsRecording: false)
                     }

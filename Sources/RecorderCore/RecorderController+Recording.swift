@@ -74,7 +74,7 @@ extension RecorderController {
                 engine = try openEngine(configuration, settings)
             } catch {
                 let unknown = error.isUnknownDevice && !state.openedDevices.contains(configuration.device)
-                guard waitingAllowed, configuration.waitForDevice, Self.mayComeBack(error), !unknown || unattended else {
+                guard waitingAllowed, configuration.waitForDevice, Self.mayBeWaitedFor(error, configuration), !unknown || unattended else {
                     throw fail(.opening(error))
                 }
                 return startWaiting(id: id, name: name, plan: plan, error: .opening(error))

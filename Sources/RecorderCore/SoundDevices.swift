@@ -35,8 +35,6 @@ public enum SoundDevices {
         public var alsaNames: [String]
         /// The configured device resolves to this card.
         public var configured: Bool
-        /// Another program holds its capture PCM (it could not be opened just now).
-        public var busy: Bool
     }
 
     /// The PCMs usable for capture that ALSA's configuration lists. May block briefly (it
@@ -53,8 +51,8 @@ public enum SoundDevices {
     static let notForCapture: Set<String> = ["lavrate", "samplerate", "speexrate", "upmix", "vdownmix"]
 
     /// The sound cards present now (sysfs, with ALSA's names where its control device opens).
-    /// `configured` is the configured device; its card is not probed for being busy (recd may
-    /// hold it itself).
+    /// `configured` is the configured device. Nothing is opened: another program opening a card
+    /// at that moment would find it busy.
     public static func cards(configured: String, roots: SystemRoots) -> [Card] {
         let scan = SoundCardScan(roots: roots)
         let alsaNames = Dictionary(CapturePCM.soundCards().map { ($0.index, $0.name) }, uniquingKeysWith: { a, _ in a })
@@ -66,21 +64,7 @@ public enum SoundDevices {
                         usb: card.usb.map { "\($0.vendor):\($0.product)" }, serial: card.usb?.serial, port: card.usb?.port,
                         stableIDs: scan.stableIDs(of: card),
                         alsaNames: ["plughw:CARD=\(card.id),DEV=\(pcm)", "hw:\(card.index),\(pcm)"],
-                        configured: configuredCard == card.index,
-                        busy: configuredCard != card.index && isBusy(card.pcmName, roots: roots))
-        }
-    }
-
-    /// Whether another program has the card's capture PCM: an open that does not wait, closed
-    /// at once (nothing is configured or started). Only for cards ALSA can reach (not a test's
-    /// sysfs tree).
-    static func isBusy(_ pcmName: String, roots: SystemRoots) -> Bool {
-        guard roots == .live else { return false }
-        do throws(ALSAError) {
-            _ = try CapturePCM(name: pcmName, nonBlocking: true)
-            return false
-        } catch {
-            return error.errno == EBUSY
+                        configured: configuredCard == card.index)
         }
     }
 

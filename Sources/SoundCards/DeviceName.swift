@@ -101,7 +101,7 @@ public enum DeviceName: Sendable, Equatable {
     }
 
     /// ALSA's PCMs whose first argument is a card.
-    static let cardPlugins: Set<String> = ["hw", "plughw", "dsnoop", "sysdefault", "front", "dmix", "iec958"]
+    static let cardPlugins: Set<String> = ["hw", "plughw", "dsnoop", "sysdefault", "default", "front", "dmix", "iec958", "usbstream"]
 
     /// Whether the name follows the card whatever the probe order: not a number (`hw:1`), not
     /// the id the kernel gives a second identical card (`Device_1`). nil when the name has no card.

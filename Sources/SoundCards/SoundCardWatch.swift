@@ -85,6 +85,11 @@ public final class SoundCardWatch: @unchecked Sendable {
                 let nameBytes = buffer[(offset + 16)..<min(count, offset + 16 + length)].prefix { $0 != 0 }
                 let name = String(decoding: nameBytes, as: UTF8.self)
                 offset += 16 + length
+                if mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                    // Events were lost: what changed is not known, so it counts as a change.
+                    relevant = true
+                    continue
+                }
                 if mask & UInt32(IN_IGNORED) != 0 {
                     watched[watch] = nil
                     continue

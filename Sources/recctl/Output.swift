@@ -398,7 +398,6 @@ enum Output {
         for card in result.cards {
             var marks: [String] = []
             if card.configured { marks.append(green("configured") + (card.inUse ? ", in use by recd" : "")) }
-            if card.busy { marks.append(yellow("busy: another program has it open")) }
             let usb = card.usb.map { dim("  USB \($0)") } ?? ""
             line(bold("card \(card.index)") + "  \(card.id)  \(card.name)" + usb + (marks.isEmpty ? "" : "  " + marks.joined(separator: ", ")))
             line("    device = \"\(card.stableDevice)\"" + dim(card.usb == nil ? "  (its ALSA id)" : card.serialDevice == nil

@@ -44,6 +44,8 @@ final class LiveStream: @unchecked Sendable {
     private struct State {
         var clients: [ObjectIdentifier: RTPClient] = [:]
         var reader: TapReader?
+        /// A tap is being opened (its `tap` call may take a while): no second one.
+        var opening = false
         /// The next packet's RTP timestamp (the last one's plus its frames), once packets flow.
         var nextTimestamp: UInt32?
         /// Clients whose PLAY waits for the tap's first chunk.
@@ -74,7 +76,8 @@ final class LiveStream: @unchecked Sendable {
             } else {
                 state.waiting.append((client, promise))
             }
-            guard state.reader == nil else { return false }
+            guard state.reader == nil, !state.opening else { return false }
+            state.opening = true
             state.generation += 1
             return true
         }
@@ -83,11 +86,14 @@ final class LiveStream: @unchecked Sendable {
     }
 
     func leave(_ client: RTPClient) {
-        let generation = state.withLockedValue { state -> Int? in
-            guard state.clients.removeValue(forKey: ObjectIdentifier(client)) != nil else { return nil }
+        let (generation, abandoned) = state.withLockedValue { state -> (Int?, [EventLoopPromise<UInt32>]) in
+            guard state.clients.removeValue(forKey: ObjectIdentifier(client)) != nil else { return (nil, []) }
+            let abandoned = state.waiting.filter { $0.0 === client }.map(\.1)
             state.waiting.removeAll { $0.0 === client }
-            return state.clients.isEmpty ? state.generation : nil
+            return (state.clients.isEmpty ? state.generation : nil, abandoned)
         }
+        // Outside the lock: a promise's callbacks may run here, and come back.
+        for promise in abandoned { promise.fail(TapEnded()) }
         guard let generation else { return }
         client.channel.eventLoop.scheduleTask(in: .milliseconds(Int64(linger * 1000))) { [self] in
             closeTap(ifStill: generation)
@@ -102,15 +108,20 @@ final class LiveStream: @unchecked Sendable {
                 reader = try TapReader(path: socketPath, params: TapParams(rate: format.rate, channels: format.channels, encoding: .s16le))
             } catch {
                 logger.error("cannot open a tap on recd", metadata: ["error": "\(error)", "socket": "\(socketPath)"])
+                state.withLockedValue { $0.opening = false }
                 fail(error)
                 return
             }
             let keep = state.withLockedValue { state -> Bool in
-                guard !state.clients.isEmpty else { return false }
+                state.opening = false
+                guard !state.clients.isEmpty, state.reader == nil else { return false }
                 state.reader = reader
                 return true
             }
-            guard keep else { return }
+            guard keep else {
+                reader.connection.shutdownWriting()
+                return
+            }
             logger.info("tap opened", metadata: ["tap": "\(reader.result.tap)", "rate": "\(format.rate)", "channels": "\(format.channels)"])
             read(reader)
         }
@@ -120,9 +131,14 @@ final class LiveStream: @unchecked Sendable {
     private func fail(_ error: any Error) {
         let waiting = state.withLockedValue { state -> [(RTPClient, EventLoopPromise<UInt32>)] in
             defer { state.waiting = [] }
+            for (client, _) in state.waiting { state.clients[ObjectIdentifier(client)] = nil }
             return state.waiting
         }
         for (_, promise) in waiting { promise.fail(error) }
+    }
+
+    struct TapEnded: Error, CustomStringConvertible {
+        var description: String { "the tap ended (recd stopped, or the device is gone for good)" }
     }
 
     /// Ends the tap if nobody has played since `generation` began.
@@ -213,21 +229,19 @@ final class LiveStream: @unchecked Sendable {
             for (_, promise) in waiting { promise.succeed(first.timestamp) }
             for client in clients { client.deliver(packets) }
         }
-        let ended = state.withLockedValue { state -> Bool in
-            guard state.reader === reader else { return false }
+        // recd stopped, or the device is gone for good: the clients' sessions end, and a PLAY
+        // waiting for this tap is answered with the failure. In one step, so that a client
+        // joining now starts a new tap rather than being ended by this one.
+        let (clients, waiting) = state.withLockedValue { state -> ([RTPClient], [(RTPClient, EventLoopPromise<UInt32>)]) in
+            guard state.reader === reader else { return ([], []) }
             state.reader = nil
             state.nextTimestamp = nil
             state.generation += 1
-            return true
+            defer { state.clients = [:]; state.waiting = [] }
+            return (Array(state.clients.values), state.waiting)
         }
-        if ended {
-            // recd stopped, or the device is gone for good: the clients' sessions end.
-            let clients = state.withLockedValue { state -> [RTPClient] in
-                defer { state.clients = [:] }
-                return Array(state.clients.values)
-            }
-            for client in clients { client.end() }
-        }
+        for (_, promise) in waiting { promise.fail(TapEnded()) }
+        for client in clients { client.end() }
     }
 }
 

@@ -48,7 +48,9 @@ final class RTPClient: @unchecked Sendable {
         channel.eventLoop.execute { [self] in
             guard let start = startTimestamp, channel.isActive else { return }
             var wrote = false
-            for packet in batch where Int32(bitPattern: packet.timestamp &- start) >= 0 {
+            // Until the first packet went out, those from before RTP-Info's rtptime are skipped
+            // (a batch in flight as PLAY was answered); after it, every packet is the client's.
+            for packet in batch where last != nil || Int32(bitPattern: packet.timestamp &- start) >= 0 {
                 guard channel.isWritable else {
                     dropped += 1
                     continue
@@ -79,7 +81,8 @@ final class RTPClient: @unchecked Sendable {
 
     /// An RTCP sender report: the last packet's RTP time and the time its first frame was captured.
     private func sendReport() {
-        guard let last, channel.isActive else { return }
+        // A chunk whose capture time the tap does not know (NaN) gives no report.
+        guard let last, last.captureTime.isFinite, channel.isActive else { return }
         var buffer = channel.allocator.buffer(capacity: 80)
         RTP.writeSenderReport(channel: rtpChannel + 1, ssrc: ssrc, ntp: NTPTime(unixTime: last.captureTime),
                               rtpTimestamp: last.timestamp, packets: packets, octets: octets, cname: cname, into: &buffer)

@@ -12,7 +12,8 @@ import RecorderModel
 final class RTSPService: @unchecked Sendable {
     let settings: RTSPSettings
     let socketPath: String
-    let authentication: [DigestAuthentication]
+    /// The listen tokens (empty: open access).
+    let tokens: [String]
     let logger: Logger
     /// One stream per codec, made when first asked for (one encoding for all its clients).
     private let streams = NIOLockedValueBox<[RTSPSettings.Codec: LiveStream]>([:])
@@ -23,7 +24,7 @@ final class RTSPService: @unchecked Sendable {
     init(settings: RTSPSettings, socketPath: String, tokens: [String], logger: Logger) {
         self.settings = settings
         self.socketPath = socketPath
-        authentication = tokens.map { DigestAuthentication(token: $0) }
+        self.tokens = tokens
         self.logger = logger
     }
 
@@ -87,9 +88,26 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
     private var idle: Scheduled<Void>?
     private var context: ChannelHandlerContext?
 
-    init(service: RTSPService) { self.service = service }
+    /// Digest with a nonce of this connection's own; nil: open access.
+    private let authentication: DigestAuthentication?
+    /// A PLAY under way (its stream or tap not there yet): no second one meanwhile.
+    private var playPending = false
+
+    init(service: RTSPService) {
+        self.service = service
+        authentication = service.tokens.isEmpty ? nil : DigestAuthentication(tokens: service.tokens)
+    }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    // The context holds this handler: let go of it, or both stay.
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    /// A connection that never says anything is closed after the session timeout too.
+    func channelActive(context: ChannelHandlerContext) {
+        resetIdle(context)
+        context.fireChannelActive()
+    }
 
     func channelInactive(context: ChannelHandlerContext) {
         stopPlaying()
@@ -128,9 +146,8 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
         var respond = Responder(context: NIOLoopBound(context, eventLoop: context.eventLoop),
                                 headers: [("CSeq", request.header("CSeq") ?? "0"), ("Server", "recd-rtsp")])
         guard request.version == "RTSP/1.0" else { return respond(505) }
-        if request.method != "OPTIONS", !service.authentication.isEmpty,
-           !service.authentication.contains(where: { $0.accepts(request.header("Authorization"), method: request.method) }) {
-            return respond(401, [("WWW-Authenticate", service.authentication[0].challenge)])
+        if request.method != "OPTIONS", let authentication, !authentication.accepts(request.header("Authorization"), method: request.method) {
+            return respond(401, [("WWW-Authenticate", authentication.challenge)])
         }
         let (path, track) = request.path
         var pathCodec: RTSPSettings.Codec?
@@ -172,18 +189,20 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
                 guard let first = UInt8(digits), first < 254, first % 2 == 0 else { return respond(461) }
                 channel = first
             }
-            if client != nil, pathCodec != codec { return respond(459) }
-            interleaved = channel
-            codec = pathCodec ?? service.settings.codec
+            let wanted = pathCodec ?? service.settings.codec
+            if client != nil || playPending { return respond(455) }
             respond.headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
-            service.liveStream(codec, on: context.eventLoop).whenComplete { [respond, channel] result in
+            // The session exists once the stream does: a SETUP answered 503 leaves none.
+            service.liveStream(wanted, on: context.eventLoop).whenComplete { [self, respond, channel] result in
                 guard case .success(let stream) = result else { return respond(503) }
+                interleaved = channel
+                codec = wanted
                 respond(200, [("Transport", "RTP/AVP/TCP;unicast;interleaved=\(channel)-\(channel + 1);ssrc=\(hex8(stream.ssrc))")])
             }
         case "PLAY":
             guard let channel = interleaved else { return respond(455) }
             guard request.header("Session")?.split(separator: ";").first.map(String.init) == sessionID else { return respond(454) }
-            if client != nil { return respond(200, [("Range", "npt=now-")]) }
+            if client != nil || playPending { return respond(200, [("Range", "npt=now-")]) }
             let allowed = service.playing.withLockedValue { playing -> Bool in
                 guard playing < service.settings.maxClients else { return false }
                 playing += 1
@@ -194,9 +213,13 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
                 return respond(453)
             }
             counted = true
+            playPending = true
             let uri = request.uri
             let connection = context.channel
             service.liveStream(codec, on: context.eventLoop).flatMap { [self] stream -> EventLoopFuture<(LiveStream, RTPClient, UInt32)> in
+                guard connection.isActive, playPending else {
+                    return connection.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
+                }
                 let client = RTPClient(channel: connection, rtpChannel: channel, ssrc: stream.ssrc, cname: "recd-rtsp")
                 client.onEnd = { [weak self] in self?.context?.close(promise: nil) }
                 self.client = client
@@ -204,11 +227,14 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             }.whenComplete { [self, respond] result in
                 switch result {
                 case .success(let (_, client, timestamp)):
+                    playPending = false
                     let track = uri.hasSuffix("/") ? uri + "trackID=0" : uri + "/trackID=0"
                     respond(200, [("Range", "npt=now-"), ("RTP-Info", "url=\(track);seq=\(client.sequence);rtptime=\(timestamp)")])
                     client.play(from: timestamp)
                     service.logger.info("playing", metadata: ["session": "\(sessionID)", "peer": "\(connection.remoteAddress?.description ?? "?")"])
                 case .failure(let error):
+                    playPending = false
+                    guard connection.isActive else { return }
                     service.logger.warning("PLAY: no tap from recd", metadata: ["error": "\(error)"])
                     stopPlaying()
                     respond(503)
@@ -226,6 +252,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
     }
 
     private func stopPlaying() {
+        playPending = false
         if let client {
             client.stop()
             service.liveStream(codec, on: client.channel.eventLoop).whenSuccess { $0.leave(client) }

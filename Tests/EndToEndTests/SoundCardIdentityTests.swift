@@ -114,12 +114,17 @@ struct SoundCardIdentityTests {
         // libdispatch's own worker-pool monitor re-arms its timer once a second on its manager
         // thread (timerfd, epoll): not recd's. recd's own: the disk check, every 10 s while waiting.
         let manager: Set<String> = ["timerfd_settime", "epoll_ctl", "epoll_wait"]
-        let own = calls.filter { line in
+        // A pool thread that ends (idle since the loss's work) is not a wake-up: its last calls go.
+        let ending = Set(calls.filter { $0.contains(" exit(") }.map { $0.prefix { $0 != " " } })
+        let own = calls.filter { !ending.contains($0.prefix { $0 != " " }) }.filter { line in
             let name = line.split(separator: " ", maxSplits: 1).last?.prefix { $0 != "(" } ?? ""
             return !manager.contains(String(name)) && !name.hasPrefix("futex")
         }
-        #expect(own.filter { $0.contains("statfs(") }.count <= 1 && own.filter { !$0.contains("statfs(") }.isEmpty,
-                "nothing of recd's wakes it periodically while it waits: \(own)")
+        // ThreadSanitizer's runtime has a background thread of its own that wakes every 100 ms.
+        if !Binaries.threadSanitized {
+            #expect(own.filter { $0.contains("statfs(") }.count <= 1 && own.filter { !$0.contains("statfs(") }.isEmpty,
+                    "nothing of recd's wakes it periodically while it waits: \(own)")
+        }
 
         // Plugged in again, as another card number (the left one kept 1; the right comes back as 3).
         // The restarted server is read once first: a new null sink delivers its first capture

@@ -37,7 +37,7 @@ timeout_seconds=${RECD_TEST_BOOT_TIMEOUT:-300}
 # --- 1. The root, with the package's Depends ---------------------------------------------------
 # Depends as package names: the first of each set of alternatives, versions dropped.
 depends=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -e 's/|.*//' -e 's/(.*)//' -e 's/[[:space:]]//g' | grep . | sort -u | paste -sd, -)
-include=systemd,systemd-sysv,dbus,libasound2-plugins,curl,jq,procps,python3-minimal,$depends
+include=systemd,systemd-sysv,dbus,libasound2-plugins,curl,jq,procps,python3,$depends
 cache=${RECD_TEST_DEB_CACHE:-$HOME/.cache/recd-test-deb}
 mkdir -p "$cache"
 base=$cache/boot-$suite-$arch-$(md5sum <<<"$include" | cut -c1-12).tar

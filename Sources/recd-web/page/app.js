@@ -67,8 +67,7 @@ async function loadDevices() {
     list.replaceChildren();
     for (const card of answer.cards) {
       const item = document.createElement('li');
-      const marks = [card.configured ? (card.inUse ? 'configured, in use' : 'configured') : '', card.busy ? 'busy: another program' : '']
-        .filter(Boolean).join(', ');
+      const marks = card.configured ? (card.inUse ? 'configured, in use' : 'configured') : '';
       item.textContent = `card ${card.index} ${card.id} · ${card.name}` + (card.usb ? ` · USB ${card.usb}` : '') + (marks ? ` · ${marks}` : '');
       const id = document.createElement('code');
       id.textContent = `device = "${card.stableDevice}"`;
