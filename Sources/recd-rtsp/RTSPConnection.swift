@@ -1,4 +1,5 @@
 import Dispatch
+import Glibc
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -105,18 +106,26 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
 
     /// A connection that never says anything is closed after the session timeout too.
     func channelActive(context: ChannelHandlerContext) {
+        service.logger.debug("connection", metadata: ["peer": "\(context.channel.remoteAddress?.description ?? "?")"])
         resetIdle(context)
         context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        service.logger.debug("connection closed", metadata: ["session": "\(sessionID)"])
         stopPlaying()
         idle?.cancel()
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        service.logger.debug("connection closed", metadata: ["error": "\(error)"])
+        // A client that goes away mid-read is ordinary; anything else is worth a line.
+        let ordinary = (error as? IOError).map { [ECONNRESET, EPIPE].contains($0.errnoCode) } ?? false
+        if ordinary {
+            service.logger.debug("connection closed", metadata: ["error": "\(error)"])
+        } else {
+            service.logger.warning("connection closed on an error", metadata: ["error": "\(error)"])
+        }
         context.close(promise: nil)
     }
 
@@ -126,6 +135,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             // The client's RTCP receiver reports: it is alive.
             resetIdle(context)
         case .request(let request):
+            service.logger.debug("request", metadata: ["method": "\(request.method)", "uri": "\(request.uri)"])
             resetIdle(context)
             handle(request, context: context)
         }

@@ -65,7 +65,9 @@ struct RecdRTSP: AsyncParsableCommand {
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
-        let logger = Logger(label: "recd-rtsp")
+        var logger = Logger(label: "recd-rtsp")
+        // RECD_RTSP_LOG=debug: every connection and request.
+        if let level = ProcessInfo.processInfo.environment["RECD_RTSP_LOG"].flatMap(Logger.Level.init(rawValue:)) { logger.logLevel = level }
         let service: RTSPService
         do {
             service = try loadService(logger: logger)
@@ -78,15 +80,21 @@ struct RecdRTSP: AsyncParsableCommand {
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 32)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             // A client that stops reading holds at most this much before its packets are dropped.
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
             .childChannelInitializer { channel in
                 connections.opened()
                 channel.closeFuture.whenComplete { _ in connections.closed() }
                 return channel.pipeline.eventLoop.makeCompletedFuture {
+                    // Small packets (RTCP, answers) without Nagle's delay, where the kernel allows
+                    // it: a container refused it, and as a child channel option that refusal
+                    // closed every connection unseen.
+                    try? channel.syncOptions?.setOption(.socketOption(.tcp_nodelay), value: 1)
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(RTSPDecoder()))
                     try channel.pipeline.syncOperations.addHandler(RTSPConnection(service: service))
+                }.flatMapErrorThrowing { error in
+                    logger.warning("cannot take a connection", metadata: ["error": "\(error)"])
+                    throw error
                 }
             }
         let server: any Channel
