@@ -203,11 +203,17 @@ final class LiveStream: @unchecked Sendable {
             while offset < frames {
                 let count = min(framesPerPacket, frames - offset)
                 var buffer = allocator.buffer(capacity: bytesPerPacket)
-                // L16 is big-endian (RFC 3551); the tap's s16le.
-                payload.withUnsafeBytes { bytes in
-                    let samples = bytes.bindMemory(to: Int16.self)
-                    let start = offset * format.channels
-                    for index in start..<(start + count * format.channels) { buffer.writeInteger(Int16(littleEndian: samples[index])) }
+                // L16 is big-endian (RFC 3551); the tap's s16le. One pass over the bytes.
+                let byteCount = count * format.bytesPerFrame
+                let start = offset * format.bytesPerFrame
+                buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: byteCount) { out in
+                    payload.withUnsafeBytes { input in
+                        for index in stride(from: 0, to: byteCount, by: 2) {
+                            let sample = input.loadUnaligned(fromByteOffset: start + index, as: UInt16.self)
+                            out.storeBytes(of: UInt16(littleEndian: sample).bigEndian, toByteOffset: index, as: UInt16.self)
+                        }
+                    }
+                    return byteCount
                 }
                 let position = header.position + UInt64(offset)
                 packets.append(RTPClient.Packet(

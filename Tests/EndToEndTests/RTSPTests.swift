@@ -13,6 +13,9 @@ import Testing
 @Suite("RTSP, end to end")
 struct RTSPTests {
     static let token = "rtsp-listen-0123456789abcdef"
+    /// rtp_check.py's bounds: a sender report at most a second old at arrival and no timestamp
+    /// jump; under TSan (many times slower than it ships) ten seconds, and jumps counted.
+    static var checkerBounds: [String] { Binaries.threadSanitized ? ["10", "jumps"] : ["1"] }
 
     /// recd-rtsp for `daemon`, on a free port of 127.0.0.1.
     final class RTSPServer {
@@ -76,7 +79,7 @@ struct RTSPTests {
         #expect(waitUntil(timeout: 30) { size() > 96000 }, "BirdNET-Go's line gets audio")
         let (t0, s0) = (Date(), size())
         // The checker, GStreamer and plain ffmpeg meanwhile: three clients at once is the limit.
-        let check = try run("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", rtsp.url, "6"], timeout: 60)
+        let check = try run("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", rtsp.url, "6"] + Self.checkerBounds, timeout: 60)
         print("rtp_check.py: \(check.stdout)")
         #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
         let figures = try JSONSerialization.jsonObject(with: Data(check.stdout.utf8)) as? [String: Any]
@@ -106,7 +109,9 @@ struct RTSPTests {
         let (t1, s1) = (Date(), size())
         let bytesPerSecond = Double(s1 - s0) / t1.timeIntervalSince(t0)
         print(String(format: "BirdNET-Go's line: %.0f bytes/s over %.1f s (96000 expected)", bytesPerSecond, t1.timeIntervalSince(t0)))
-        #expect(abs(bytesPerSecond / 96000 - 1) < 0.02, "\(bytesPerSecond) bytes/s")
+        // A real-time figure: the shipping build's. Built with ThreadSanitizer, recd-rtsp is many
+        // times slower and falls behind (BENCHMARKS.md has the cost).
+        if !Binaries.threadSanitized { #expect(abs(bytesPerSecond / 96000 - 1) < 0.02, "\(bytesPerSecond) bytes/s") }
         holders[1].signal(SIGCONT)
         holders[1].signal(SIGKILL)
         birdnet.signal(SIGTERM)
@@ -119,7 +124,7 @@ struct RTSPTests {
         #expect(at440 > 0.5, "BirdNET-Go's input is the 440 Hz tone: \(at440)")
         var run = 0, longest = 0
         for sample in samples.dropFirst(4800) { run = sample == 0 ? run + 1 : 0; longest = max(longest, run) }
-        #expect(longest < 3, "no run of exact zeros: \(longest)")
+        if !Binaries.threadSanitized { #expect(longest < 3, "no run of exact zeros: \(longest)") }
 
         // The recording went on exactly, without a gap, through all of it.
         let stopped: Recording = try daemon.connect().call(.stop)
@@ -151,7 +156,7 @@ struct RTSPTests {
         let gst = try run("/usr/bin/gst-launch-1.0", ["-q", "rtspsrc", "location=\(rtsp.url)", "protocols=tcp", "!", "rtpopusdepay", "!", "opusdec", "!",
                                                       "fakesink", "num-buffers=100"], timeout: 60)
         #expect(gst.status == 0, "gst-launch-1.0 rtspsrc … ! rtpopusdepay ! opusdec: \(gst.stderr)")
-        let check = try run("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", rtsp.url, "6"], timeout: 60)
+        let check = try run("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", rtsp.url, "6"] + Self.checkerBounds, timeout: 60)
         print("rtp_check.py (Opus): \(check.stdout)")
         #expect(check.status == 0 && check.stdout.contains(#""codec": "opus""#), "\(check.stdout) \(check.stderr)")
     }
