@@ -26,6 +26,8 @@ public struct RTSPSettings: Equatable, Sendable {
     /// Seconds the tap stays open after the last client leaves (a client that reconnects at once
     /// finds it running).
     public var linger = 5.0
+
+    public init() {}
 }
 
 extension DaemonConfiguration {

@@ -120,7 +120,8 @@ struct RecdWeb: AsyncParsableCommand {
         return (WebSite(access: WebAccess(settings: settings, tokens: tokens),
                         socketPath: socket ?? configuration.socketPath,
                         recordingsDirectory: recordingsDir ?? configuration.recordingsDirectory,
-                        schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude),
+                        schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude,
+                        rtsp: configuration.rtsp),
                 serverKind)
     }
 }

@@ -21,12 +21,15 @@ struct WebSite: Sendable {
     let schedule: ScheduledRecording?
     let latitude: Double?
     let longitude: Double?
+    /// recd-rtsp's [rtsp], for the stream's URL on the page.
+    let rtsp: RTSPSettings
     let viewers: ViewerCount
     let spectrograms = Spectrograms()
 
     init(access: WebAccess, socketPath: String, recordingsDirectory: String,
-         schedule: ScheduledRecording?, latitude: Double?, longitude: Double?) {
+         schedule: ScheduledRecording?, latitude: Double?, longitude: Double?, rtsp: RTSPSettings = RTSPSettings()) {
         self.access = access
+        self.rtsp = rtsp
         self.socketPath = socketPath
         self.recordingsDirectory = recordingsDirectory
         self.schedule = schedule
@@ -86,6 +89,11 @@ struct WebSite: Sendable {
         router.get("/api/recordings") { request, _ in
             try access.require(.observe, request)
             return Self.json(line: try await recd.call(.recordingsList))
+        }
+        let rtsp = rtsp
+        router.get("/api/stream") { request, _ in
+            try access.require(.observe, request)
+            return try Self.json(StreamAnswer(port: rtsp.port, path: "/" + rtsp.path, codec: rtsp.codec.rawValue, access: rtsp.access.rawValue))
         }
         router.get("/api/devices") { request, _ in
             try access.require(.observe, request)
@@ -298,6 +306,15 @@ struct SessionAnswer: Encodable {
 }
 
 struct LoginRequest: Decodable { var token: String }
+
+/// Where recd-rtsp serves the input ([rtsp]): the page makes the URL with its own host name.
+struct StreamAnswer: Encodable {
+    var port: Int
+    var path: String
+    var codec: String
+    /// "token": the URL needs a listen token as its password.
+    var access: String
+}
 
 /// One day of the station's (local) calendar: its bounds, the sun, and the schedule's windows
 /// in it, for the page's timeline.

@@ -120,7 +120,7 @@ struct WebTests {
 
         enum Way { case get, post, upgrade }
         let routes: [(Way, String, WebTestsRole)] = [
-            (.get, "/api/status", .observe), (.get, "/api/recordings", .observe), (.get, "/api/day", .observe), (.get, "/api/devices", .observe),
+            (.get, "/api/status", .observe), (.get, "/api/recordings", .observe), (.get, "/api/day", .observe), (.get, "/api/devices", .observe), (.get, "/api/stream", .observe),
             (.get, "/metrics", .observe), (.upgrade, "/api/live", .observe),
             (.get, "/recordings/take.flac", .listen), (.get, "/api/spectrogram/take.flac", .listen), (.upgrade, "/api/audio", .listen),
             (.post, "/api/control/unlisten", .control),

@@ -189,6 +189,12 @@ def main():
         listed = run_script(driver, "return document.querySelectorAll('#cards li').length", "the cards on the page")
         if listed != cards:
             fail(f"the page lists {listed} sound cards, devices.list {cards}")
+        # recd-rtsp's URL to copy, with this page's host and [rtsp]'s port and path.
+        wait_for(driver, "document.getElementById('stream-url').textContent.startsWith('rtsp://')", 10, "the RTSP URL")
+        url = run_script(driver, "return document.getElementById('stream-url').textContent", "the RTSP URL")
+        RESULT["rtspURL"] = url
+        if not url.endswith(":8554/live"):
+            fail(f"the RTSP URL on the page is {url}")
         driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone-observer.png"))
 
         driver.find_element(By.ID, "token").send_keys(arguments.token)

@@ -50,6 +50,7 @@ async function loadSession() {
   connectLive();
   loadDay();
   loadDevices();
+  loadStream();
   api('/api/status').then((status) => {
     page.recordingsDirectory = status.result.recordingsDirectory;
     showClock(status.result.clock);
@@ -79,6 +80,16 @@ async function loadDevices() {
   } catch (error) { say(error.message); }
 }
 $('devices-refresh').addEventListener('click', loadDevices);
+
+// recd-rtsp's URL with this page's host name, to copy into BirdNET-Go (doc/rtsp.md).
+async function loadStream() {
+  try {
+    const stream = await api('/api/stream');
+    const credentials = stream.access === 'token' ? 'birdnet:TOKEN@' : '';
+    const host = location.hostname.includes(':') ? `[${location.hostname}]` : location.hostname;
+    $('stream-url').textContent = `rtsp://${credentials}${host}:${stream.port}${stream.path}`;
+  } catch (error) { say(error.message); }
+}
 
 // The station's clock: marked while it is not synchronized (a Raspberry Pi before NTP), when
 // every time shown may be off; files recorded meanwhile are re-dated once it is.
