@@ -33,11 +33,16 @@ expected=(
     usr/bin/recctl
     usr/bin/recd
     usr/bin/recd-web
+    usr/bin/recd-rtsp
+    usr/lib/systemd/system/recd-rtsp.service
+    usr/lib/systemd/system/recd-rtsp.socket
     usr/lib/systemd/system/recd-web-proxy.service
     usr/lib/systemd/system/recd-web.service
     usr/lib/systemd/system/recd-web.socket
     usr/lib/systemd/system/recd.service
     usr/lib/systemd/system/recd.socket
+    usr/lib/systemd/user/recd-rtsp.service
+    usr/lib/systemd/user/recd-rtsp.socket
     usr/lib/systemd/user/recd-web-proxy.service
     usr/lib/systemd/user/recd-web.service
     usr/lib/systemd/user/recd-web.socket
@@ -48,12 +53,14 @@ expected=(
     usr/share/bash-completion/completions/recctl
     usr/share/bash-completion/completions/recd
     usr/share/bash-completion/completions/recd-web
+    usr/share/bash-completion/completions/recd-rtsp
     usr/share/fish/vendor_completions.d/recctl.fish
     usr/share/fish/vendor_completions.d/recd.fish
     usr/share/man/man1/recctl.1
     usr/share/man/man1/recctl.watch.1
     usr/share/man/man1/recd.1
     usr/share/man/man1/recd-web.1
+    usr/share/man/man1/recd-rtsp.1
     usr/share/man/man5/recd.toml.5
     usr/share/zsh/site-functions/_recctl
     usr/share/zsh/site-functions/_recd
@@ -61,7 +68,7 @@ expected=(
 for file in "${expected[@]}"; do
     [[ -f $stage/$file ]] || fail "$file was not installed"
 done
-for tool in recd recctl recd-web; do
+for tool in recd recctl recd-web recd-rtsp; do
     [[ -x $stage/usr/bin/$tool ]] || fail "usr/bin/$tool is not executable"
 done
 # The release build, not some other: recctl a static PIE (no program interpreter), both without
@@ -69,7 +76,7 @@ done
 readelf -lW "$stage/usr/bin/recctl" | grep -q "Requesting program interpreter" &&
     fail "usr/bin/recctl is not a static executable"
 readelf -hW "$stage/usr/bin/recctl" | grep -q "DYN (Position-Independent" || fail "usr/bin/recctl is not position-independent"
-for tool in recd recctl; do
+for tool in recd recctl recd-rtsp; do
     exported=$(readelf --dyn-syms -W "$stage/usr/bin/$tool" | awk '$7 != "UND" && $7 ~ /^[0-9]+$/' | wc -l)
     (( exported < 100 )) || fail "usr/bin/$tool exports $exported symbols"
     "$stage/usr/bin/$tool" --version >/dev/null || fail "usr/bin/$tool --version failed"
