@@ -229,18 +229,24 @@ public struct TapParams: Codable, Sendable, Equatable {
     public var encoding: TapEncoding?
     /// Seconds of input from before the tap to begin with (at most what listening holds).
     public var preRoll: Double?
+    /// What the client is, for `status` and `recctl status` (at most 64 bytes, no control characters).
+    public var client: String?
 
-    public init(rate: Int? = nil, channels: Int? = nil, encoding: TapEncoding? = nil, preRoll: Double? = nil) {
+    public init(rate: Int? = nil, channels: Int? = nil, encoding: TapEncoding? = nil, preRoll: Double? = nil, client: String? = nil) {
         self.rate = rate
         self.channels = channels
         self.encoding = encoding
         self.preRoll = preRoll
+        self.client = client
     }
 
     public func rangeRefusal() -> String? {
         if let rate, let refusal = Limits.refusal("rate", rate, Limits.sampleRate, "Hz") { return refusal }
         if let channels, let refusal = Limits.refusal("channels", channels, Limits.channels) { return refusal }
         if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") { return refusal }
+        if let client, client.utf8.count > 64 || client.unicodeScalars.contains(where: { $0.value < 32 || $0.value == 127 }) {
+            return "'client' must be at most 64 bytes without control characters"
+        }
         return nil
     }
 }

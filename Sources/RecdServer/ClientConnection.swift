@@ -433,7 +433,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         let opened: Recorder.OpenedTap
         do throws(RecorderError) {
             opened = try recorder.openTap(rate: params.rate, channels: params.channels, encoding: params.encoding ?? .s16le,
-                                          preRoll: params.preRoll ?? 0, pid: peer.pid, sink: stream)
+                                          preRoll: params.preRoll ?? 0, pid: peer.pid, client: params.client, sink: stream)
         } catch {
             throw MethodTable.rpcError(error)
         }

@@ -22,6 +22,7 @@ final class TapSubscriber: @unchecked Sendable {
     // @unchecked: `stream` is behind `lock`; the counters are atomic.
     let id: Int
     let pid: Int32?
+    let client: String?
     let since = Date()
     let sink: any AudioTapSink
     struct Stream {
@@ -40,9 +41,10 @@ final class TapSubscriber: @unchecked Sendable {
     let chunksDropped = Atomic<Int>(0)
     let framesDropped = Atomic<Int64>(0)
 
-    init(id: Int, pid: Int32?, sink: any AudioTapSink) {
+    init(id: Int, pid: Int32?, client: String? = nil, sink: any AudioTapSink) {
         self.id = id
         self.pid = pid
+        self.client = client
         self.sink = sink
     }
 

@@ -28,7 +28,7 @@ extension RecorderController {
     /// `preRoll` seconds of what listening held) until `closeTap`. Opens the device (listening)
     /// if it is not open.
     /// A rate or channels left nil take the recording settings', else the device's.
-    func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, pid: Int32?,
+    func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, pid: Int32?, client: String? = nil,
                  sink: any AudioTapSink) throws(RecorderError) -> Recorder.OpenedTap {
         if let refusal = rate.flatMap({ Limits.refusal("rate", $0, Limits.sampleRate, "Hz") })
             ?? channels.flatMap({ Limits.refusal("channels", $0, Limits.channels) })
@@ -42,7 +42,7 @@ extension RecorderController {
             let format = TapFormat(
                 sampleRate: rate ?? settings.sampleRate ?? state.engine?.configuration.sampleRate ?? 48000,
                 channels: channels ?? settings.channels ?? state.engine?.configuration.channels ?? 2, encoding: encoding)
-            let subscriber = TapSubscriber(id: state.nextTapID, pid: pid, sink: sink)
+            let subscriber = TapSubscriber(id: state.nextTapID, pid: pid, client: client, sink: sink)
             state.nextTapID += 1
             var group = preRoll > 0 ? nil : tapGroups.withLockedValue { $0.first { !$0.exclusive && $0.format == format } }
             let joining = group != nil
@@ -121,7 +121,7 @@ extension RecorderController {
         tapGroups.withLockedValue { groups in
             groups.flatMap { group in
                 group.subscribers.map { subscriber in
-                    TapStatus(id: subscriber.id, format: group.format, pid: subscriber.pid, since: subscriber.since,
+                    TapStatus(id: subscriber.id, format: group.format, pid: subscriber.pid, client: subscriber.client, since: subscriber.since,
                               framesSent: subscriber.framesSent.load(ordering: .relaxed),
                               chunksDropped: subscriber.chunksDropped.load(ordering: .relaxed),
                               framesDropped: subscriber.framesDropped.load(ordering: .relaxed))

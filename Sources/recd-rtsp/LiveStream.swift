@@ -33,6 +33,8 @@ final class LiveStream: @unchecked Sendable {
     }
 
     let format: Format
+    /// What the tap says it is, for `recctl status`: "recd-rtsp /live l16".
+    let label: String
     let socketPath: String
     let linger: Double
     let logger: Logger
@@ -55,8 +57,9 @@ final class LiveStream: @unchecked Sendable {
     }
     private let state = NIOLockedValueBox(State())
 
-    init(format: Format, socketPath: String, linger: Double, logger: Logger) {
+    init(format: Format, label: String, socketPath: String, linger: Double, logger: Logger) {
         self.format = format
+        self.label = label
         self.socketPath = socketPath
         self.linger = linger
         self.logger = logger
@@ -105,7 +108,8 @@ final class LiveStream: @unchecked Sendable {
         let thread = PThread(name: "recd-rtsp-tap") { [self] in
             let reader: TapReader
             do {
-                reader = try TapReader(path: socketPath, params: TapParams(rate: format.rate, channels: format.channels, encoding: .s16le))
+                reader = try TapReader(path: socketPath, params: TapParams(rate: format.rate, channels: format.channels, encoding: .s16le,
+                                                                           client: label))
             } catch {
                 logger.error("cannot open a tap on recd", metadata: ["error": "\(error)", "socket": "\(socketPath)"])
                 state.withLockedValue { $0.opening = false }

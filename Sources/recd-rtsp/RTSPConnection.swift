@@ -50,7 +50,8 @@ final class RTSPService: @unchecked Sendable {
                 }
                 let made = streams.withLockedValue { streams in
                     if streams[codec] == nil {
-                        streams[codec] = LiveStream(format: format, socketPath: socketPath, linger: settings.linger, logger: logger)
+                        streams[codec] = LiveStream(format: format, label: "recd-rtsp \(path) \(codec.rawValue)", socketPath: socketPath,
+                                                    linger: settings.linger, logger: logger)
                     }
                     return streams[codec]!
                 }

@@ -189,6 +189,18 @@ struct RTSPTests {
         let player = try ChildProcess("/bin/sh", ["-c", "exec ffmpeg -loglevel error -rtsp_transport tcp -i \(rtsp.url) -f null -"],
                                       environment: ProcessInfo.processInfo.environment)
         #expect(waitUntil(timeout: 30) { (try? taps()) == 1 }, "a tap while someone plays")
+        // recctl status says whose tap it is.
+        let tap = try #require(try daemon.connect().call(.status, as: StatusResult.self).taps?.first)
+        #expect(tap.client == "recd-rtsp /live l16")
+        let status = try run(Binaries.recctl, ["status"], environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"])
+        #expect(status.stdout.contains("s16le 48000 Hz 2 ch, recd-rtsp /live l16, pid "), "\(status.stdout)")
+        // A client's label is bounded like any parameter.
+        do {
+            let _: TapResult = try daemon.connect().call(.tap, TapParams(client: String(repeating: "x", count: 65)))
+            Issue.record("a 65-byte client label was taken")
+        } catch {
+            #expect("\(error)".contains("'client' must be at most 64 bytes"), "\(error)")
+        }
         player.signal(SIGTERM)
         _ = player.wait(timeout: 10)
         #expect(waitUntil(timeout: 30) { (try? taps()) == 0 }, "no tap once nobody plays (after the linger)")
