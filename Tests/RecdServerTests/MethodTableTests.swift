@@ -51,9 +51,12 @@ struct MethodTableTests {
         #expect(RecdProtocol.Method.listen.parameterNames == ["preRoll"])
         #expect(try decodeParams(ListenParams.self, .object(["preRoll": .number(3)]))?.preRoll == 3)
         #expect(throws: RPCError.self) { try decodeParams(StartParams.self, .object(["sampleRate": .string("fast")])) }
-        #expect(RecdProtocol.Method.tap.parameterNames == ["rate", "channels", "encoding", "preRoll"])
+        #expect(RecdProtocol.Method.tap.parameterNames == ["rate", "channels", "encoding", "preRoll", "client"])
         let tap = try decodeParams(TapParams.self, .object(["rate": .number(16000), "encoding": .string("f32le")]))
         #expect(tap == TapParams(rate: 16000, encoding: .f32le))
+        let labelled = try decodeParams(TapParams.self, .object(["client": .string("recd-rtsp /live l16")]))
+        #expect(labelled?.client == "recd-rtsp /live l16")
+        #expect(TapParams(client: "a\u{1}b").rangeRefusal() == "'client' must be at most 64 bytes without control characters")
         #expect(throws: RPCError.self) { try decodeParams(TapParams.self, .object(["encoding": .string("s24le")])) }
     }
 
