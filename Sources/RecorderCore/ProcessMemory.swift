@@ -39,8 +39,13 @@ public enum ProcessMemory {
         _ = recd_disable_malloc_fastbins()
     }
 
-    /// Hands the free pages inside malloc's arenas back to the system.
-    static func releaseFreePages() { _ = malloc_trim(0) }
+    /// Hands the free pages inside malloc's arenas back to the system (glibc's malloc only:
+    /// a sanitizer's allocator keeps its own).
+    static func releaseFreePages() {
+        if mallocIsGlibc { _ = malloc_trim(0) }
+    }
+
+    private static let mallocIsGlibc = recd_malloc_is_glibc() != 0
 
     /// The last client connected has left (the socket server): what the clients' buffers and
     /// queues freed goes back to the system a second later, not up to `trimInterval` later. At

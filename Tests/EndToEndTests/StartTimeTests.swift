@@ -59,15 +59,17 @@ struct StartTimeTests {
         let firstFrame = midnight.addingTimeInterval(Double(bext.timeReference) / 48000)
         let fields = UTCTimestamp.fields(secondsSince1970: Int64(firstFrame.timeIntervalSince1970.rounded(.down)))
         #expect(bext.originationDate == fields.date && bext.originationTime == fields.time, "\(bext)")
-        // The first frame follows the start (by under 20 ms on a quiet machine: bench/'s start
-        // latency, target 5; by what the capture thread waited on a loaded one, which is not
-        // bounded here), and comes early enough for the file's audio to end before the stop
-        // answered: its frames were captured in real time between the two (0.1 s for the
-        // clock's estimate).
+        // The first frame follows the start (bench/'s start latency, target 5 ms; by what the
+        // capture thread waited on a loaded machine, which is not bounded here), and comes early
+        // enough for the file's audio to end before the stop answered: its frames were captured
+        // in real time between the two. 0.1 s either way for the estimate: the paced device's
+        // null sink hands its monitor's frames over in blocks, so a read right after a block can
+        // place them early (25 ms was seen once under TSan on a loaded machine); a wrong rate,
+        // frame count or date is off by far more.
         let answer = try #require(started.startedAt)
         let latency = firstFrame.timeIntervalSince(answer)
         let audioEnd = firstFrame.addingTimeInterval(Double(stopped.frames) / 48000)
-        #expect(latency > -0.020 && audioEnd.timeIntervalSince(stopAnswered) < 0.1,
+        #expect(latency > -0.1 && audioEnd.timeIntervalSince(stopAnswered) < 0.1,
                 "first frame at \(UTCTimestamp.text(firstFrame)), start answered \(UTCTimestamp.text(answer)), \(stopped.frames) frames, stop answered \(UTCTimestamp.text(stopAnswered))")
 
         // recordings.info reads it back from the file (not its modification time), even renamed.
