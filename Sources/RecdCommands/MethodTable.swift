@@ -11,9 +11,11 @@ public protocol SubscriptionHost: Sendable {
     func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult
 }
 
-/// A way in that can carry audio (the socket's connections): `tap` turns it into a stream.
+/// A way in that can carry audio (the socket's connections): `tap` turns it into a stream;
+/// `tap.update` comes from the same process, which the connection's credentials tell.
 public protocol TapHost: Sendable {
     func openTap(_ params: TapParams, recorder: Recorder) throws(RPCError) -> TapResult
+    func updateTap(_ params: TapUpdateParams, recorder: Recorder) throws(RPCError) -> TapStatus
 }
 
 /// The daemon's metrics in Prometheus's text format (RecdMetrics), for `metrics`.
@@ -160,6 +162,15 @@ public enum MethodTable {
                     throw .invalidRequest("taps are for socket connections: audio cannot go over MQTT")
                 }
                 return try host.openTap(params, recorder: context.recorder)
+            }
+        case .tapUpdate:
+            .inline { context, params throws(RPCError) in
+                let params = try decodeParams(TapUpdateParams.self, params) ?? TapUpdateParams(tap: 0)
+                if let refusal = params.rangeRefusal() { throw .invalidParams(refusal) }
+                guard let host = context.taps else {
+                    throw .invalidRequest("taps are for socket connections: audio cannot go over MQTT")
+                }
+                return try host.updateTap(params, recorder: context.recorder)
             }
         case .cancel:
             .blocking { context, _ throws(RPCError) in

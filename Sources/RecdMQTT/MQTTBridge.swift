@@ -317,7 +317,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
 
     /// The methods MQTT takes as commands: every one of the socket's but those that act on a
     /// connection (MQTT publishes the recorder's topics itself; a tap's audio needs a socket).
-    static let commandMethods = RecdProtocol.Method.allCases.filter { $0 != .subscribe && $0 != .unsubscribe && $0 != .tap && $0 != .metrics }
+    static let commandMethods = RecdProtocol.Method.allCases.filter { $0 != .subscribe && $0 != .unsubscribe && $0 != .tap && $0 != .tapUpdate && $0 != .metrics }
     static let commandNames = (commandMethods.map(\.rawValue) + ["switch", "listen_switch"]).joined(separator: ", ")
 
     /// What a client on the broker may do: everything when `[mqtt] control` is on (the broker's

@@ -167,6 +167,8 @@ public final class RecorderMetrics: MetricsSource, Sendable {
         }
         let taps = status.taps ?? []
         gauge("recd_tap_clients", [], "Clients reading a tap").set(to: Double(taps.count))
+        gauge("recd_tap_listeners", [], "Whom the taps' clients serve the audio on to, as they say (recd-rtsp: its RTSP clients)")
+            .set(to: Double(taps.compactMap(\.listeners).reduce(0, +)))
         gauge("recd_tap_dropped_chunks", [], "Chunks the open taps' clients did not read in time").set(to: Double(taps.map(\.chunksDropped).reduce(0, +)))
         if let segment = status.lastSegment {
             gauge("recd_last_file_end_timestamp_seconds", [], "When the last finalized file ended (a station that stopped recording shows here)")

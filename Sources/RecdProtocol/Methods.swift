@@ -18,13 +18,15 @@ public enum Method: String, Sendable, CaseIterable, Codable {
     case metrics
     /// Turn the connection into a stream of the input's audio (see protocol.md, "Taps").
     case tap
+    /// A tap's client says how many it serves the audio on to (recd-rtsp: its RTSP clients).
+    case tapUpdate = "tap.update"
 
     /// What the caller must be allowed to do. Everyone who can connect may observe.
     public var permission: Permission {
         switch self {
         case .start, .pause, .resume, .stop, .cancel, .split, .listen, .unlisten, .recordingsDelete, .recordingsRename: .control
         case .status, .subscribe, .unsubscribe, .recordingsList, .recordingsInfo, .devicesList, .version, .metrics: .observe
-        case .tap: .tap
+        case .tap, .tapUpdate: .tap
         }
     }
 
@@ -34,6 +36,7 @@ public enum Method: String, Sendable, CaseIterable, Codable {
         case .start: StartParams.names
         case .listen: memberNames(of: ListenParams(preRoll: 0))
         case .tap: memberNames(of: TapParams(rate: 0, channels: 0, encoding: .s16le, preRoll: 0))
+        case .tapUpdate: memberNames(of: TapUpdateParams(tap: 0, listeners: 0))
         case .subscribe: SubscribeParams.names
         case .unsubscribe: memberNames(of: UnsubscribeParams(subscription: ""))
         case .recordingsInfo, .recordingsDelete: memberNames(of: RecordingNameParams(name: ""))
@@ -54,7 +57,7 @@ public enum Permission: String, Sendable, Codable {
     case observe
     /// start, pause, resume, stop, cancel, split, listen, unlisten, delete, rename.
     case control
-    /// tap: hear the input (audio is more sensitive than state).
+    /// tap, tap.update: hear the input (audio is more sensitive than state).
     case tap
 }
 
@@ -247,6 +250,26 @@ public struct TapParams: Codable, Sendable, Equatable {
         if let client, client.utf8.count > 64 || client.unicodeScalars.contains(where: { $0.value < 32 || $0.value == 127 }) {
             return "'client' must be at most 64 bytes without control characters"
         }
+        return nil
+    }
+}
+
+/// `tap.update`: what a tap's client says about the tap, from a connection of the same
+/// process (the tap's own carries only audio).
+public struct TapUpdateParams: Codable, Sendable, Equatable {
+    /// The tap's id (`tap`'s answer).
+    public var tap: Int
+    /// How many the client serves the tap's audio on to (recd-rtsp: its RTSP clients of it).
+    public var listeners: Int?
+
+    public init(tap: Int, listeners: Int? = nil) {
+        self.tap = tap
+        self.listeners = listeners
+    }
+
+    public func rangeRefusal() -> String? {
+        if let refusal = Limits.refusal("tap", tap, Limits.tapID) { return refusal }
+        if let listeners, let refusal = Limits.refusal("listeners", listeners, Limits.tapListeners) { return refusal }
         return nil
     }
 }

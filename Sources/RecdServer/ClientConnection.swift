@@ -441,6 +441,14 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         return TapResult(tap: opened.id, format: opened.format, preRoll: opened.preRollSeconds)
     }
 
+    func updateTap(_ params: TapUpdateParams, recorder: Recorder) throws(RPCError) -> TapStatus {
+        do throws(RecorderError) {
+            return try recorder.updateTap(id: params.tap, pid: peer.pid, listeners: params.listeners)
+        } catch {
+            throw MethodTable.rpcError(error)
+        }
+    }
+
     // MARK: Subscriptions (called by the dispatch table)
 
     func subscribe(_ request: SubscribeParams) throws(RPCError) -> SubscribeResult {

@@ -40,6 +40,8 @@ final class TapSubscriber: @unchecked Sendable {
     let framesSent = Atomic<Int64>(0)
     let chunksDropped = Atomic<Int>(0)
     let framesDropped = Atomic<Int64>(0)
+    /// What the client last said it serves the audio on to (`tap.update`); -1: not said.
+    let listeners = Atomic<Int>(-1)
 
     init(id: Int, pid: Int32?, client: String? = nil, sink: any AudioTapSink) {
         self.id = id

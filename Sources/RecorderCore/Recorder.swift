@@ -248,6 +248,12 @@ public final class Recorder: Sendable {
     /// The taps and what each client was sent. Any thread.
     public func currentTaps() -> [TapStatus] { controller.currentTaps() }
 
+    /// `tap.update`: the client of tap `id` (the process `pid`) says how many it serves the
+    /// audio on to.
+    public func updateTap(id: Int, pid: Int32?, listeners: Int?) throws(RecorderError) -> TapStatus {
+        try controller.updateTap(id: id, pid: pid, listeners: listeners)
+    }
+
     /// At shutdown, before the server closes its connections: every tap's client is told the
     /// stream ends, and listening that only taps needed ends.
     public func closeTaps() { controller.closeTaps() }

@@ -121,13 +121,33 @@ extension RecorderController {
         tapGroups.withLockedValue { groups in
             groups.flatMap { group in
                 group.subscribers.map { subscriber in
-                    TapStatus(id: subscriber.id, format: group.format, pid: subscriber.pid, client: subscriber.client, since: subscriber.since,
+                    TapStatus(id: subscriber.id, format: group.format, pid: subscriber.pid, client: subscriber.client,
+                              listeners: Optional(subscriber.listeners.load(ordering: .relaxed)).flatMap { $0 < 0 ? nil : $0 },
+                              since: subscriber.since,
                               framesSent: subscriber.framesSent.load(ordering: .relaxed),
                               chunksDropped: subscriber.chunksDropped.load(ordering: .relaxed),
                               framesDropped: subscriber.framesDropped.load(ordering: .relaxed))
                 }
             }.sorted { $0.id < $1.id }
         }
+    }
+
+    /// `tap.update` from the process `pid`: the tap's client says how many it serves the
+    /// audio on to. Only the process that opened the tap may (another's would be a lie in
+    /// its status). Any thread.
+    func updateTap(id: Int, pid: Int32?, listeners: Int?) throws(RecorderError) -> TapStatus {
+        let subscriber = tapGroups.withLockedValue { groups in
+            groups.lazy.flatMap(\.subscribers).first { $0.id == id }
+        }
+        guard let subscriber else { throw RecorderError(.invalidState, "no tap \(id) is open") }
+        guard let pid, subscriber.pid == pid else {
+            throw RecorderError(.invalidState, "tap \(id) is another process's: only the process that opened it may update it")
+        }
+        if let listeners { subscriber.listeners.store(listeners, ordering: .relaxed) }
+        guard let status = currentTaps().first(where: { $0.id == id }) else {
+            throw RecorderError(.invalidState, "no tap \(id) is open")
+        }
+        return status
     }
 
     // MARK: The engine's life (from RecorderController+Listening)

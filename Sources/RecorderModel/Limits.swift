@@ -27,6 +27,11 @@ public enum Limits {
     public static let writeBuffer: ClosedRange<Double> = 0.5...120
     /// A subscription's `interval` (seconds between continuous notifications).
     public static let subscriptionInterval: ClosedRange<Double> = 0.01...3600
+    /// `tap.update`'s `listeners`: whom a tap's client serves the audio on to (recd-rtsp's
+    /// RTSP clients; its own limit is `[rtsp] max_clients`).
+    public static let tapListeners: ClosedRange<Int> = 0...100_000
+    /// A tap's id (`tap`'s answer): positive, as recd counts them.
+    public static let tapID: ClosedRange<Int> = 1...Int(Int32.max)
 
     /// "between 1 and 86400 seconds": how an error names a range.
     public static func describe<T: Comparable>(_ range: ClosedRange<T>, _ unit: String = "") -> String {

@@ -96,17 +96,22 @@ public struct TapStatus: Sendable, Equatable, Codable {
     public var pid: Int32?
     /// What the client says it is (`tap`'s `client`: "recd-rtsp /live l16"), when it says.
     public var client: String?
+    /// How many the client serves the audio on to, as it last said (`tap.update`): recd-rtsp's
+    /// RTSP clients of this stream. nil: it has not said.
+    public var listeners: Int?
     public var since: Date
     public var framesSent: Int64
     /// Chunks the client did not read in time, and their frames: dropped, and said so in the stream.
     public var chunksDropped: Int
     public var framesDropped: Int64
 
-    public init(id: Int, format: TapFormat, pid: Int32?, client: String? = nil, since: Date, framesSent: Int64, chunksDropped: Int, framesDropped: Int64) {
+    public init(id: Int, format: TapFormat, pid: Int32?, client: String? = nil, listeners: Int? = nil, since: Date, framesSent: Int64,
+                chunksDropped: Int, framesDropped: Int64) {
         self.id = id
         self.format = format
         self.pid = pid
         self.client = client
+        self.listeners = listeners
         self.since = since
         self.framesSent = framesSent
         self.chunksDropped = chunksDropped

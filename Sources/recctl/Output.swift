@@ -178,6 +178,7 @@ enum Output {
             let format = tap.format
             var text = "#\(tap.id) \(format.encoding.rawValue) \(format.sampleRate) Hz \(format.channels) ch"
             if let client = tap.client { text += ", \(client)" }
+            if let listeners = tap.listeners { text += listeners == 1 ? ", 1 listener" : ", \(listeners) listeners" }
             if let pid = tap.pid { text += ", pid \(pid)" }
             text += String(printf: ", %.1f s sent", Double(tap.framesSent) / Double(format.sampleRate))
             if tap.chunksDropped > 0 { text += yellow(", \(tap.chunksDropped) chunks dropped (\(tap.framesDropped) frames)") }

@@ -1,4 +1,5 @@
 import CLinux
+import Dispatch
 import Glibc
 import Logging
 import NIOConcurrencyHelpers
@@ -56,6 +57,10 @@ final class LiveStream: @unchecked Sendable {
         var generation = 0
     }
     private let state = NIOLockedValueBox(State())
+    /// Where recd is told how many play (`reportListeners`), and what it was last told: the
+    /// tap's id and the count (on `reports` only).
+    private let reports = DispatchQueue(label: "recd-rtsp.listeners")
+    private var reported: (tap: Int, listeners: Int)?
 
     init(format: Format, label: String, socketPath: String, linger: Double, logger: Logger) {
         self.format = format
@@ -85,6 +90,7 @@ final class LiveStream: @unchecked Sendable {
             return true
         }
         if open { openTap() }
+        reportListeners()
         return promise.futureResult
     }
 
@@ -97,7 +103,8 @@ final class LiveStream: @unchecked Sendable {
         }
         // Outside the lock: a promise's callbacks may run here, and come back.
         for promise in abandoned { promise.fail(TapEnded()) }
-        guard let generation else { return }
+        guard let generation else { return reportListeners() }
+        reportListeners()
         client.channel.eventLoop.scheduleTask(in: .milliseconds(Int64(linger * 1000))) { [self] in
             closeTap(ifStill: generation)
         }
@@ -127,9 +134,28 @@ final class LiveStream: @unchecked Sendable {
                 return
             }
             logger.info("tap opened", metadata: ["tap": "\(reader.result.tap)", "rate": "\(format.rate)", "channels": "\(format.channels)"])
+            reportListeners()
             read(reader)
         }
         thread.start()
+    }
+
+    /// Tells recd how many play this stream (`tap.update`: `recctl status` and the metrics
+    /// show it), once it changed: the latest count, on a connection of its own (the tap's
+    /// carries only audio; recd takes it from the process that opened the tap). Best effort: a
+    /// recd that went away took the tap with it.
+    private func reportListeners() {
+        reports.async { [self] in
+            let now = state.withLockedValue { state in state.reader.map { (tap: $0.result.tap, listeners: state.clients.count) } }
+            guard let now, reported.map({ $0 != now }) ?? true else { return }
+            do {
+                let _: TapStatus = try RecdConnection(path: socketPath).call(.tapUpdate, TapUpdateParams(tap: now.tap, listeners: now.listeners),
+                                                                             timeout: 5)
+                reported = now
+            } catch {
+                logger.debug("cannot tell recd how many play", metadata: ["error": "\(error)"])
+            }
+        }
     }
 
     private func fail(_ error: any Error) {

@@ -189,11 +189,14 @@ struct RTSPTests {
         let player = try ChildProcess("/bin/sh", ["-c", "exec ffmpeg -loglevel error -rtsp_transport tcp -i \(rtsp.url) -f null -"],
                                       environment: ProcessInfo.processInfo.environment)
         #expect(waitUntil(timeout: 30) { (try? taps()) == 1 }, "a tap while someone plays")
+        // How many play is recd-rtsp's word (tap.update), in status, recctl status and the metrics.
+        func listeners() -> Int? { (try? daemon.connect().call(.status, as: StatusResult.self))?.taps?.first?.listeners }
+        #expect(waitUntil(timeout: 30) { listeners() == 1 }, "one listener: \(String(describing: listeners()))")
         // recctl status says whose tap it is.
         let tap = try #require(try daemon.connect().call(.status, as: StatusResult.self).taps?.first)
         #expect(tap.client == "recd-rtsp /live l16")
         let status = try run(Binaries.recctl, ["status"], environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"])
-        #expect(status.stdout.contains("s16le 48000 Hz 2 ch, recd-rtsp /live l16, pid "), "\(status.stdout)")
+        #expect(status.stdout.contains("s16le 48000 Hz 2 ch, recd-rtsp /live l16, 1 listener, pid "), "\(status.stdout)")
         // A client's label is bounded like any parameter.
         do {
             let _: TapResult = try daemon.connect().call(.tap, TapParams(client: String(repeating: "x", count: 65)))
@@ -201,6 +204,33 @@ struct RTSPTests {
         } catch {
             #expect("\(error)".contains("'client' must be at most 64 bytes"), "\(error)")
         }
+
+        let second = try ChildProcess("/bin/sh", ["-c", "exec ffmpeg -loglevel error -rtsp_transport tcp -i \(rtsp.url) -f null -"],
+                                      environment: ProcessInfo.processInfo.environment)
+        #expect(waitUntil(timeout: 30) { listeners() == 2 }, "two listeners: \(String(describing: listeners()))")
+        #expect((try daemon.connect().call(.status, as: StatusResult.self).taps ?? []).count == 1, "one tap for both")
+        let both = try run(Binaries.recctl, ["status"], environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"])
+        #expect(both.stdout.contains("recd-rtsp /live l16, 2 listeners, pid "), "\(both.stdout)")
+        let metrics: MetricsResult = try daemon.connect().call(.metrics)
+        #expect(metrics.text.contains("\nrecd_tap_listeners 2"), "\(metrics.text)")
+        // Only the process that opened the tap may say so; and the numbers are bounded.
+        do {
+            let _: TapStatus = try daemon.connect().call(.tapUpdate, TapUpdateParams(tap: tap.id, listeners: 99))
+            Issue.record("another process updated recd-rtsp's tap")
+        } catch {
+            #expect("\(error)".contains("another process's"), "\(error)")
+        }
+        do {
+            let _: TapStatus = try daemon.connect().call(.tapUpdate, TapUpdateParams(tap: tap.id, listeners: -1))
+            Issue.record("listeners -1 was taken")
+        } catch {
+            #expect("\(error)".contains("'listeners' must be between 0 and 100000"), "\(error)")
+        }
+        #expect(listeners() == 2)
+
+        second.signal(SIGKILL)
+        _ = second.wait(timeout: 10)
+        #expect(waitUntil(timeout: 30) { listeners() == 1 }, "one listener again: \(String(describing: listeners()))")
         player.signal(SIGTERM)
         _ = player.wait(timeout: 10)
         #expect(waitUntil(timeout: 30) { (try? taps()) == 0 }, "no tap once nobody plays (after the linger)")

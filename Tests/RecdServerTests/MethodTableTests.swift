@@ -15,8 +15,9 @@ import Testing
 struct MethodTableTests {
     @Test func onlyMethodsThatReadPublishedValuesOrTheConnectionRunInline() {
         let inline = Set(RecdProtocol.Method.allCases.filter { !MethodTable.handler(for: $0).blocking })
-        // `metrics` is `status` and counters read under a lock: published values too.
-        #expect(inline == [.status, .version, .subscribe, .unsubscribe, .metrics])
+        // `metrics` is `status` and counters read under a lock: published values too;
+        // `tap.update` stores a number in the tap's counters.
+        #expect(inline == [.status, .version, .subscribe, .unsubscribe, .metrics, .tapUpdate])
     }
 
     @Test func statusReportsTheRecordersPublishedValues() {
@@ -62,6 +63,24 @@ struct MethodTableTests {
 
     /// Hearing the input is its own permission: control does not grant it; recd's own user and
     /// group, root, and the listed users and groups have it.
+    @Test func tapUpdateTakesATapAndItsListenersWithinTheirRanges() throws {
+        #expect(RecdProtocol.Method.tapUpdate.parameterNames == ["tap", "listeners"])
+        #expect(RecdProtocol.Method.tapUpdate.permission == .tap)
+        let update = try decodeParams(TapUpdateParams.self, .object(["tap": .number(3), "listeners": .number(2)]))
+        #expect(update == TapUpdateParams(tap: 3, listeners: 2))
+        #expect(update?.rangeRefusal() == nil)
+        #expect(TapUpdateParams(tap: 0, listeners: 1).rangeRefusal()?.hasPrefix("'tap' must be") == true)
+        #expect(TapUpdateParams(tap: 1, listeners: -1).rangeRefusal()?.hasPrefix("'listeners' must be") == true)
+        #expect(TapUpdateParams(tap: 1, listeners: 100_001).rangeRefusal()?.hasPrefix("'listeners' must be") == true)
+        #expect(TapUpdateParams(tap: 1, listeners: 100_000).rangeRefusal() == nil)
+        // Over MQTT (no tap host): refused, as `tap` is.
+        let recorder = Recorder(configuration: RecorderConfiguration(device: "null", recordingsDirectory: "/nonexistent"))
+        let context = RequestContext(recorder: recorder, version: "test", subscriptions: nil)
+        #expect(throws: RPCError.self) {
+            _ = try MethodTable.handler(for: .tapUpdate).run(context, .object(["tap": .number(1), "listeners": .number(1)]))
+        }
+    }
+
     @Test func tapIsAPermissionOfItsOwn() {
         let policy = AccessPolicy(controlUIDs: [1001], tapUIDs: [1002], tapGIDs: [3000], daemonUID: 990, daemonGID: 990)
         func permissions(uid: uid_t, gid: gid_t) -> Set<Permission> { policy.permissions(of: PeerCredentials(pid: 1, uid: uid, gid: gid)) }
