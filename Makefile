@@ -24,7 +24,7 @@ RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath -Xswiftc 
 # Every Debian package the build, the tests, the demo and the benchmark need.
 BUILD_PACKAGES = pkg-config libasound2-dev libsystemd-dev libsndfile1-dev libsoxr-dev libmosquitto-dev libavcodec-dev libavformat-dev libavutil-dev
 TEST_PACKAGES  = prometheus jackd2 libjack-jackd2-dev strace sox gcc python3 python3-astral python3-scipy python3-numpy ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-libav alsa-utils libasound2-plugins pulseaudio pulseaudio-utils systemd util-linux sndfile-programs bsdutils man-db bash-completion mosquitto mosquitto-clients rclone tmux socat jq openssl curl chromium chromium-driver webkit2gtk-driver xvfb python3-selenium firefox-esr python3-venv faketime
-BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf
+BENCH_PACKAGES = sox mpd mpc valgrind hyperfine procps python3 gcc binutils linux-perf vlc-bin vlc-plugin-base
 # What `make deb`, `make test-deb` and `make test-boot` need besides the build's: dpkg-deb,
 # dpkg-shlibdeps and strip, lintian, mmdebstrap for the clean root the package is installed
 # into, file and python3 for test-deb (what a binary is; the JSON recctl prints), systemd-nspawn

@@ -52,6 +52,7 @@ listening = load("listening.json")
 tap = load("tap.json")
 trigger = load("trigger.json")
 sdcard = load("sdcard.json")
+rtsp = load("rtsp.json")
 tree = env_file("tree.env")
 default_tone = []
 if os.path.exists(os.path.join(results_dir, "first_frame_default_tone.jsonl")):
@@ -138,6 +139,8 @@ SUMMARY_ROWS = [
     ("9b", "CPU per hour armed against arecord", "≤ 1.5×"),
     ("9c", "CPU per hour armed against recd listening (the trigger's own cost)", "report"),
     ("9d", "detection: `opened` notification − the onset's capture time / − the player's write, p50 and p99", "report"),
+    ("13a", "CPU serving the input as RTSP L16 with 0 / 1 / 8 players: recd + recd-rtsp against VLC's server", "≤ VLC; 0 players ~0"),
+    ("13b", "CPU serving the input as RTSP Opus 64 kbit/s with 0 / 1 / 8 players: recd + recd-rtsp against VLC's server", "≤ VLC; 0 players ~0"),
 ]
 
 
@@ -276,6 +279,30 @@ if tap:
         "clients (latency = read time − (capture time + (frames − 1) / rate)); recd's CPU-time clock over a `duration` recording "
         f"with and without {tap['taps']} tap clients; `arecord -D benchpaced -f S16_LE -r 48000 -c 2 -t raw | sox … -r 16000 -c 1` "
         "CPU of both processes")
+
+if rtsp:
+    def rtsp_case(server, codec, clients):
+        return next(c for c in rtsp["cases"] if c["server"].startswith(server) and c["codec"] == codec and c["clients"] == clients)
+
+    for letter, codec, label in (("a", "l16", "L16 (48 kHz stereo)"), ("b", "opus", f"Opus {rtsp['opus_bitrate'] // 1000} kbit/s")):
+        ours = [rtsp_case("recd", codec, n)["total_percent"] for n in (0, 1, 8)]
+        vlc = [rtsp_case("VLC", codec, n)["total_percent"] for n in (0, 1, 8)]
+        # Listening alone costs recd something with no player: "~0" is recd-rtsp's share.
+        idle_rtsp = rtsp_case("recd", codec, 0)["cpu_percent"]["recd-rtsp"]
+        rates = [rtsp_case(server, codec, n)["player_bytes_per_s"] for server in ("recd", "VLC") for n in (1, 8)]
+        slowest = min(r["min"] for r in rates)
+        met = all(o <= v for o, v in zip(ours[1:], vlc[1:])) and idle_rtsp < 0.1
+        targets.append((f"13{letter}", f"CPU serving the input as RTSP {label}, % of one core with 0 / 1 / 8 players: recd + recd-rtsp "
+                        "against VLC's RTSP server", "≤ VLC; recd-rtsp ~0 with none",
+                        " / ".join(f"{num(x, 2)} %" for x in ours),
+                        f"VLC {' / '.join(f'{num(x, 2)} %' for x in vlc)}; recd-rtsp alone with none {num(idle_rtsp, 3)} %; "
+                        f"slowest player {num(slowest / 1000, 1)} kB/s of 192",
+                        ratio(ours[2] / vlc[2]) if vlc[2] else "–", met))
+    how["13a"] = how["13b"] = (
+        f"`bench/rtsp.py` on `benchpaced` (pink noise playing), {num(rtsp['seconds'], 0)} s per case: recd listening (no recording) "
+        "and recd-rtsp (`access = \"open\"`), against VLC " + rtsp["vlc_version"] + " (`cvlc alsa://benchpaced --sout "
+        "'#transcode{acodec=s16b|opus,…}:rtp{sdp=rtsp://…}'`, as nobody); players are `ffmpeg -rtsp_transport tcp -i URL -f s16le pipe:1`, "
+        "their bytes counted, their CPU not; CPU-time clocks of the servers' processes")
 
 
 if trigger:

@@ -19,7 +19,8 @@
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
 # BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10), BENCH_LISTEN_SPECTRUM (1: a client follows the spectrum meanwhile),
-# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard replug profile; default all).
+# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard replug rtsp profile; default all).
+# BENCH_RTSP_SECONDS (60): each case's window in the RTSP step (12 cases: recd + recd-rtsp and VLC, L16 and Opus, 0, 1 and 8 players).
 # BENCH_REPLUG_ROUNDS (20): replugs per mode in the replug step (it runs the end-to-end test
 # binary, RECD_TEST_XCTEST, against the release binaries).
 # BENCH_TAP_SECONDS (120): each window of the taps step.
@@ -34,7 +35,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${BENCH_OUT:-$root/bench/out/$run_id}
-steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard replug profile} "
+steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard replug rtsp profile} "
 step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
@@ -54,7 +55,7 @@ trigger_seconds=${BENCH_TRIGGER_SECONDS:-120}
 sdcard_seconds=${BENCH_SDCARD_SECONDS:-120}
 profile=${BENCH_PROFILE:-1}
 
-for tool in python3 sox pacat ffmpeg ffprobe arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf; do
+for tool in python3 sox pacat ffmpeg ffprobe arecord speaker-test pulseaudio mpd mpc hyperfine gcc valgrind perf cvlc setpriv; do
     command -v "$tool" >/dev/null || { echo "run.sh: $tool is missing (make deps-bench)" >&2; exit 1; }
 done
 
@@ -205,6 +206,10 @@ step sdcard && section "11. What a station writes to its SD card ($sdcard_second
 step replug && section "12. Replug: the device open again after a USB microphone comes back (${BENCH_REPLUG_ROUNDS:-20} replugs per mode)" \
     bash -c 'RECD_TEST_BINARIES="$1" RECD_REPLUG_ROUNDS="$2" "$3" --testing-library swift-testing --filter replugLatency \
                | grep "^replug " | tee "$4"' replug "$bin" "${BENCH_REPLUG_ROUNDS:-20}" "$RECD_TEST_XCTEST" "$results/replug.txt"
+
+# The live input as RTSP: recd + recd-rtsp against VLC's RTSP server on the same device.
+step rtsp && section "13. RTSP: serving the input with 0, 1 and 8 players, L16 and Opus, against VLC (${BENCH_RTSP_SECONDS:-60} s per case)" \
+    python3 rtsp.py "$bin" "$work" benchpaced "${BENCH_RTSP_SECONDS:-60}" "$results/rtsp.json"
 
 if [ "$profile" = 1 ] && step profile; then
     section "Profiles (callgrind)" \

@@ -51,6 +51,11 @@ struct RecdRTSP: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Exit after this many seconds without a connection (socket activation starts it again).", valueName: "seconds"))
     var exitIdleTime: Int?
 
+    @Option(help: ArgumentHelp("Write the stream's mDNS announcement (an Avahi service file, `_rtsp._tcp`) for the configuration to this path, or '-' for standard output, and exit. Nothing when the path's directory does not exist (Avahi is not installed).",
+                               discussion: "recd-rtsp.socket writes /etc/avahi/services/recd-rtsp.service this way when it starts listening and removes it when it stops.",
+                               valueName: "path"))
+    var avahiService: String?
+
     @Flag(help: "Use the system instance's paths. The default for root.")
     var system = false
 
@@ -64,10 +69,14 @@ struct RecdRTSP: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let avahiService { return try announce(to: avahiService) }
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
-        var logger = Logger(label: "recd-rtsp")
-        // RECD_RTSP_LOG=debug: every connection and request.
-        if let level = ProcessInfo.processInfo.environment["RECD_RTSP_LOG"].flatMap(Logger.Level.init(rawValue:)) { logger.logLevel = level }
+        let logger = {
+            var logger = Logger(label: "recd-rtsp")
+            // RECD_RTSP_LOG=debug: every connection and request.
+            if let level = ProcessInfo.processInfo.environment["RECD_RTSP_LOG"].flatMap(Logger.Level.init(rawValue:)) { logger.logLevel = level }
+            return logger
+        }()
         let service: RTSPService
         do {
             service = try loadService(logger: logger)
@@ -113,6 +122,36 @@ struct RecdRTSP: AsyncParsableCommand {
         await signals.wait()
         try? await server.close()
         try? await group.shutdownGracefully()
+    }
+
+    /// `--avahi-service`: the announcement for the configuration, written whole (a temporary
+    /// file renamed: avahi-daemon watches the directory and must never read half a file).
+    func announce(to path: String) throws {
+        let text: String
+        do {
+            let mode = DaemonConfiguration.mode(system: system, user: user)
+            text = AvahiService.file(for: try DaemonConfiguration.load(mode: mode, path: config, environment: ProcessInfo.processInfo.environment))
+        } catch {
+            _ = try? FileDescriptor.standardError.writeAll("recd-rtsp: \(error)\n".utf8)
+            throw ExitCode(78)
+        }
+        if path == "-" { _ = try FileDescriptor.standardOutput.writeAll(text.utf8); return }
+        let directory = FilePath(path).removingLastComponent().string
+        var info = stat()
+        guard stat(directory.isEmpty ? "." : directory, &info) == 0 else {
+            _ = try? FileDescriptor.standardError.writeAll("recd-rtsp: \(directory) does not exist (Avahi is not installed): no mDNS announcement\n".utf8)
+            return
+        }
+        let temporary = path + ".new"
+        do {
+            let file = try FileDescriptor.open(temporary, .writeOnly, options: [.create, .truncate], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+            try file.closeAfter { _ = try file.writeAll(text.utf8) }
+            guard rename(temporary, path) == 0 else { throw Errno(rawValue: errno) }
+        } catch {
+            unlink(temporary)
+            _ = try? FileDescriptor.standardError.writeAll("recd-rtsp: cannot write \(path): \(error)\n".utf8)
+            throw ExitCode(1)
+        }
     }
 
     func loadService(logger: Logger) throws -> RTSPService {

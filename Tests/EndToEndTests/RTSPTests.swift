@@ -237,5 +237,33 @@ struct RTSPTests {
         #expect(rtsp.log.contains("tap closed: nobody plays"), "\(rtsp.log)")
     }
 
+    /// The mDNS announcement recd-rtsp.socket writes (make test-boot resolves it with Avahi):
+    /// what the configuration says, in avahi.service(5)'s form; nothing where Avahi is not.
+    @Test func theAnnouncementSaysWhatTheConfigurationServes() throws {
+        let work = TemporaryDirectory()
+        try "[rtsp]\ncodec = \"opus\"\naccess = \"open\"\npath = \"birds\"\nport = 8600\nchannels = 1\n"
+            .write(toFile: work.file("recd.toml"), atomically: true, encoding: .utf8)
+        let printed = try run(Binaries.directory + "/recd-rtsp", ["--user", "--config", work.file("recd.toml"), "--avahi-service", "-"])
+        #expect(printed.status == 0, "\(printed.stderr)")
+        for line in ["<type>_rtsp._tcp</type>", "<port>8600</port>", "<txt-record>path=/birds</txt-record>", "<txt-record>codec=opus</txt-record>",
+                     "<txt-record>auth=none</txt-record>", "<txt-record>rate=48000</txt-record>", "<txt-record>channels=1</txt-record>",
+                     "<txt-record>paths=/birds/l16,/birds/opus</txt-record>", "<name replace-wildcards=\"yes\">recd on %h</name>"] {
+            #expect(printed.stdout.contains(line), "\(line) in \(printed.stdout)")
+        }
+        // Well-formed XML, as avahi-daemon parses it (expat).
+        try printed.stdout.write(toFile: work.file("printed.xml"), atomically: true, encoding: .utf8)
+        let parsed = try run("/usr/bin/python3", ["-c", "import sys, xml.dom.minidom as m; m.parse(sys.argv[1])", work.file("printed.xml")])
+        #expect(parsed.status == 0, "\(parsed.stderr)")
+        // Written whole into a directory that exists; nothing (and exit 0) where Avahi is not installed.
+        let written = try run(Binaries.directory + "/recd-rtsp", ["--user", "--config", work.file("recd.toml"), "--avahi-service", work.file("recd-rtsp.service")])
+        #expect(written.status == 0 && (try? String(contentsOfFile: work.file("recd-rtsp.service"), encoding: .utf8)) == printed.stdout)
+        let absent = try run(Binaries.directory + "/recd-rtsp", ["--user", "--config", work.file("recd.toml"), "--avahi-service", work.file("no/such/dir/x.service")])
+        #expect(absent.status == 0 && absent.stderr.contains("Avahi is not installed"), "\(absent.stderr)")
+        // A broken configuration is refused with its line, as recd-rtsp refuses it when serving.
+        try "[rtsp]\ncodec = \"mp3\"\n".write(toFile: work.file("recd.toml"), atomically: true, encoding: .utf8)
+        let broken = try run(Binaries.directory + "/recd-rtsp", ["--user", "--config", work.file("recd.toml"), "--avahi-service", "-"])
+        #expect(broken.status == 78 && broken.stderr.contains("recd.toml:2"), "\(broken.stderr)")
+    }
+
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 }

@@ -291,6 +291,22 @@ wait_until 60 "recd-rtsp stopped when idle" sh -c '[ "$(systemctl is-active recd
 systemctl is-active --quiet recd-rtsp.socket || fail "recd-rtsp.socket stopped with it"
 pass "played through recd-rtsp.socket under its sandbox with a listen token ($(jq -r '"\(.packets) packets, \(.reports) sender reports, \(.srRatePPM // 0 | floor) ppm"' <<<"$rtp")); stopped by itself when idle"
 
+# --- recd-rtsp.socket's mDNS announcement: while it listens, and only then ----------------------
+check mdns
+systemctl is-active --quiet avahi-daemon.service || systemctl start avahi-daemon.service || fail "avahi-daemon does not run"
+[[ -s /etc/avahi/services/recd-rtsp.service ]] || fail "recd-rtsp.socket wrote no /etc/avahi/services/recd-rtsp.service"
+browse() { timeout 10 avahi-browse --resolve --parsable --terminate --no-db-lookup _rtsp._tcp 2>/dev/null | grep '^=' | grep -F ';8554;'; }
+wait_until 30 "recd's _rtsp._tcp announcement resolved by avahi-browse" browse
+announced=$(browse | head -1)
+for txt in '"path=/live"' '"codec=L16"' '"auth=digest"' '"transport=tcp"'; do
+    grep -qF "$txt" <<<"$announced" || fail "the announcement lacks $txt: $announced"
+done
+systemctl stop recd-rtsp.socket
+[[ ! -e /etc/avahi/services/recd-rtsp.service ]] || fail "the announcement outlived recd-rtsp.socket"
+wait_until 30 "the announcement withdrawn" sh -c '! timeout 10 avahi-browse --resolve --parsable --terminate --no-db-lookup _rtsp._tcp 2>/dev/null | grep -q "^=.*;8554;"'
+systemctl start recd-rtsp.socket
+pass "announced by mDNS while recd-rtsp.socket listens ($(cut -d';' -f4 <<<"$announced"), $(cut -d';' -f10- <<<"$announced")); withdrawn when it stops"
+
 # --- The sandbox as systemd applies it ---------------------------------------------------------
 check exposure
 line=""

@@ -11,7 +11,7 @@
 # wrote is complete and decodes (ffmpeg), the 2 s take holds exactly 96000 frames of the tone.
 #
 #   1. a bookworm/trixie root (mmdebstrap minbase: systemd, dbus, the ALSA pulse plugin, curl,
-#      jq) with the package's Depends already in it, so that the boot needs no network; cached
+#      jq, Avahi for the mDNS check) with the package's Depends already in it, so that the boot needs no network; cached
 #      as a tarball under ~/.cache/recd-test-deb (rebuilt when a week old or when the Depends
 #      change);
 #   2. the package copied in, pacedmic in /etc/asound.conf, the checks' unit;
@@ -37,7 +37,7 @@ timeout_seconds=${RECD_TEST_BOOT_TIMEOUT:-300}
 # --- 1. The root, with the package's Depends ---------------------------------------------------
 # Depends as package names: the first of each set of alternatives, versions dropped.
 depends=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -e 's/|.*//' -e 's/(.*)//' -e 's/[[:space:]]//g' | grep . | sort -u | paste -sd, -)
-include=systemd,systemd-sysv,dbus,libasound2-plugins,curl,jq,procps,python3,$depends
+include=systemd,systemd-sysv,dbus,libasound2-plugins,curl,jq,procps,python3,avahi-daemon,avahi-utils,$depends
 cache=${RECD_TEST_DEB_CACHE:-$HOME/.cache/recd-test-deb}
 mkdir -p "$cache"
 base=$cache/boot-$suite-$arch-$(md5sum <<<"$include" | cut -c1-12).tar
