@@ -301,7 +301,8 @@ if rtsp:
     how["13a"] = how["13b"] = (
         f"`bench/rtsp.py` on `benchpaced` (pink noise playing), {num(rtsp['seconds'], 0)} s per case: recd listening (no recording) "
         "and recd-rtsp (`access = \"open\"`), against VLC " + rtsp["vlc_version"] + " (`cvlc alsa://benchpaced --sout "
-        "'#transcode{acodec=s16b|opus,…}:rtp{sdp=rtsp://…}'`, as nobody); players are `ffmpeg -rtsp_transport tcp -i URL -f s16le pipe:1`, "
+        "'#transcode{acodec=s16b|opus,…}:rtp{sdp=rtsp://…}'`, as nobody); players are `ffmpeg -rtsp_transport tcp -i URL -f s16le pipe:1` "
+        "(UDP for VLC: its server answers a TCP SETUP 461), "
         "their bytes counted, their CPU not; CPU-time clocks of the servers' processes")
 
 

@@ -4,7 +4,8 @@ RTSP server reading the same device (`cvlc alsa://DEVICE --sout '#transcode{…}
 VLC 3's own RTSP server; Debian's VLC has no live555, which is its client, not its server).
 
 Each case: the server up and steady, N players (`ffmpeg -rtsp_transport tcp -i URL -f s16le`
-to a pipe whose bytes are counted, so a player that gets nothing shows), then the servers' CPU
+to a pipe whose bytes are counted, so a player that gets nothing shows; `udp` for VLC, whose
+RTSP server answers a TCP SETUP 461), then the servers' CPU
 over SECONDS (the players' own CPU is not counted: it is the same for both). recd runs
 listening only (no recording), as a station that only streams would; recd-rtsp holds no tap
 while nobody plays. VLC transcodes from its start, whether anyone plays or not.
@@ -14,6 +15,7 @@ usage: rtsp.py BINDIR WORKDIR DEVICE SECONDS OUT.json
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -32,9 +34,9 @@ OPUS_BITRATE = 64000
 class Player(threading.Thread):
     """One RTSP client: ffmpeg decoding to raw PCM on a pipe, its bytes counted."""
 
-    def __init__(self, url):
+    def __init__(self, url, transport):
         super().__init__(daemon=True)
-        self.proc = subprocess.Popen(["ffmpeg", "-loglevel", "error", "-rtsp_transport", "tcp", "-i", url,
+        self.proc = subprocess.Popen(["ffmpeg", "-loglevel", "error", "-rtsp_transport", transport, "-i", url,
                                       "-f", "s16le", "-ac", "2", "-ar", "48000", "pipe:1"],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         self.bytes = 0
@@ -52,10 +54,10 @@ class Player(threading.Thread):
         self.join(5)
 
 
-def measure(pids, url, clients):
+def measure(pids, url, clients, transport="tcp"):
     """The servers' CPU (percent of one core) over `seconds` with `clients` players, and the
     players' received rate (bytes of decoded PCM per second, 192000 expected)."""
-    players = [Player(url) for _ in range(clients)]
+    players = [Player(url, transport) for _ in range(clients)]
     deadline = time.monotonic() + 30
     while any(player.bytes < 192000 for player in players) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -69,6 +71,8 @@ def measure(pids, url, clients):
     rates = [(player.bytes - before_bytes) / wall for player, before_bytes in zip(players, received)]
     for player in players:
         player.stop()
+    if rates and min(rates) < 192000 * 0.9:
+        raise RuntimeError(f"a player of {url} got {min(rates):.0f} bytes/s of 192000: the figures would be a server that serves nothing")
     return {"clients": clients, "cpu_percent": cpu, "total_percent": sum(cpu.values()),
             "player_bytes_per_s": {"min": min(rates), "max": max(rates)} if rates else None}
 
@@ -129,22 +133,27 @@ def vlc_cases():
             os.chmod(directory, os.stat(directory).st_mode | 0o011)
             directory = os.path.dirname(directory)
     for codec in CODECS:
-        port = 18554 + CODECS.index(codec)
-        vlc = subprocess.Popen(as_nobody + ["cvlc", "-q", "--intf", "dummy", f"alsa://{device}",
+        with socket.socket() as probe:  # a free port: a VLC left over elsewhere must not answer
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        log = open(os.path.join(workdir, f"vlc-{codec}.log"), "w")
+        vlc = subprocess.Popen(as_nobody + ["cvlc", "-v", "--intf", "dummy", f"alsa://{device}",
                                             "--sout", f"{sout[codec]}:rtp{{sdp=rtsp://127.0.0.1:{port}/live}}",
                                             "--sout-keep"],
-                               env=dict(env, HOME=home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               env=dict(env, HOME=home), stdout=log, stderr=log)
         time.sleep(3)
         try:
             if vlc.poll() is not None:
                 raise RuntimeError(f"cvlc exited with {vlc.returncode}")
             for clients in CLIENTS:
-                case = measure({"vlc": vlc.pid}, f"rtsp://127.0.0.1:{port}/live", clients)
+                # VLC's RTSP server sends RTP over UDP only (a TCP SETUP is answered 461).
+                case = measure({"vlc": vlc.pid}, f"rtsp://127.0.0.1:{port}/live", clients, transport="udp")
                 case.update(server="VLC", codec=codec)
                 cases.append(case)
                 print(case, flush=True)
         finally:
             terminate(vlc, timeout=10)
+            log.close()
     return cases
 
 

@@ -139,7 +139,7 @@ step control && section "2. Control round trip ($calls status calls; $cold_runs 
 step memory && section "4. Memory ($memory_hours h of audio from the unpaced device)" \
     python3 memory.py "$bin" "$work" benchlong benchshort "$memory_hours" 900 3 "$results/memory.json"
 
-if step start || step listening || step tap || step trigger || step fanout || step web; then
+if step start || step listening || step tap || step trigger || step fanout || step web || step rtsp; then
 say "A private PulseAudio server with a null sink"
 mkdir -p "$work/pulse"
 cat >"$work/pulse/pa.conf" <<EOF

@@ -237,6 +237,52 @@ struct RTSPTests {
         #expect(rtsp.log.contains("tap closed: nobody plays"), "\(rtsp.log)")
     }
 
+    /// Honest time: the device goes away for a while (its sound server killed, then started
+    /// again) while a client plays; the RTP timestamps jump by exactly the frames the tap says
+    /// were lost (a tap of the test's own in the same format: the same chunks, the same gap),
+    /// never compressed, and the sequence numbers stay contiguous.
+    @Test func aCaptureGapIsATimestampJumpOfExactlyTheFramesLost() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let rtsp = try RTSPServer(daemon: daemon)
+        let work = TemporaryDirectory()
+        // The checker plays 20 s (its keepalive holds the session through the gap): a deadline
+        // for everything below, which takes about 8 s.
+        let checker = try ChildProcess("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", rtsp.url, "20", "10", "jumps"],
+                                       environment: ProcessInfo.processInfo.environment, output: work.file("check.json"))
+        func taps() -> Int { ((try? daemon.connect().call(.status, as: StatusResult.self))?.taps ?? []).count }
+        #expect(waitUntil(timeout: 30) { taps() == 1 }, "recd-rtsp's tap")
+        let tap = try TapCollector(socket: daemon.socket, params: TapParams(rate: 48000, channels: 2, encoding: .s16le))
+        #expect(waitUntil { tap.frames >= 48000 })
+        server.kill()
+        #expect(daemon.waitForStatus { $0.listening?.wait != nil } != nil, "the device is waited for")
+        let lostAt = Date()
+        while Date().timeIntervalSince(lostAt) < 2 { usleep(100_000) }  // the scenario: 2 s without the device
+        let before = tap.frames
+        try server.restart()
+        try server.tone()
+        #expect(waitUntil(timeout: 30) { tap.frames >= before + 48000 }, "the tap goes on once the device is back")
+        let status = checker.wait(timeout: 60)
+        let output = (try? String(contentsOfFile: work.file("check.json"), encoding: .utf8)) ?? ""
+        print("rtp_check.py across the gap: \(output)")
+        #expect(status == 0, "\(output) \(rtsp.log)")
+        tap.stop()
+        let gaps = tap.received.filter { $0.header.flags & TapChunkHeader.gapFlag != 0 }
+        #expect(gaps.count == 1, "one gap: \(gaps.map(\.header))")
+        let lost = Int(gaps.first?.header.lostFrames ?? 0)
+        #expect(lost > 48000, "about 2 s or more lost: \(lost) frames")
+        let figures = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any]
+        let jumps = figures?["jumpFrames"] as? [Int] ?? []
+        // Built with ThreadSanitizer recd-rtsp may fall behind and drop a client's packets: those
+        // are jumps too (its own), besides the gap's.
+        if Binaries.threadSanitized {
+            #expect(jumps.contains(lost), "a jump of exactly \(lost) frames in \(jumps)")
+        } else {
+            #expect(jumps == [lost], "one jump, of exactly the \(lost) frames lost: \(jumps)")
+        }
+    }
+
     /// The mDNS announcement recd-rtsp.socket writes (make test-boot resolves it with Avahi):
     /// what the configuration says, in avahi.service(5)'s form; nothing where Avahi is not.
     @Test func theAnnouncementSaysWhatTheConfigurationServes() throws {

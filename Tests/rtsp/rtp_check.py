@@ -24,6 +24,7 @@ max_delay = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
 # could not keep up with: its timeline keeps its length); one behind always fails.
 allow_jumps = len(sys.argv) > 4 and sys.argv[4] == "jumps"
 jumps = 0
+jump_frames = []  # each jump's size in RTP ticks (frames), in order
 u = urlparse(url)
 # rtsp://USER:TOKEN@HOST:PORT/PATH: Digest (RFC 2069's form, as ffmpeg answers), the URL without them.
 user, password = u.username, u.password
@@ -143,6 +144,7 @@ while time.time() - start < seconds:
             if not (allow_jumps and 0 < ahead < 0x80000000):
                 fail(f"timestamp {ts}, expected {expected_ts} after {packets} packets")
             jumps += 1
+            jump_frames.append(ahead)
         # L16: the payload's frames; Opus (RFC 7587): recd-rtsp's 20 ms packets, 960 ticks each.
         n = (len(frame) - 12) // 2 // channels if codec == "L16" else 960
         packets += 1
@@ -165,7 +167,7 @@ if not reports:
     fail("no sender report")
 if reports[0]["arrived"] - first_packet_at > max_delay:
     fail(f"the first sender report came {reports[0]['arrived'] - first_packet_at:.2f} s after the first packet")
-figures = {"ok": True, "jumps": jumps, "codec": codec, "rate": rate, "channels": channels, "packets": packets, "frames": frames_total,
+figures = {"ok": True, "jumps": jumps, "jumpFrames": jump_frames, "codec": codec, "rate": rate, "channels": channels, "packets": packets, "frames": frames_total,
            "seconds": time.time() - start, "reports": len(reports)}
 if len(reports) >= 2:
     a, b = reports[0], reports[-1]
