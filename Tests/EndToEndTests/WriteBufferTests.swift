@@ -92,6 +92,14 @@ struct WriteBufferTests {
         _ = try #require(daemon.waitForStatus { $0.state.name == .recording && $0.currentTime >= 2 }, "\(daemon.log.suffix(2000))")
         let stall = try stall(daemon, thread: "recd-writer", syscall: "write", seconds: stallSeconds, when: 3)
         defer { stall.process.signal(SIGINT) }
+        // strace says when the stall happened ("= N (DELAYED)" once the write returns): if it never
+        // does, the trace and the threads say why (a fresh clone's run once saw no stall at all).
+        let stalled = waitUntil(timeout: 30 + stallSeconds) { stall.stderr.contains("(DELAYED)") }
+        let threads = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.process.pid)/task")) ?? []).sorted().map { task in
+            "\(task) " + ((try? String(contentsOfFile: "/proc/\(daemon.process.pid)/task/\(task)/comm", encoding: .utf8)) ?? "?")
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        #expect(stalled, "strace never delayed the writer's write: strace \(stall.stderr.suffix(1500)) \(stall.stdout.suffix(500)); threads \(threads)")
         // The audio captured meanwhile waits in the buffer, and is written once the disk is back.
         let filled = try #require(daemon.waitForStatus(timeout: 30 + stallSeconds) { ($0.writeBuffer?.peak ?? 0) >= stallSeconds * 0.8 },
                                   "the buffer never held the stall\n\(daemon.log.suffix(2000))")
