@@ -280,6 +280,8 @@ struct RTSPTests {
             #expect(jumps.contains(lost), "a jump of exactly \(lost) frames in \(jumps)")
         } else {
             #expect(jumps == [lost], "one jump, of exactly the \(lost) frames lost: \(jumps)")
+            // The device's rate from two sender reports of one stretch (rtp_check.py: within 200 ppm).
+            #expect((figures?["srRateSeconds"] as? Double ?? 0) >= 2, "\(output)")
         }
     }
 

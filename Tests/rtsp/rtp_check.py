@@ -7,7 +7,8 @@ what arrives, independently of recd-rtsp's code.
     one before plus the frames of the packet before (L16: payload bytes / 2 / channels; Opus:
     960, recd-rtsp's 20 ms frames);
   - RTCP: sender reports on the odd channel, the first within a second of the first packet;
-    two of them give the rate (RTP ticks per NTP second) within 200 ppm of the SDP's; each
+    two of them at least 2 s apart, with no timestamp jump between them, give the rate (RTP ticks
+    per NTP second) within 200 ppm of the SDP's; each
     report's NTP time is a capture time: earlier than when it arrived, by less than a second.
 
 Prints one JSON object (the figures) and exits 0, or 1 with the reason.
@@ -154,7 +155,8 @@ while time.time() - start < seconds:
     elif channel == 1 and len(frame) >= 28 and frame[1] == 200:
         ntp_s, ntp_f, rtp_ts = struct.unpack(">III", frame[8:20])
         ntp = ntp_s - 2208988800 + ntp_f / 2**32
-        reports.append({"arrived": now, "ntp": ntp, "rtp": rtp_ts})
+        # The stretch it belongs to: the jumps seen before it (a report names the last frame sent).
+        reports.append({"arrived": now, "ntp": ntp, "rtp": rtp_ts, "stretch": jumps})
         if not (0 <= now - ntp < max_delay):
             fail(f"a sender report's time is {now - ntp:.3f} s before its arrival (a capture time is earlier, by less than {max_delay} s)")
     if now - last_keepalive > 3:
@@ -169,8 +171,15 @@ if reports[0]["arrived"] - first_packet_at > max_delay:
     fail(f"the first sender report came {reports[0]['arrived'] - first_packet_at:.2f} s after the first packet")
 figures = {"ok": True, "jumps": jumps, "jumpFrames": jump_frames, "codec": codec, "rate": rate, "channels": channels, "packets": packets, "frames": frames_total,
            "seconds": time.time() - start, "reports": len(reports)}
-if len(reports) >= 2:
-    a, b = reports[0], reports[-1]
+# The rate from the two reports furthest apart within one contiguous stretch. Across a jump (a
+# capture gap, frames a slow client lost), the capture times after it are the new device's first
+# estimates and the frames lost the clock's count: true to milliseconds, not to 200 ppm of a
+# few seconds.
+pairs = [(a, b) for a in reports for b in reports if a["stretch"] == b["stretch"] and b["ntp"] - a["ntp"] >= 2]
+figures["srRateStretches"] = len({a["stretch"] for a, _ in pairs})
+if pairs:
+    a, b = max(pairs, key=lambda pair: pair[1]["ntp"] - pair[0]["ntp"])
+    figures["srRateSeconds"] = b["ntp"] - a["ntp"]
     ticks = (b["rtp"] - a["rtp"]) & 0xFFFFFFFF
     measured = ticks / (b["ntp"] - a["ntp"])
     figures["srRate"] = measured
