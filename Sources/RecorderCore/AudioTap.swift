@@ -43,6 +43,14 @@ final class TapSubscriber: @unchecked Sendable {
     /// What the client last said it serves the audio on to (`tap.update`); -1: not said.
     let listeners = Atomic<Int>(-1)
 
+    /// As `status` lists it, in its group's format.
+    func status(format: TapFormat) -> TapStatus {
+        let listeners = listeners.load(ordering: .relaxed)
+        return TapStatus(id: id, format: format, pid: pid, client: client, listeners: listeners < 0 ? nil : listeners, since: since,
+                         framesSent: framesSent.load(ordering: .relaxed), chunksDropped: chunksDropped.load(ordering: .relaxed),
+                         framesDropped: framesDropped.load(ordering: .relaxed))
+    }
+
     init(id: Int, pid: Int32?, client: String? = nil, sink: any AudioTapSink) {
         self.id = id
         self.pid = pid

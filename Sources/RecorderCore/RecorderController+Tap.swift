@@ -120,14 +120,7 @@ extension RecorderController {
     func currentTaps() -> [TapStatus] {
         tapGroups.withLockedValue { groups in
             groups.flatMap { group in
-                group.subscribers.map { subscriber in
-                    TapStatus(id: subscriber.id, format: group.format, pid: subscriber.pid, client: subscriber.client,
-                              listeners: Optional(subscriber.listeners.load(ordering: .relaxed)).flatMap { $0 < 0 ? nil : $0 },
-                              since: subscriber.since,
-                              framesSent: subscriber.framesSent.load(ordering: .relaxed),
-                              chunksDropped: subscriber.chunksDropped.load(ordering: .relaxed),
-                              framesDropped: subscriber.framesDropped.load(ordering: .relaxed))
-                }
+                group.subscribers.map { $0.status(format: group.format) }
             }.sorted { $0.id < $1.id }
         }
     }
@@ -136,18 +129,15 @@ extension RecorderController {
     /// audio on to. Only the process that opened the tap may (another's would be a lie in
     /// its status). Any thread.
     func updateTap(id: Int, pid: Int32?, listeners: Int?) throws(RecorderError) -> TapStatus {
-        let subscriber = tapGroups.withLockedValue { groups in
-            groups.lazy.flatMap(\.subscribers).first { $0.id == id }
+        let found = tapGroups.withLockedValue { groups in
+            groups.lazy.compactMap { group in group.subscribers.first { $0.id == id }.map { ($0, group.format) } }.first
         }
-        guard let subscriber else { throw RecorderError(.invalidState, "no tap \(id) is open") }
+        guard let (subscriber, format) = found else { throw RecorderError(.invalidState, "no tap \(id) is open") }
         guard let pid, subscriber.pid == pid else {
             throw RecorderError(.invalidState, "tap \(id) is another process's: only the process that opened it may update it")
         }
         if let listeners { subscriber.listeners.store(listeners, ordering: .relaxed) }
-        guard let status = currentTaps().first(where: { $0.id == id }) else {
-            throw RecorderError(.invalidState, "no tap \(id) is open")
-        }
-        return status
+        return subscriber.status(format: format)
     }
 
     // MARK: The engine's life (from RecorderController+Listening)

@@ -103,8 +103,8 @@ final class LiveStream: @unchecked Sendable {
         }
         // Outside the lock: a promise's callbacks may run here, and come back.
         for promise in abandoned { promise.fail(TapEnded()) }
-        guard let generation else { return reportListeners() }
         reportListeners()
+        guard let generation else { return }
         client.channel.eventLoop.scheduleTask(in: .milliseconds(Int64(linger * 1000))) { [self] in
             closeTap(ifStill: generation)
         }
