@@ -283,6 +283,31 @@ struct RTSPTests {
             // The device's rate from two sender reports of one stretch (rtp_check.py: within 200 ppm).
             #expect((figures?["srRateSeconds"] as? Double ?? 0) >= 2, "\(output)")
         }
+
+        // Each sender report's time is the capture time of the frame it names, within 50 ms. The
+        // gap's first packet ties the RTP timeline to the tap's positions (timestamp = base +
+        // position), and this test's own tap says when each position was captured.
+        let numbers = { (value: Any?) in (value as? [Any] ?? []).compactMap { ($0 as? NSNumber)?.doubleValue } }
+        let jumpTimestamps = numbers(figures?["jumpTimestamps"])
+        let reports = (figures?["senderReports"] as? [Any] ?? []).map(numbers)
+        let gapIndex = try #require(jumps.firstIndex(of: lost), "the gap's jump")
+        let gap = try #require(gaps.first)
+        let mask: UInt64 = 0xFFFF_FFFF
+        let base = (UInt64(jumpTimestamps[gapIndex]) &- gap.header.position) & mask
+        let chunks = tap.received
+        var offsets: [Double] = []
+        for report in reports where report.count == 2 {
+            let position = (UInt64(report[1]) &- base) & mask
+            guard let chunk = chunks.first(where: {
+                let start = $0.header.position & mask
+                return position >= start && position < start + UInt64($0.header.frames)
+            }) else { continue }  // before this test's tap began
+            let captured = chunk.header.captureTime + Double(position - (chunk.header.position & mask)) / 48000
+            offsets.append(report[0] - captured)
+        }
+        print("sender reports' time minus the tap's capture time of their frame (s): \(offsets)")
+        #expect(offsets.count >= 2, "reports within this test's tap: \(reports.count) reports, \(offsets.count) placed")
+        #expect(offsets.allSatisfy { abs($0) < 0.05 }, "\(offsets)")
     }
 
     /// The mDNS announcement recd-rtsp.socket writes (make test-boot resolves it with Avahi):

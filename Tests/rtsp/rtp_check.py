@@ -11,6 +11,9 @@ what arrives, independently of recd-rtsp's code.
     per NTP second) within 200 ppm of the SDP's; each
     report's NTP time is a capture time: earlier than when it arrived, by less than a second.
 
+The figures name each jump's first timestamp and each report's (NTP time, RTP timestamp), so that
+a test holding a tap of its own can check the reports' times against the tap's capture times.
+
 Prints one JSON object (the figures) and exits 0, or 1 with the reason.
 usage: rtp_check.py URL SECONDS [MAX_DELAY [jumps]]      (rtsp://USER:TOKEN@HOST:PORT/PATH for Digest)
 """
@@ -26,6 +29,7 @@ max_delay = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
 allow_jumps = len(sys.argv) > 4 and sys.argv[4] == "jumps"
 jumps = 0
 jump_frames = []  # each jump's size in RTP ticks (frames), in order
+jump_timestamps = []  # the timestamp of each jump's first packet (where the new stretch begins)
 u = urlparse(url)
 # rtsp://USER:TOKEN@HOST:PORT/PATH: Digest (RFC 2069's form, as ffmpeg answers), the URL without them.
 user, password = u.username, u.password
@@ -146,6 +150,7 @@ while time.time() - start < seconds:
                 fail(f"timestamp {ts}, expected {expected_ts} after {packets} packets")
             jumps += 1
             jump_frames.append(ahead)
+            jump_timestamps.append(ts)
         # L16: the payload's frames; Opus (RFC 7587): recd-rtsp's 20 ms packets, 960 ticks each.
         n = (len(frame) - 12) // 2 // channels if codec == "L16" else 960
         packets += 1
@@ -169,7 +174,8 @@ if not reports:
     fail("no sender report")
 if reports[0]["arrived"] - first_packet_at > max_delay:
     fail(f"the first sender report came {reports[0]['arrived'] - first_packet_at:.2f} s after the first packet")
-figures = {"ok": True, "jumps": jumps, "jumpFrames": jump_frames, "codec": codec, "rate": rate, "channels": channels, "packets": packets, "frames": frames_total,
+figures = {"ok": True, "jumps": jumps, "jumpFrames": jump_frames, "jumpTimestamps": jump_timestamps,
+           "senderReports": [[r["ntp"], r["rtp"]] for r in reports], "codec": codec, "rate": rate, "channels": channels, "packets": packets, "frames": frames_total,
            "seconds": time.time() - start, "reports": len(reports)}
 # The rate from the two reports furthest apart within one contiguous stretch. Across a jump (a
 # capture gap, frames a slow client lost), the capture times after it are the new device's first
