@@ -234,19 +234,25 @@ public struct TapParams: Codable, Sendable, Equatable {
     public var preRoll: Double?
     /// What the client is, for `status` and `recctl status` (at most 64 bytes, no control characters).
     public var client: String?
+    /// Seconds of audio each chunk carries at least (nil: every chunk as the device gives it):
+    /// fewer, larger chunks for a client that needs no period's audio at once (recd-rtsp).
+    public var chunk: Double?
 
-    public init(rate: Int? = nil, channels: Int? = nil, encoding: TapEncoding? = nil, preRoll: Double? = nil, client: String? = nil) {
+    public init(rate: Int? = nil, channels: Int? = nil, encoding: TapEncoding? = nil, preRoll: Double? = nil, client: String? = nil,
+                chunk: Double? = nil) {
         self.rate = rate
         self.channels = channels
         self.encoding = encoding
         self.preRoll = preRoll
         self.client = client
+        self.chunk = chunk
     }
 
     public func rangeRefusal() -> String? {
         if let rate, let refusal = Limits.refusal("rate", rate, Limits.sampleRate, "Hz") { return refusal }
         if let channels, let refusal = Limits.refusal("channels", channels, Limits.channels) { return refusal }
         if let preRoll, let refusal = Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") { return refusal }
+        if let chunk, let refusal = Limits.refusal("chunk", chunk, Limits.tapChunk, "seconds") { return refusal }
         if let client, client.utf8.count > 64 || client.unicodeScalars.contains(where: { $0.value < 32 || $0.value == 127 }) {
             return "'client' must be at most 64 bytes without control characters"
         }

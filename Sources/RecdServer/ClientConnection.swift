@@ -424,7 +424,8 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         // the format could take), up to 256 MiB.
         let preRollBytes = ((params.preRoll ?? 0) + 1) * Double(params.rate ?? 192_000) * Double((params.channels ?? 8) * 4)
         let holding = context.outboundLimit + Int(min(preRollBytes, 256 * 1_048_576))
-        let stream = TapStream(outbox: outbox, allocator: channel.channel.allocator, holding: holding) { [weak self] error in
+        let stream = TapStream(outbox: outbox, allocator: channel.channel.allocator, holding: holding,
+                               queue: context.outboundLimit) { [weak self] error in
             // The tap ended (recd stops, the device is gone): what is queued goes out, then the end.
             guard let self else { return }
             if let error { self.logger.info("tap ended", metadata: ["error.message": "\(error.message)"]) }
@@ -433,7 +434,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         let opened: Recorder.OpenedTap
         do throws(RecorderError) {
             opened = try recorder.openTap(rate: params.rate, channels: params.channels, encoding: params.encoding ?? .s16le,
-                                          preRoll: params.preRoll ?? 0, pid: peer.pid, client: params.client, sink: stream)
+                                          preRoll: params.preRoll ?? 0, chunk: params.chunk, pid: peer.pid, client: params.client, sink: stream)
         } catch {
             throw MethodTable.rpcError(error)
         }

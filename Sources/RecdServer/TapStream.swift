@@ -16,10 +16,13 @@ final class TapStream: AudioTapSink {
     /// What may wait for the answer (a pre-roll arrives all at once).
     private let holding: Int
     private let ended: @Sendable (RecorderError?) -> Void
+    /// A quarter of the client's queue: a joined chunk (`TapParams.chunk`) the queue can take.
+    let largestJoinedPayload: Int
     private let state = NIOLockedValueBox<(answered: Bool, held: [ByteBuffer], heldBytes: Int)>((false, [], 0))
 
-    init(outbox: Outbox, allocator: ByteBufferAllocator, holding: Int,
+    init(outbox: Outbox, allocator: ByteBufferAllocator, holding: Int, queue: Int,
          ended: @escaping @Sendable (RecorderError?) -> Void) {
+        largestJoinedPayload = queue / 4
         self.outbox = outbox
         self.allocator = allocator
         self.holding = holding

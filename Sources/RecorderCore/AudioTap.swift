@@ -14,6 +14,13 @@ public protocol AudioTapSink: AnyObject, Sendable {
     func deliver(header: TapChunkHeader, payload: UnsafeRawBufferPointer) -> Bool
     /// No more chunks will come: recd stops listening for good (shut down, device gone).
     func tapEnded(_ error: RecorderError?)
+    /// The largest payload a joined chunk (`TapParams.chunk`) may grow to: one the client's
+    /// queue could never take would be dropped every time.
+    var largestJoinedPayload: Int { get }
+}
+
+extension AudioTapSink {
+    public var largestJoinedPayload: Int { .max }
 }
 
 /// A client's place on a tap: its sink and what it was sent. Its stream moves from one tap
@@ -34,6 +41,9 @@ final class TapSubscriber: @unchecked Sendable {
         /// When the frame after the last one sent was captured (NaN before the first): a gap's
         /// length, when nothing else says it (the device was away).
         var nextCaptureTime = Double.nan
+        /// Chunks being joined into one of `minimumFrames` (the first one's header, the frames
+        /// and payload so far); sent when it has them, or before a chunk that follows a loss.
+        var joined: (header: TapChunkHeader, payload: [UInt8])?
     }
     private let lock = NIOLock()
     private var stream = Stream()
@@ -42,6 +52,9 @@ final class TapSubscriber: @unchecked Sendable {
     let framesDropped = Atomic<Int64>(0)
     /// What the client last said it serves the audio on to (`tap.update`); -1: not said.
     let listeners = Atomic<Int>(-1)
+    /// The least frames a chunk to this client carries (`TapParams.chunk`); 0: each as it comes.
+    /// Fewer, larger chunks are fewer wake-ups for recd and the client alike.
+    let minimumFrames: Int
 
     /// As `status` lists it, in its group's format.
     func status(format: TapFormat) -> TapStatus {
@@ -51,10 +64,11 @@ final class TapSubscriber: @unchecked Sendable {
                          framesDropped: framesDropped.load(ordering: .relaxed))
     }
 
-    init(id: Int, pid: Int32?, client: String? = nil, sink: any AudioTapSink) {
+    init(id: Int, pid: Int32?, client: String? = nil, minimumFrames: Int = 0, sink: any AudioTapSink) {
         self.id = id
         self.pid = pid
         self.client = client
+        self.minimumFrames = minimumFrames
         self.sink = sink
     }
 
@@ -71,22 +85,72 @@ final class TapSubscriber: @unchecked Sendable {
             stream.pendingLost += lost
             stream.position += lost
             stream.pendingFlags |= flags & TapChunkHeader.gapFlag
+            // A joined chunk holds contiguous audio of one kind: what follows a loss, or is not
+            // pre-roll when it was, begins a chunk of its own.
+            if let joined = stream.joined,
+               stream.pendingLost > 0 || stream.pendingFlags != 0 || joined.header.flags & TapChunkHeader.preRollFlag != flags & TapChunkHeader.preRollFlag {
+                stream.joined = nil
+                send(joined.header, joined.payload)
+            }
             let header = TapChunkHeader(position: stream.position, captureTime: captureTime, frames: UInt32(frames),
                                         lostFrames: UInt32(clamping: stream.pendingLost),
                                         flags: stream.pendingFlags | (flags & TapChunkHeader.preRollFlag),
                                         payloadBytes: UInt32(payload.count))
             stream.position += UInt64(frames)
             stream.nextCaptureTime = captureTime + Double(frames) / Double(rate)
-            if sink.deliver(header: header, payload: payload) {
+            guard stream.joined != nil || frames < minimumFrames else {
+                if sink.deliver(header: header, payload: payload) {
+                    stream.pendingLost = 0
+                    stream.pendingFlags = 0
+                    framesSent.add(Int64(frames), ordering: .relaxed)
+                } else {
+                    dropped(frames)
+                }
+                return
+            }
+            if stream.joined == nil {
+                // What was lost before it is in its header now.
+                stream.joined = (header, [])
+                stream.joined!.payload.reserveCapacity(minimumFrames * payload.count / frames + payload.count)
                 stream.pendingLost = 0
                 stream.pendingFlags = 0
-                framesSent.add(Int64(frames), ordering: .relaxed)
             } else {
-                stream.pendingLost += UInt64(frames)
-                stream.pendingFlags |= TapChunkHeader.gapFlag
-                chunksDropped.add(1, ordering: .relaxed)
-                framesDropped.add(Int64(frames), ordering: .relaxed)
+                stream.joined!.header.frames += UInt32(frames)
             }
+            stream.joined!.payload.append(contentsOf: payload)
+            if Int(stream.joined!.header.frames) >= minimumFrames, let joined = stream.joined {
+                stream.joined = nil
+                send(joined.header, joined.payload)
+            }
+        }
+    }
+
+    /// Sends a joined chunk (under `lock`); what the client could not take is lost before the next.
+    private func send(_ header: TapChunkHeader, _ payload: [UInt8]) {
+        var header = header
+        header.payloadBytes = UInt32(payload.count)
+        if payload.withUnsafeBytes({ sink.deliver(header: header, payload: $0) }) {
+            framesSent.add(Int64(header.frames), ordering: .relaxed)
+        } else {
+            stream.pendingLost += UInt64(header.lostFrames)
+            stream.pendingFlags |= header.flags & TapChunkHeader.gapFlag
+            dropped(Int(header.frames))
+        }
+    }
+
+    private func dropped(_ frames: Int) {
+        stream.pendingLost += UInt64(frames)
+        stream.pendingFlags |= TapChunkHeader.gapFlag
+        chunksDropped.add(1, ordering: .relaxed)
+        framesDropped.add(Int64(frames), ordering: .relaxed)
+    }
+
+    /// The tap ends: a chunk still being joined goes out as it is.
+    func flush() {
+        lock.withLock {
+            guard let joined = stream.joined else { return }
+            stream.joined = nil
+            send(joined.header, joined.payload)
         }
     }
 
@@ -196,6 +260,8 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     func close(error: RecorderError? = nil, quietly: Bool = false) {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let list = subscribers.withLockedValue { list in defer { list = [] }; return list }
+        // A chunk being joined goes out now, not after the device comes back.
+        for subscriber in list { subscriber.flush() }
         if !quietly { for subscriber in list { subscriber.sink.tapEnded(error) } }
         worker.stop()
     }

@@ -236,9 +236,10 @@ public final class Recorder: Sendable {
     /// Opens a tap for one client: chunks in `format` go to `sink` from now (after up to
     /// `preRoll` seconds of what listening held) until `closeTap`. Opens the device (listening)
     /// if it is not open. A rate or channels left nil take the recording settings', else the device's.
-    public func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, pid: Int32?, client: String? = nil,
+    public func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, chunk: Double? = nil, pid: Int32?, client: String? = nil,
                         sink: any AudioTapSink) throws(RecorderError) -> OpenedTap {
-        try controller.openTap(rate: rate, channels: channels, encoding: encoding, preRoll: preRoll, pid: pid, client: client, sink: sink)
+        try controller.openTap(rate: rate, channels: channels, encoding: encoding, preRoll: preRoll, chunk: chunk, pid: pid, client: client,
+                               sink: sink)
     }
 
     /// The client leaves: its tap ends when it was the last of its format, and listening

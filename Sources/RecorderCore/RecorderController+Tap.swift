@@ -28,10 +28,12 @@ extension RecorderController {
     /// `preRoll` seconds of what listening held) until `closeTap`. Opens the device (listening)
     /// if it is not open.
     /// A rate or channels left nil take the recording settings', else the device's.
-    func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, pid: Int32?, client: String? = nil,
+    /// `chunk`: the least seconds of audio each chunk carries (nil: each as the device gives it).
+    func openTap(rate: Int?, channels: Int?, encoding: TapEncoding, preRoll: Double, chunk: Double? = nil, pid: Int32?, client: String? = nil,
                  sink: any AudioTapSink) throws(RecorderError) -> Recorder.OpenedTap {
         if let refusal = rate.flatMap({ Limits.refusal("rate", $0, Limits.sampleRate, "Hz") })
             ?? channels.flatMap({ Limits.refusal("channels", $0, Limits.channels) })
+            ?? chunk.flatMap({ Limits.refusal("chunk", $0, Limits.tapChunk, "seconds") })
             ?? Limits.refusal("preRoll", preRoll, Limits.preRoll, "seconds") {
             throw RecorderError(.invalidSettings, refusal)
         }
@@ -42,7 +44,8 @@ extension RecorderController {
             let format = TapFormat(
                 sampleRate: rate ?? settings.sampleRate ?? state.engine?.configuration.sampleRate ?? 48000,
                 channels: channels ?? settings.channels ?? state.engine?.configuration.channels ?? 2, encoding: encoding)
-            let subscriber = TapSubscriber(id: state.nextTapID, pid: pid, client: client, sink: sink)
+            let joined = chunk.map { Swift.min(Int(($0 * Double(format.sampleRate)).rounded()), sink.largestJoinedPayload / format.bytesPerFrame) }
+            let subscriber = TapSubscriber(id: state.nextTapID, pid: pid, client: client, minimumFrames: joined ?? 0, sink: sink)
             state.nextTapID += 1
             var group = preRoll > 0 ? nil : tapGroups.withLockedValue { $0.first { !$0.exclusive && $0.format == format } }
             let joining = group != nil

@@ -30,6 +30,10 @@ public enum Limits {
     /// `tap.update`'s `listeners`: whom a tap's client serves the audio on to (recd-rtsp's
     /// RTSP clients; its own limit is `[rtsp] max_clients`).
     public static let tapListeners: ClosedRange<Int> = 0...100_000
+    /// A tap's `chunk`: the least audio (seconds) each of its chunks carries. A millisecond is
+    /// less than any device's period (every chunk as it comes); a second is as late as audio
+    /// on its way to a listener should be.
+    public static let tapChunk: ClosedRange<Double> = 0.001...1
     /// A tap's id (`tap`'s answer): positive, as recd counts them.
     public static let tapID: ClosedRange<Int> = 1...Int(Int32.max)
 

@@ -43,6 +43,10 @@ final class LiveStream: @unchecked Sendable {
     let timestampBase = UInt32.random(in: 0...UInt32.max)
     /// At most 1400 bytes of audio and 10 ms a packet: 480 frames of 48 kHz mono, 350 of stereo.
     let framesPerPacket: Int
+    /// The tap's chunks carry 40 ms at least (`TapParams.chunk`): every 40 ms, not every device
+    /// period, recd writes, this process wakes and each client's event loop sends a batch of
+    /// packets. An analyser listens in seconds; 40 ms more on the way costs it nothing.
+    static let tapChunkSeconds = 0.04
 
     private struct State {
         var clients: [ObjectIdentifier: RTPClient] = [:]
@@ -116,7 +120,7 @@ final class LiveStream: @unchecked Sendable {
             let reader: TapReader
             do {
                 reader = try TapReader(path: socketPath, params: TapParams(rate: format.rate, channels: format.channels, encoding: .s16le,
-                                                                           client: label))
+                                                                           client: label, chunk: Self.tapChunkSeconds))
             } catch {
                 logger.error("cannot open a tap on recd", metadata: ["error": "\(error)", "socket": "\(socketPath)"])
                 state.withLockedValue { $0.opening = false }

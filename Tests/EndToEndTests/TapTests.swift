@@ -310,6 +310,86 @@ struct TapTests {
         }
     }
 
+    /// `chunk`: the same audio on the same clock in fewer, larger chunks (recd-rtsp's 40 ms),
+    /// each of whole chunks a plain tap of the same format gets; a chunk being joined goes out
+    /// when the device is lost, and the gap is said as a plain tap says it.
+    @Test func aTapInLargerChunksIsThePlainTapsAudioAndTimesJoined() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let format = TapParams(rate: 48000, channels: 2, encoding: .s16le)
+        let plain = try TapCollector(socket: daemon.socket, params: format)
+        #expect(waitUntil { plain.frames >= 4800 })
+        var joinedFormat = format
+        joinedFormat.chunk = 0.05
+        let joined = try TapCollector(socket: daemon.socket, params: joinedFormat)
+        #expect(waitUntil { joined.frames >= 48000 })
+        server.kill()
+        #expect(daemon.waitForStatus { $0.listening?.wait != nil } != nil, "the device is waited for")
+        let before = joined.frames
+        try server.restart()
+        try server.tone()
+        #expect(waitUntil(timeout: 30) { joined.frames >= before + 48000 && plain.frames > joined.frames }, "both go on once the device is back")
+        joined.stop()
+        plain.stop()
+
+        let plainChunks = plain.received
+        let joinedChunks = joined.received
+        // One hand-over gives both the same chunk at the same time: that places the joined tap's
+        // stream in the plain one's.
+        let first = try #require(joinedChunks.first)
+        let start = try #require(plainChunks.first { $0.header.captureTime == first.header.captureTime }, "the plain tap's chunk of that time")
+        let shift = start.header.position - first.header.position
+        let gapIndex = try #require(joinedChunks.firstIndex { $0.header.flags & TapChunkHeader.gapFlag != 0 }, "the joined tap's gap")
+        #expect(joinedChunks.filter { $0.header.flags & TapChunkHeader.gapFlag != 0 }.count == 1)
+        var plainIndex = try #require(plainChunks.firstIndex { $0.header.position == start.header.position })
+        for (index, chunk) in joinedChunks.enumerated() {
+            // Each is at least 50 ms but the one the loss sent early, and the last (when the tap ended).
+            if index != gapIndex - 1 && index != joinedChunks.count - 1 {
+                #expect(chunk.header.frames >= 2400, "chunk \(index): \(chunk.header.frames) frames")
+            }
+            // Made of the plain tap's chunks: the same position (less the shift), time, loss and bytes.
+            guard plainIndex < plainChunks.count else { break }
+            let from = plainChunks[plainIndex]
+            #expect(from.header.position == chunk.header.position + shift && from.header.captureTime == chunk.header.captureTime
+                    && from.header.lostFrames == chunk.header.lostFrames && from.header.flags == chunk.header.flags,
+                    "chunk \(index): \(chunk.header) against the plain tap's \(from.header)")
+            var bytes: [UInt8] = []
+            var frames: UInt32 = 0
+            while frames < chunk.header.frames, plainIndex < plainChunks.count {
+                bytes += plainChunks[plainIndex].payload
+                frames += plainChunks[plainIndex].header.frames
+                plainIndex += 1
+            }
+            if frames < chunk.header.frames { break }  // the plain tap ended first
+            #expect(frames == chunk.header.frames && bytes == chunk.payload, "chunk \(index): the plain tap's audio, joined")
+            if frames != chunk.header.frames || bytes != chunk.payload { break }
+        }
+        #expect(plainIndex > plainChunks.firstIndex { $0.header.flags & TapChunkHeader.gapFlag != 0 } ?? plainChunks.count,
+                "compared across the gap")
+        print("joined tap: \(joinedChunks.count) chunks, \(joined.frames) frames; plain tap: \(plainChunks.count) chunks, \(plain.frames) frames")
+        #expect(joinedChunks.count * 4 < plainChunks.count, "\(joinedChunks.count) chunks joined from \(plainChunks.count)")
+    }
+
+    /// A chunk of more than a second, or less than a millisecond, is refused by name.
+    @Test func aChunkOutOfRangeIsRefused() throws {
+        let input = noiseInput(inputs, seconds: 2)
+        let daemon = try Daemon(device: TestDevices.file(input.path))
+        for chunk in [0, 0.0009, 1.01, -1, 1e300] {
+            var params = TapParams()
+            params.chunk = chunk
+            do {
+                _ = try TapReader(path: daemon.socket, params: params)
+                Issue.record("a chunk of \(chunk) s was taken")
+            } catch {
+                guard case ClientError.rpc(let refusal)? = error as? ClientError else { Issue.record("\(chunk): \(error)"); continue }
+                #expect(refusal.code == RPCErrorCode.invalidParams && refusal.message.contains("chunk"), "\(chunk): \(refusal.message)")
+            }
+        }
+        let status: StatusResult = try daemon.connect().call(.status)
+        #expect(status.taps == nil)
+    }
+
     @Test func tappingTakesItsOwnPermission() throws {
         let daemon = try Daemon(device: "null", config: "[server]\nsocket_mode = \"0666\"\ncontrol_users = [\"nobody\"]\n")
         chmod(daemon.directory.path, 0o755)
