@@ -84,6 +84,8 @@ public struct DaemonConfiguration: Equatable, Sendable {
     public var hooks = HookSettings()
     public var web = WebSettings()
     public var rtsp = RTSPSettings()
+    /// `[[source]]` tables, in the file's order (empty: the implicit source; `sources`).
+    public var declaredSources: [SourceConfiguration] = []
 
     /// The defaults for a mode: FHS paths for the system instance, XDG paths for a user's.
     public static func defaults(for mode: Mode, environment: [String: String]) -> DaemonConfiguration {
@@ -152,6 +154,17 @@ public struct DaemonConfiguration: Equatable, Sendable {
             throw ConfigurationError(file: file, line: error.line, key: nil, message: error.message)
         }
         let reader = KeyReader(document: document, file: file)
+        // The top level's source keys are every source's defaults (the implicit source's own).
+        try applySourceKeys(reader)
+        try applyStationKeys(reader)
+        try reader.rejectUnknownKeys(arrays: ["source"])
+        try applySources(document.arrays["source"] ?? [], file: file, topLevelDevice: reader.line(of: "device"))
+    }
+
+    /// What each source has of its own (doc/architecture.md, "A station and its sources"):
+    /// device, `[recording]`, `[capture]`, `[segments]`, `[autostart]`, `[listen]`, `[trigger]`,
+    /// `[schedule]`. Read from the top level, and again from each `[[source]]` over a copy.
+    mutating func applySourceKeys(_ reader: KeyReader) throws(ConfigurationError) {
         try reader.read("device") { (value: String) throws(ConfigurationError) in
             do throws(SoundCardError) {
                 _ = try DeviceName(parsing: value)
@@ -159,19 +172,9 @@ public struct DaemonConfiguration: Equatable, Sendable {
                 throw reader.invalid("device", "\(error)")
             }
             device = value
-            deviceFile = file
+            deviceFile = reader.file
             deviceLine = reader.line(of: "device")
         }
-        try reader.read("recordings_dir") { (value: String) throws(ConfigurationError) in
-            guard value.hasPrefix("/") else { throw reader.invalid("recordings_dir", "must be an absolute path") }
-            recordingsDirectory = value
-        }
-        try reader.read("socket") { (value: String) throws(ConfigurationError) in
-            guard value.hasPrefix("/") else { throw reader.invalid("socket", "must be an absolute path") }
-            socketPath = value
-        }
-        try reader.read("log_level") { (value: Logger.Level) in logLevel = value }
-
         var settings = recording
         try reader.read("recording.format") { (value: String) throws(ConfigurationError) in
             guard let format = AudioFileFormat(name: value) else {
@@ -187,7 +190,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
         do {
             try settings.validate()
         } catch {
-            throw ConfigurationError(file: file, line: reader.line(of: "recording"), key: "recording", message: error.message)
+            throw ConfigurationError(file: reader.file, line: reader.line(of: "recording"), key: "recording", message: error.message)
         }
         recording = settings
 
@@ -211,7 +214,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
         do {
             try segmentSettings.validate()
         } catch {
-            throw ConfigurationError(file: file, line: reader.line(of: "segments"), key: "segments", message: error.message)
+            throw ConfigurationError(file: reader.file, line: reader.line(of: "segments"), key: "segments", message: error.message)
         }
         segments = segmentSettings
         try reader.read("autostart.enabled") { (value: Bool) in autostart = value }
@@ -221,6 +224,22 @@ public struct DaemonConfiguration: Equatable, Sendable {
         }
         try reader.read("listen.enabled") { (value: Bool) in listenAtStart = value }
         try reader.readDuration("listen.pre_roll", in: Limits.preRoll) { (value: Double) in preRoll = value }
+        try applyTrigger(reader)
+        try applySchedule(reader)
+    }
+
+    /// What the station has once, whatever its sources: paths, the log, metering, the server,
+    /// storage and retention, MQTT and hooks, the web page, RTSP.
+    mutating func applyStationKeys(_ reader: KeyReader) throws(ConfigurationError) {
+        try reader.read("recordings_dir") { (value: String) throws(ConfigurationError) in
+            guard value.hasPrefix("/") else { throw reader.invalid("recordings_dir", "must be an absolute path") }
+            recordingsDirectory = value
+        }
+        try reader.read("socket") { (value: String) throws(ConfigurationError) in
+            guard value.hasPrefix("/") else { throw reader.invalid("socket", "must be an absolute path") }
+            socketPath = value
+        }
+        try reader.read("log_level") { (value: Logger.Level) in logLevel = value }
         try reader.read("metering.enabled") { (value: Bool) in meteringEnabled = value }
         try reader.readDuration("metering.levels_interval", in: 0.005...60) { (value: Double) in levelsInterval = value }
         try reader.readDuration("metering.time_interval", in: 0.005...60) { (value: Double) in timeInterval = value }
@@ -254,13 +273,10 @@ public struct DaemonConfiguration: Equatable, Sendable {
             tapGIDs = try reader.groupIDs("server.tap_groups", value)
             tapGroups = value
         }
-        try applyTrigger(reader)
-        try applySchedule(reader)
         try applyStorageAndRetention(reader)
         try applyMQTTAndHooks(reader)
         try applyWeb(reader)
         try applyRTSP(reader)
-        try reader.rejectUnknownKeys()
     }
 }
 

@@ -115,15 +115,22 @@ final class KeyReader {
         }
     }
 
-    func rejectUnknownKeys() throws(ConfigurationError) {
+    /// `arrays`: the arrays of tables that may appear (`[[source]]`). `stationTables`: tables
+    /// that are known, but not here (a `[[source]]`'s `[source.mqtt]`), said as such.
+    func rejectUnknownKeys(arrays: Set<String>, stationTables: Set<String> = []) throws(ConfigurationError) {
         let sections = Set(used.compactMap { $0.contains(".") ? String($0.split(separator: ".")[0]) : nil })
         for key in document.root.keys.sorted() where !used.contains(key) {
             throw ConfigurationError(file: file, line: line(of: key), key: key,
                                      message: sections.contains(key) ? "must be a table ([\(key)])" : "unknown key")
         }
+        for name in document.arrays.keys.sorted() where !arrays.contains(name) {
+            throw ConfigurationError(file: file, line: document.arrays[name]?.first?.line, key: name, message: "unknown array of tables")
+        }
         for name in document.tables.keys.sorted() {
             guard sections.contains(name) else {
-                throw ConfigurationError(file: file, line: line(of: name), key: name, message: "unknown table")
+                throw ConfigurationError(file: file, line: line(of: name), key: name,
+                                         message: stationTables.contains(name) ? "is the station's, not a source's: set it at the top level"
+                                            : "unknown table")
             }
             for inner in document.tables[name]!.entries.keys.sorted() where !used.contains(name + "." + inner) {
                 throw ConfigurationError(file: file, line: line(of: name + "." + inner), key: name + "." + inner, message: "unknown key")

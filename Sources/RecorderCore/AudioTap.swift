@@ -193,6 +193,9 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
 
     private let closed = Atomic<Bool>(false)
     private let subscribers = NIOLockedValueBox<[TapSubscriber]>([])
+    /// How long the capture thread may sleep for this tap (ns): the shortest chunk a
+    /// subscriber takes (`TapParams.chunk`); 0 while one takes every chunk as it comes.
+    private let patience = Atomic<Int>(0)
     /// Worker: the output buffer (header room + payload), sized for the largest chunk.
     private let output: UnsafeMutableRawPointer
     private let outputCapacity: Int
@@ -244,14 +247,25 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
 
     // MARK: Subscribers (any thread)
 
-    func add(_ subscriber: TapSubscriber) { subscribers.withLockedValue { $0.append(subscriber) } }
+    func add(_ subscriber: TapSubscriber) {
+        subscribers.withLockedValue { list in
+            list.append(subscriber)
+            updatePatience(list)
+        }
+    }
 
     /// Removes the subscriber; true if none is left.
     func remove(id: Int) -> Bool {
         subscribers.withLockedValue { list in
             list.removeAll { $0.id == id }
+            updatePatience(list)
             return list.isEmpty
         }
+    }
+
+    private func updatePatience(_ list: [TapSubscriber]) {
+        let frames = list.map(\.minimumFrames).min() ?? 0
+        patience.store(frames * 1_000_000_000 / Swift.max(1, format.sampleRate), ordering: .relaxed)
     }
 
     var currentSubscribers: [TapSubscriber] { subscribers.withLockedValue { $0 } }
@@ -267,6 +281,10 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     }
 
     // MARK: Capture thread
+
+    /// Subscribers that take larger chunks let the capture thread read that much at a time:
+    /// one wake-up (and one chunk through the tap) where there were several.
+    var wakeInterval: Double { Double(patience.load(ordering: .relaxed)) / 1e9 }
 
     func receive(_ chunk: CaptureChunk) -> Bool {
         if closed.load(ordering: .relaxed) { return false }

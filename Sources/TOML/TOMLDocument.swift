@@ -1,11 +1,13 @@
 /// The TOML that recd's configuration is written in, read strictly, for untrusted input.
 ///
-/// What it reads: comments, `[table]` headers (one level), `key = value` lines with bare or
-/// quoted keys, and values that are basic or literal strings, integers (decimal, `0x`, `0o`,
-/// `0b`, with `_` between digits), floats (`inf` and `nan` included), booleans and arrays
-/// (over several lines, with comments and a trailing comma). What recd never uses is refused
-/// with a clear message rather than half-read: dotted keys and table names, arrays of tables,
-/// inline tables, multi-line strings, dates and times.
+/// What it reads: comments, `[table]` headers (one level), arrays of tables (`[[source]]`, each
+/// element with its own keys and its own `[source.recording]` sub-tables, one level), `key =
+/// value` lines with bare or quoted keys, and values that are basic or literal strings,
+/// integers (decimal, `0x`, `0o`, `0b`, with `_` between digits), floats (`inf` and `nan`
+/// included), booleans and arrays (over several lines, with comments and a trailing comma).
+/// What recd never uses is refused with a clear message rather than half-read: dotted keys,
+/// dotted table names outside an array of tables, inline tables, multi-line strings, dates
+/// and times.
 ///
 /// Why not a general TOML library: the one recd used (toml++ inside TOMLKit) aborts the process
 /// on some malformed files, which fuzzing found within minutes; a configuration reader must
@@ -34,10 +36,19 @@ public struct TOMLDocument: Sendable, Equatable {
     public private(set) var root: [String: Entry] = [:]
     /// Each table's keys, and the line of its header.
     public private(set) var tables: [String: (line: Int, entries: [String: Entry])] = [:]
+    /// Each array of tables (`[[source]]`), its elements in order: an element is a document of
+    /// its own (its keys in `root`, its `[source.recording]` sub-tables in `tables`, the lines
+    /// those of the file), with the line of its header.
+    public private(set) var arrays: [String: [(line: Int, element: TOMLDocument)]] = [:]
 
     public static func == (lhs: TOMLDocument, rhs: TOMLDocument) -> Bool {
         lhs.root == rhs.root && lhs.tables.keys == rhs.tables.keys
             && lhs.tables.allSatisfy { name, table in rhs.tables[name].map { $0.line == table.line && $0.entries == table.entries } ?? false }
+            && lhs.arrays.keys == rhs.arrays.keys
+            && lhs.arrays.allSatisfy { name, elements in
+                rhs.arrays[name].map { $0.count == elements.count && zip($0, elements).allSatisfy { $0.line == $1.line && $0.element == $1.element } }
+                    ?? false
+            }
     }
 
     /// `key` (top level) or `table.key`.
@@ -66,7 +77,52 @@ public struct TOMLDocument: Sendable, Equatable {
     fileprivate mutating func addTable(_ name: String, line: Int) throws(TOMLError) {
         guard tables[name] == nil else { throw TOMLError(line: line, message: "table [\(name)] appears twice") }
         guard root[name] == nil else { throw TOMLError(line: line, message: "'\(name)' is already set as a key") }
+        guard arrays[name] == nil else { throw TOMLError(line: line, message: "'\(name)' is an array of tables: [[\(name)]]") }
         tables[name] = (line, [:])
+    }
+
+    fileprivate mutating func addArrayElement(_ name: String, line: Int) throws(TOMLError) {
+        guard tables[name] == nil else { throw TOMLError(line: line, message: "'\(name)' is already a table: [\(name)]") }
+        guard root[name] == nil else { throw TOMLError(line: line, message: "'\(name)' is already set as a key") }
+        arrays[name, default: []].append((line, TOMLDocument()))
+    }
+
+    private init() {}
+
+    /// Where a key goes: the top level, a table, the last element of an array of tables, or
+    /// a sub-table of that element.
+    fileprivate enum Place {
+        case root
+        case table(String)
+        case element(array: String)
+        case elementTable(array: String, table: String)
+    }
+
+    fileprivate mutating func insert(_ key: String, _ entry: Entry, in place: Place) throws(TOMLError) {
+        switch place {
+        case .root: try insert(key, entry, table: nil)
+        case .table(let table): try insert(key, entry, table: table)
+        case .element(let array):
+            try arrays[array]![arrays[array]!.count - 1].element.insert(key, entry, table: nil)
+        case .elementTable(let array, let table):
+            do {
+                try arrays[array]![arrays[array]!.count - 1].element.insert(key, entry, table: table)
+            } catch {
+                // Said as the file says it: [source.recording]'s key, not the element's own table's.
+                throw TOMLError(line: error.line, message: "'\(array).\(table).\(key)' is set twice")
+            }
+        }
+    }
+
+    fileprivate mutating func addElementTable(array: String, table: String, line: Int) throws(TOMLError) {
+        guard arrays[array] != nil else {
+            throw TOMLError(line: line, message: "[\(array).\(table)] must follow a [[\(array)]] (nested tables are used only under an array of tables)")
+        }
+        do {
+            try arrays[array]![arrays[array]!.count - 1].element.addTable(table, line: line)
+        } catch {
+            throw TOMLError(line: error.line, message: "[\(array).\(table)] appears twice in one [[\(array)]]")
+        }
     }
 }
 
@@ -101,7 +157,7 @@ private struct Parser {
     func error(_ message: String) -> TOMLError { TOMLError(line: line, message: message) }
 
     mutating func parseDocument(into document: inout TOMLDocument) throws(TOMLError) {
-        var table: String?
+        var place = TOMLDocument.Place.root
         while true {
             skipBlanks()
             guard let byte = current else { return }
@@ -116,15 +172,43 @@ private struct Parser {
             case UInt8(ascii: "["):
                 let headerLine = line
                 index += 1
-                if current == UInt8(ascii: "[") { throw error("arrays of tables ([[…]]) are not used in recd's configuration") }
+                if current == UInt8(ascii: "[") {
+                    // [[name]]: a new element of an array of tables.
+                    index += 1
+                    skipBlanks()
+                    let name = try key(what: "an array of tables' header must be a name in double brackets, like [[source]]")
+                    skipBlanks()
+                    if current == UInt8(ascii: ".") { throw error("nested arrays of tables ([[a.b]]) are not used in recd's configuration") }
+                    guard current == UInt8(ascii: "]") else { throw error("an array of tables' header must be a name in double brackets, like [[source]]") }
+                    index += 1
+                    guard current == UInt8(ascii: "]") else { throw error("an array of tables' header ends with ]]") }
+                    index += 1
+                    try document.addArrayElement(name, line: headerLine)
+                    place = .element(array: name)
+                    try endOfLine()
+                    continue
+                }
                 skipBlanks()
                 let name = try key(what: "a table header must be a name in brackets, like [recording]")
                 skipBlanks()
-                if current == UInt8(ascii: ".") { throw error("nested tables ([a.b]) are not used in recd's configuration") }
+                if current == UInt8(ascii: ".") {
+                    // [array.table]: a table of the array's last element.
+                    index += 1
+                    skipBlanks()
+                    let inner = try key(what: "a table header must be a name in brackets, like [source.recording]")
+                    skipBlanks()
+                    if current == UInt8(ascii: ".") { throw error("tables nested deeper than [a.b] are not used in recd's configuration") }
+                    guard current == UInt8(ascii: "]") else { throw error("a table header must be a name in brackets, like [source.recording]") }
+                    index += 1
+                    try document.addElementTable(array: name, table: inner, line: headerLine)
+                    place = .elementTable(array: name, table: inner)
+                    try endOfLine()
+                    continue
+                }
                 guard current == UInt8(ascii: "]") else { throw error("a table header must be a name in brackets, like [recording]") }
                 index += 1
                 try document.addTable(name, line: headerLine)
-                table = name
+                place = .table(name)
                 try endOfLine()
             default:
                 let keyLine = line
@@ -135,7 +219,7 @@ private struct Parser {
                 index += 1
                 skipBlanks()
                 let value = try value(depth: 0)
-                try document.insert(name, TOMLDocument.Entry(value: value, line: keyLine), table: table)
+                try document.insert(name, TOMLDocument.Entry(value: value, line: keyLine), in: place)
                 try endOfLine()
             }
         }

@@ -82,6 +82,10 @@ struct Recd: AsyncParsableCommand {
         if let recordingsDir { configuration.recordingsDirectory = recordingsDir }
         if let logLevel, let level = Logger.Level(rawValue: logLevel) { configuration.logLevel = level }
         if let device {
+            if !configuration.declaredSources.isEmpty {
+                throw ConfigurationError(file: "--device", line: nil, key: "device",
+                                         message: "the configuration's [[source]] tables name their devices; --device is for a station of one")
+            }
             configuration.device = device
             configuration.deviceFile = nil
             do throws(SoundCardError) {
@@ -90,6 +94,7 @@ struct Recd: AsyncParsableCommand {
                 throw ConfigurationError(file: "--device", line: nil, key: "device", message: "\(error)")
             }
         }
+        try configuration.adoptTheOnlySource()
         try configuration.checkDevice()
         return configuration
     }

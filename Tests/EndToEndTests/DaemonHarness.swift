@@ -41,14 +41,15 @@ final class Daemon {
     ///   - environment: extra variables (NOTIFY_SOCKET, WATCHDOG_USEC, JOURNAL_STREAM…).
     ///   - launcher: a command to run recd through (e.g. setpriv to change user, sh for LISTEN_PID).
     ///   - descriptors: (parent fd, child fd) pairs to pass on.
-    init(device: String, config: String = "", environment: [String: String] = [:], launcher: [String] = [],
+    /// A nil `device`: the configuration names it (`[[source]]`), and no `--device` is passed.
+    init(device: String?, config: String = "", environment: [String: String] = [:], launcher: [String] = [],
          arguments extra: [String]? = nil, descriptors: [(Int32, Int32)] = [], recordings: String? = nil,
          waitForSocket: Bool = true) throws {
-        self.device = device
+        self.device = device ?? ""
         self.recordings = recordings ?? directory.file("recordings")
         try config.write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
         let arguments = extra ?? ["--user", "--config", directory.file("recd.toml"), "--socket", directory.file("recd.sock"),
-                                  "--recordings-dir", self.recordings, "--device", device]
+                                  "--recordings-dir", self.recordings] + (device.map { ["--device", $0] } ?? [])
         var env = ProcessInfo.processInfo.environment
         env["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:" + TestDevices.configuration
         env["NOTIFY_SOCKET"] = nil

@@ -190,7 +190,12 @@ struct SystemdTests {
         // Found by fuzzing: toml++ (the TOML library recd used before) aborted on these, and
         // the key reader trapped on the empty key.
         ("[recording]\n[{\"format\": 1}]\n", "recd.toml:2: a table header must be a name in brackets"),
-        ("[[ =]]\n", "recd.toml:1: arrays of tables ([[…]]) are not used"),
+        ("[[ =]]\n", "recd.toml:1: an array of tables' header must be a name in double brackets, like [[source]]"),
+        // Sources (issue 53): a bad key named by its source; several are checked whole, then refused.
+        ("[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[source.recording]\nformat = \"wma\"\n",
+         "recd.toml:5: source \"east\": recording.format: must be one of"),
+        ("[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[[source]]\nname = \"west\"\ndevice = \"hw:2\"\n",
+         "recd.toml:4: source: this recd records one source; 2 [[source]] tables need a later version"),
         ("'' = ''\n", "recd.toml:1: an empty key ('' = …) is not a setting"),
         ("a =8000-11-22T[tt10:YY\n", "recd.toml:1: dates and times are not used"),
         ("sample_rate = [[[[[[}\n", "recd.toml:1: a value is missing"),
@@ -203,6 +208,34 @@ struct SystemdTests {
         #expect(result.status == 78)
         #expect(result.stderr.contains(expected), "\(result.stderr)")
         #expect(!FileManager.default.fileExists(atPath: directory.file("s.sock")))
+    }
+
+    /// One `[[source]]` is the station's only source: its device and its own tables are what
+    /// recd records with, over the station's; `--device` does not go with it.
+    @Test func aStationOfOneSourceTableRecordsItsDeviceWithItsOwnSettings() throws {
+        let input = writeCounterInput(inputs, seconds: 3)
+        let directory = TemporaryDirectory()
+        let config = directory.file("recd.toml")
+        try """
+            [recording]
+            format = "wav"
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.file(input.path))"
+            [source.recording]
+            format = "flac"
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let check = try run(Binaries.recd, ["--user", "--config", config, "--check-config"], timeout: 20)
+        #expect(check.status == 0, "\(check.stderr)")
+        let refused = try run(Binaries.recd, ["--user", "--config", config, "--check-config", "--device", "hw:9"], timeout: 20)
+        #expect(refused.status == 78 && refused.stderr.contains("--device: device: the configuration's [[source]] tables name their devices"),
+                "\(refused.stderr)")
+        let daemon = try Daemon(device: nil, config: try String(contentsOfFile: config, encoding: .utf8))
+        let recording: Recording = try daemon.connect().call(.start, StartParams(name: "east-take", duration: 0.5))
+        #expect(recording.format == .flac)
+        #expect(daemon.waitForStatus { $0.state.name == .finished } != nil, "\(daemon.log)")
+        let frames = try SoundFileReader(path: daemon.recordings + "/east-take.flac").readAllInt16().count / 2
+        #expect(frames == 24000, "half a second of the source's device")
     }
 
     @Test func sighupReloadsTheConfigurationAndIgnoresABadOne() throws {

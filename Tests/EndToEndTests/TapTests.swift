@@ -378,11 +378,11 @@ struct TapTests {
         for chunk in [0, 0.0009, 1.01, -1, 1e300] {
             var params = TapParams()
             params.chunk = chunk
-            do {
+            do throws(ClientError) {
                 _ = try TapReader(path: daemon.socket, params: params)
                 Issue.record("a chunk of \(chunk) s was taken")
             } catch {
-                guard case ClientError.rpc(let refusal)? = error as? ClientError else { Issue.record("\(chunk): \(error)"); continue }
+                guard case .rpc(let refusal) = error else { Issue.record("\(chunk): \(error)"); continue }
                 #expect(refusal.code == RPCErrorCode.invalidParams && refusal.message.contains("chunk"), "\(chunk): \(refusal.message)")
             }
         }

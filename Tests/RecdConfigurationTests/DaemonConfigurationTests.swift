@@ -134,3 +134,106 @@ struct DaemonConfigurationTests {
         }
     }
 }
+
+/// `[[source]]` tables (issue 53): a station's sources, each the station's source keys with its
+/// own over them; bad keys named by source, file and line; the station's tables refused in one.
+@Suite("configuration: sources")
+struct SourceConfigurationTests {
+    func read(_ text: String) throws(ConfigurationError) -> DaemonConfiguration {
+        var configuration = DaemonConfiguration.defaults(for: .user, environment: ["HOME": "/home/test"])
+        try configuration.apply(toml: text, file: "recd.toml")
+        return configuration
+    }
+
+    func error(_ text: String) -> String? {
+        do { _ = try read(text) } catch { return error.description }
+        return nil
+    }
+
+    @Test func withoutSourceTablesTheStationIsTheImplicitSource() throws {
+        let configuration = try read("device = \"hw:1\"\n[recording]\nformat = \"flac\"\n")
+        #expect(configuration.declaredSources.isEmpty)
+        #expect(configuration.sources.map(\.name) == ["default"])
+        #expect(configuration.sources.first?.configuration.device == "hw:1")
+        #expect(configuration.recorderConfiguration(for: configuration.sources[0]) == configuration.recorderConfiguration)
+    }
+
+    @Test func eachSourceTakesTheStationsTablesAndOverridesItsOwn() throws {
+        let configuration = try read("""
+            [recording]
+            format = "flac"
+            [capture]
+            write_buffer = "20s"
+            [storage]
+            minimum_free = "5%"
+            [[source]]
+            name = "east"
+            device = "usb:0d8c:0014:p=0000:00:14.0-1.2"
+            [[source]]
+            name = "west"
+            device = "/dev/snd/by-id/usb-C-Media_USB_Audio_Device-00"
+            [source.recording]
+            format = "wav"
+            sample_rate = 48000
+            [source.trigger]
+            enabled = true
+            threshold = -30
+            [source.segments]
+            length = "1h"
+            """)
+        #expect(configuration.sources.map(\.name) == ["east", "west"])
+        #expect(configuration.sources.map(\.line) == [7, 10])
+        let east = configuration.sources[0].configuration, west = configuration.sources[1].configuration
+        #expect(east.device == "usb:0d8c:0014:p=0000:00:14.0-1.2" && east.deviceLine == 9)
+        #expect(east.recording.format == .flac && west.recording.format == .wav && west.recording.sampleRate == 48000)
+        #expect(east.writeBuffer == 20 && west.writeBuffer == 20)
+        #expect(!east.triggerEnabled && west.triggerEnabled && west.trigger.threshold == -30)
+        #expect(east.segments.length == nil && west.segments.length == 3600)
+        // What is the station's comes from the station, whatever the copy holds.
+        var station = configuration
+        station.recordingsDirectory = "/srv/recordings"
+        let recorder = station.recorderConfiguration(for: configuration.sources[1])
+        #expect(recorder.recordingsDirectory == "/srv/recordings" && recorder.device == west.device)
+        #expect(recorder.defaultSettings.format == .wav && recorder.segments.length == 3600 && recorder.writeBuffer == 20)
+        // The station's own device stays the implicit default: no source is "default".
+        #expect(configuration.device == "default")
+    }
+
+    @Test func aBadSourceKeyIsNamedBySourceFileAndLine() {
+        let two = "[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[[source]]\nname = \"west\"\ndevice = \"hw:2\"\n"
+        #expect(error(two + "[source.recording]\nformat = \"wma\"\n")?
+            .hasPrefix("recd.toml:8: source \"west\": recording.format: must be one of wav, flac") == true)
+        #expect(error(two + "[source.capture]\nwrite_buffer = 0.1\n")?.hasPrefix("recd.toml:8: source \"west\": capture.write_buffer: must be") == true)
+        #expect(error(two + "colour = \"red\"\n") == "recd.toml:7: source \"west\": colour: unknown key")
+        #expect(error(two + "[source.mqtt]\nenabled = true\n")
+                == "recd.toml:7: source \"west\": mqtt: is the station's, not a source's: set it at the top level")
+        #expect(error(two + "[source.recordings]\n") == "recd.toml:7: source \"west\": recordings: unknown table")
+        #expect(error("[[source]]\ndevice = \"hw:1\"\n") == "recd.toml:1: source: each [[source]] needs a name (name = \"east\")")
+        #expect(error("[[source]]\nname = \"east\"\n") == "recd.toml:1: source \"east\": needs a device (device = \"usb:…\", a /dev/snd/by-id name or an ALSA name)")
+        #expect(error(two + "[[source]]\nname = \"east\"\ndevice = \"hw:3\"\n") == "recd.toml:8: source \"east\": another [[source]] (line 1) has this name")
+        #expect(error("[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[[source]]\nname = \"west\"\ndevice = \"hw:1\"\n")
+                == "recd.toml:6: source \"west\": device: source \"east\" records 'hw:1' already; a device is one source")
+        #expect(error("device = \"hw:0\"\n" + two) == "recd.toml:1: device: with [[source]] tables each source names its own device; a top-level device is for a station of one")
+        #expect(error("[[sources]]\nname = \"a\"\n") == "recd.toml:1: sources: unknown array of tables")
+        #expect(error("[[source]]\nname = \"usb:0d8c:0014:p=0000:00:14.0-1.2\"\ndevice = \"hw:1\"\n")?
+            .hasPrefix("recd.toml:2: name: 'usb:0d8c") == true)
+    }
+
+    @Test(arguments: ["east", "a", "west-2", "mic_1", "0", String(repeating: "x", count: 32)])
+    func aSourceNameIsAFolderATopicAndALabel(name: String) {
+        #expect(DaemonConfiguration.sourceNameRefusal(name) == nil)
+    }
+
+    @Test(arguments: ["", "East", "-east", "_a", "a b", "a/b", "a.b", "é", String(repeating: "x", count: 33), "+", "#"])
+    func otherNamesAreRefused(name: String) {
+        #expect(DaemonConfiguration.sourceNameRefusal(name) != nil)
+    }
+
+    @Test func oneSourceTableIsRunAsTheStationsOnlySourceAndSeveralAreNotYet() throws {
+        var one = try read("[recording]\nformat = \"flac\"\n[[source]]\nname = \"east\"\ndevice = \"hw:7\"\n[source.listen]\nenabled = true\n")
+        try one.adoptTheOnlySource()
+        #expect(one.device == "hw:7" && one.listenAtStart && one.recording.format == .flac)
+        var two = try read("[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[[source]]\nname = \"west\"\ndevice = \"hw:2\"\n")
+        #expect(throws: ConfigurationError.self) { try two.adoptTheOnlySource() }
+    }
+}
