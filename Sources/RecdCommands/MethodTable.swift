@@ -23,9 +23,13 @@ public protocol MetricsSource: Sendable {
     func exposition(status: StatusResult) -> String
 }
 
-/// What a method handler works with: the recorder, and whoever asked.
+/// What a method handler works with: the station, the source the request names (its
+/// `source`, resolved by `MethodTable` before the handler runs), and whoever asked.
 public struct RequestContext: Sendable {
-    public let recorder: Recorder
+    public let station: Station
+    /// The source's name and recorder: the one `source` names, or the only one.
+    public private(set) var source: String
+    public private(set) var recorder: Recorder
     public let version: String
     /// nil for a way in without subscriptions.
     public let subscriptions: (any SubscriptionHost)?
@@ -34,13 +38,35 @@ public struct RequestContext: Sendable {
     /// nil where the daemon keeps no metrics (a test's context).
     public let metrics: (any MetricsSource)?
 
-    public init(recorder: Recorder, version: String, subscriptions: (any SubscriptionHost)?, taps: (any TapHost)? = nil,
+    public init(station: Station, version: String, subscriptions: (any SubscriptionHost)?, taps: (any TapHost)? = nil,
                 metrics: (any MetricsSource)? = nil) {
-        self.recorder = recorder
+        self.station = station
+        source = station.sources[0].name
+        recorder = station.sources[0].recorder
         self.version = version
         self.subscriptions = subscriptions
         self.taps = taps
         self.metrics = metrics
+    }
+
+    /// For a station of one recorder (tests, and the implicit source).
+    public init(recorder: Recorder, version: String, subscriptions: (any SubscriptionHost)?, taps: (any TapHost)? = nil,
+                metrics: (any MetricsSource)? = nil) {
+        self.init(station: Station(recorder: recorder), version: version, subscriptions: subscriptions, taps: taps, metrics: metrics)
+    }
+
+    /// This context for the source `params` names (`source`), or the only one.
+    func resolvingSource(_ params: JSONValue?) throws(RPCError) -> RequestContext {
+        var name: String?
+        if case .object(let members) = params, let member = members["source"] {
+            guard case .string(let text) = member else { throw .invalidParams("'source' must be a string") }
+            name = text
+        }
+        let found = try station.source(named: name)
+        var context = self
+        context.source = found.name
+        context.recorder = found.recorder
+        return context
     }
 }
 
@@ -85,7 +111,22 @@ public enum MethodTable {
     }
 
     /// Built once from `makeHandler`, so that a request costs a lookup.
-    private static let handlers = Dictionary(uniqueKeysWithValues: RecdProtocol.Method.allCases.map { ($0, makeHandler($0)) })
+    private static let handlers = Dictionary(uniqueKeysWithValues: RecdProtocol.Method.allCases.map { ($0, sourced($0, makeHandler($0))) })
+
+    /// A method that acts on a source runs with the source its params name (or the only one)
+    /// as the context's recorder: the one place a `source` is read, for every way in. The kept
+    /// answer (`encoded`) is for a request without params only.
+    private static func sourced(_ method: RecdProtocol.Method, _ handler: MethodHandler) -> MethodHandler {
+        guard method.takesSource else { return handler }
+        let run: MethodHandler.Body = { context, params throws(RPCError) in
+            try handler.run(try context.resolvingSource(params), params)
+        }
+        var sourced = MethodHandler(blocking: handler.blocking, run: run)
+        if let encoded = handler.encoded {
+            sourced.encoded = { @Sendable context, results in context.station.sources.count == 1 ? encoded(context, results) : nil }
+        }
+        return sourced
+    }
 
     private static func makeHandler(_ method: RecdProtocol.Method) -> MethodHandler {
         switch method {

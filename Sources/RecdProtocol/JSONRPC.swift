@@ -55,6 +55,10 @@ public enum RPCErrorCode {
     public static let notFound = -32002
     /// The server is at its client limit; the connection closes.
     public static let tooManyClients = -32003
+    /// `source` names no source of this station; `data.sources` lists them.
+    public static let unknownSource = -32004
+    /// The station has several sources and the request named none; `data.sources` lists them.
+    public static let ambiguousSource = -32005
 }
 
 /// The `error` member of a response.
@@ -68,10 +72,13 @@ public struct RPCError: Error, Codable, Sendable, Equatable, CustomStringConvert
         public var code: String
         /// For `permissionDenied`: the permission that was missing (`control`).
         public var permission: String?
+        /// For `unknownSource` and `ambiguousSource`: the station's sources, by name.
+        public var sources: [String]?
 
-        public init(code: String, permission: String? = nil) {
+        public init(code: String, permission: String? = nil, sources: [String]? = nil) {
             self.code = code
             self.permission = permission
+            self.sources = sources
         }
     }
 
@@ -102,6 +109,14 @@ public struct RPCError: Error, Codable, Sendable, Equatable, CustomStringConvert
     }
     public static func notFound(_ message: String) -> RPCError {
         RPCError(code: RPCErrorCode.notFound, message: message, data: Details(code: "notFound"))
+    }
+    public static func unknownSource(_ name: String, sources: [String]) -> RPCError {
+        RPCError(code: RPCErrorCode.unknownSource, message: "no source named '\(name)' (this station has: \(sources.joined(separator: ", ")))",
+                 data: Details(code: "unknownSource", sources: sources))
+    }
+    public static func ambiguousSource(sources: [String]) -> RPCError {
+        RPCError(code: RPCErrorCode.ambiguousSource, message: "this station has several sources; name one with 'source': \(sources.joined(separator: ", "))",
+                 data: Details(code: "ambiguousSource", sources: sources))
     }
 }
 

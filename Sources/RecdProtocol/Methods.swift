@@ -30,8 +30,22 @@ public enum Method: String, Sendable, CaseIterable, Codable {
         }
     }
 
+    /// Whether the method acts on one of the station's sources, which its optional `source`
+    /// member names (doc/architecture.md, "A station and its sources"). The others are the
+    /// station's: `version`, `metrics`, `devices.list`, and what acts on a connection or a tap
+    /// by id (`unsubscribe`, `tap.update`).
+    public var takesSource: Bool {
+        switch self {
+        case .version, .metrics, .devicesList, .unsubscribe, .tapUpdate: false
+        case .status, .start, .pause, .resume, .stop, .cancel, .split, .listen, .unlisten, .subscribe, .recordingsList,
+             .recordingsInfo, .recordingsDelete, .recordingsRename, .tap: true
+        }
+    }
+
     /// The params members the method accepts; anything else is `invalidParams`.
-    public var parameterNames: Set<String> {
+    public var parameterNames: Set<String> { takesSource ? ownParameterNames.union(["source"]) : ownParameterNames }
+
+    private var ownParameterNames: Set<String> {
         switch self {
         case .start: StartParams.names
         case .listen: memberNames(of: ListenParams(preRoll: 0))

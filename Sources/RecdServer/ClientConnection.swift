@@ -12,6 +12,8 @@ import Synchronization
 
 /// Settings and collaborators every connection shares.
 struct ConnectionContext: Sendable {
+    let station: Station
+    /// The first source's: the one the topic hub follows today.
     let recorder: Recorder
     let version: String
     let hub: TopicHub
@@ -374,9 +376,10 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         }
         let handler = MethodTable.handler(for: request.method)
         logger.debug("request", metadata: ["request.method": "\(name)", "request.id": "\(request.id?.description ?? "-")"])
-        let requestContext = RequestContext(recorder: context.recorder, version: context.version, subscriptions: self, taps: self,
+        let requestContext = RequestContext(station: context.station, version: context.version, subscriptions: self, taps: self,
                                             metrics: context.metrics)
-        if let encoded = handler.encoded {
+        // The kept answer is for a request without params (a `source` is checked by `run`).
+        if let encoded = handler.encoded, request.params == nil || request.params == .object([:]) {
             guard !request.isNotification else { return .answered(nil) }
             if let json = encoded(requestContext, context.results) { return .answered(ResponseLine.success(id: request.id, result: json)) }
         }

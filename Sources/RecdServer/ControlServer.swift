@@ -65,7 +65,7 @@ public final class ControlServer: Sendable {
 
     /// - Parameter blocking: where methods that block run (shared with the rest of recd; its
     ///   owner shuts it down after the server).
-    public init(recorder: Recorder, version: String, policy: AccessPolicy, limits: ServerLimits,
+    public init(station: Station, version: String, policy: AccessPolicy, limits: ServerLimits,
                 group: EventLoopGroup, blocking: BlockingCalls, metrics: (any MetricsSource)? = nil,
                 lastClientLeft: @escaping @Sendable () -> Void = {}, logger: Logger) {
         self.group = group
@@ -75,7 +75,8 @@ public final class ControlServer: Sendable {
         // User and group look-ups apart, so that slow requests cannot hold up new connections.
         let lookups = NIOThreadPool(numberOfThreads: 1)
         lookups.start()
-        context = ConnectionContext(recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
+        let recorder = station.sources[0].recorder
+        context = ConnectionContext(station: station, recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
                                     policy: policy, metrics: metrics, outboundLimit: limits.outboundLimit, blocking: blocking, lookups: lookups,
                                     flushers: Dictionary(uniqueKeysWithValues: group.makeIterator().map {
                                         (ObjectIdentifier($0), LoopFlusher(eventLoop: $0))

@@ -155,7 +155,8 @@ struct Recd: AsyncParsableCommand {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: min(2, System.coreCount))
         let blocking = BlockingCalls()
         let metrics = RecorderMetrics(recorder: recorder, version: recdVersion)
-        let server = ControlServer(recorder: recorder, version: recdVersion, policy: policy,
+        let station = Station(recorder: recorder, name: configuration.declaredSources.first?.name ?? DaemonConfiguration.defaultSourceName)
+        let server = ControlServer(station: station, version: recdVersion, policy: policy,
                                    limits: ServerLimits(maxClients: configuration.maxClients,
                                                         outboundLimit: configuration.clientQueueBytes),
                                    group: group, blocking: blocking, metrics: metrics,

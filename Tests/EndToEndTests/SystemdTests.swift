@@ -231,6 +231,14 @@ struct SystemdTests {
         #expect(refused.status == 78 && refused.stderr.contains("--device: device: the configuration's [[source]] tables name their devices"),
                 "\(refused.stderr)")
         let daemon = try Daemon(device: nil, config: try String(contentsOfFile: config, encoding: .utf8))
+        // Over the socket, the source is "east": named or not, never "default".
+        let client = try daemon.connect()
+        #expect(try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"status","params":{"source":"east"}}"#)["result"] != nil)
+        let unknown = try client.exchange(#"{"jsonrpc":"2.0","id":2,"method":"start","params":{"source":"default"}}"#)
+        #expect(unknown.errorCode == -32004 && unknown.errorDataCode == "unknownSource", "\(unknown)")
+        #expect(((unknown["error"] as? [String: Any])?["data"] as? [String: Any])?["sources"] as? [String] == ["east"])
+        let station = try client.exchange(#"{"jsonrpc":"2.0","id":3,"method":"version","params":{"source":"east"}}"#)
+        #expect(station.errorCode == -32602, "version is the station's: \(station)")
         let recording: Recording = try daemon.connect().call(.start, StartParams(name: "east-take", duration: 0.5))
         #expect(recording.format == .flac)
         #expect(daemon.waitForStatus { $0.state.name == .finished } != nil, "\(daemon.log)")

@@ -3,7 +3,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import NIOPosix
-import RecdCommands
+@testable import RecdCommands
 @testable import RecdServer
 import RecdProtocol
 import RecorderCore
@@ -36,7 +36,8 @@ struct MethodTableTests {
             "bitDepth": .number(16), "quality": .string("high"), "bitRate": .number(64000), "duration": .number(1),
             "at": .string("2026-11-22T10:00:00Z"), "segmentLength": .number(3600), "alignToClock": .bool(true),
             "fileTemplate": .string("{name}/%Y%m%dT%H%M%SZ"), "preRoll": .number(2.5),
-            "trigger": .object(["aboveFloor": .number(15), "highPass": .number(300), "hang": .number(1.5), "keepShort": .bool(true)])]
+            "trigger": .object(["aboveFloor": .number(15), "highPass": .number(300), "hang": .number(1.5), "keepShort": .bool(true)]),
+            "source": .string("default")]
         #expect(Set(all.keys) == RecdProtocol.Method.start.parameterNames)
         let start = try decodeParams(StartParams.self, .object(all))
         #expect(start?.name == "x")
@@ -49,10 +50,10 @@ struct MethodTableTests {
         #expect(TriggerParams(aboveFloor: 10).settings(over: TriggerSettings(threshold: -30)).threshold == nil)
         #expect(start?.duration == 1)
         #expect(start?.preRoll == 2.5)
-        #expect(RecdProtocol.Method.listen.parameterNames == ["preRoll"])
+        #expect(RecdProtocol.Method.listen.parameterNames == ["preRoll", "source"])
         #expect(try decodeParams(ListenParams.self, .object(["preRoll": .number(3)]))?.preRoll == 3)
         #expect(throws: RPCError.self) { try decodeParams(StartParams.self, .object(["sampleRate": .string("fast")])) }
-        #expect(RecdProtocol.Method.tap.parameterNames == ["rate", "channels", "encoding", "preRoll", "client"])
+        #expect(RecdProtocol.Method.tap.parameterNames == ["rate", "channels", "encoding", "preRoll", "client", "chunk", "source"])
         let tap = try decodeParams(TapParams.self, .object(["rate": .number(16000), "encoding": .string("f32le")]))
         #expect(tap == TapParams(rate: 16000, encoding: .f32le))
         let labelled = try decodeParams(TapParams.self, .object(["client": .string("recd-rtsp /live l16")]))
@@ -108,7 +109,7 @@ struct MethodHandlerTests {
         let channel = EmbeddedChannel()
         let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
         let connectionContext = ConnectionContext(
-            recorder: recorder, version: "test", hub: TopicHub(recorder: recorder), policy: AccessPolicy(),
+            station: Station(recorder: recorder), recorder: recorder, version: "test", hub: TopicHub(recorder: recorder), policy: AccessPolicy(),
             outboundLimit: 1 << 20, blocking: BlockingCalls(threads: 1), lookups: NIOThreadPool.singleton, logger: Logger(label: "test"))
         let connection = ClientConnection(channel: asyncChannel, peer: PeerCredentials(pid: 1, uid: 0, gid: 0),
                                           context: connectionContext)
@@ -150,5 +151,52 @@ struct MethodHandlerTests {
         #expect(error(.recordingsInfo, .object(["name": .string("missing")]))?.code == RPCErrorCode.notFound)
         #expect(error(.recordingsInfo)?.code == RPCErrorCode.invalidParams, "params are required")
         #expect(error(.pause)?.data?.code == "invalidState")
+    }
+}
+
+/// A request's `source` (issue 53): read in one place for every way in; a station of one takes
+/// its name or none; several take a name, and say which there are otherwise.
+@Suite("sources in requests")
+struct SourceResolutionTests {
+    let directory = "/tmp/recd-sources-\(UInt32.random(in: 0...UInt32.max))"
+
+    func recorder(_ name: String) -> Recorder {
+        Recorder(configuration: RecorderConfiguration(device: "null", recordingsDirectory: directory + "/" + name))
+    }
+
+    func run(_ context: RequestContext, _ method: RecdProtocol.Method, _ params: JSONValue?) -> RPCError? {
+        if case .failure(let error) = Result(catching: { () throws(RPCError) in try MethodTable.handler(for: method).run(context, params) }) {
+            return error
+        }
+        return nil
+    }
+
+    @Test func aStationOfOneTakesItsNameOrNone() throws {
+        let context = RequestContext(station: Station(recorder: recorder("east"), name: "east"), version: "test", subscriptions: nil)
+        #expect(run(context, .status, nil) == nil)
+        #expect(run(context, .status, .object(["source": .string("east")])) == nil)
+        let unknown = try #require(run(context, .status, .object(["source": .string("default")])))
+        #expect(unknown.code == RPCErrorCode.unknownSource && unknown.data?.code == "unknownSource" && unknown.data?.sources == ["east"])
+        #expect(unknown.message == "no source named 'default' (this station has: east)")
+        #expect(run(context, .stop, .object(["source": .number(1)])) == .invalidParams("'source' must be a string"))
+        // The station's methods take none: the parser refuses the member before a handler runs.
+        #expect(!RecdProtocol.Method.version.parameterNames.contains("source"))
+        #expect(!RecdProtocol.Method.devicesList.parameterNames.contains("source"))
+        #expect(RecdProtocol.Method.allCases.filter(\.takesSource).allSatisfy { $0.parameterNames.contains("source") })
+    }
+
+    @Test func aStationOfSeveralNeedsTheNameAndActsOnThatSource() throws {
+        let east = recorder("east"), west = recorder("west")
+        let station = Station(sources: [.init(name: "east", recorder: east), .init(name: "west", recorder: west)])
+        let context = RequestContext(station: station, version: "test", subscriptions: nil)
+        let ambiguous = try #require(run(context, .pause, nil))
+        #expect(ambiguous.code == RPCErrorCode.ambiguousSource && ambiguous.data?.sources == ["east", "west"])
+        #expect(run(context, .status, nil)?.code == RPCErrorCode.ambiguousSource, "no kept answer stands in for a choice")
+        let named = try context.resolvingSource(.object(["source": .string("west")]))
+        #expect(named.source == "west" && named.recorder === west)
+        #expect(try context.resolvingSource(.object(["source": .string("east"), "name": .string("x")])).recorder === east)
+        // Each source's own state answers: west's pause is refused by west (nothing records).
+        #expect(run(context, .pause, .object(["source": .string("west")]))?.data?.code == "invalidState")
+        #expect(run(context, .version, nil) == nil)
     }
 }
