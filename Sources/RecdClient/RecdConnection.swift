@@ -38,6 +38,9 @@ public final class RecdConnection {
     /// What read(2) fills, kept from one read to the next.
     private var chunk = [UInt8](repeating: 0, count: 65536)
     private var nextID: Int64 = 1
+    /// The source every request that acts on one names (`source`: recctl's `--source`); nil:
+    /// the station's only source.
+    public var source: String?
     private var notifications: [ChangedNotification.Params] = []
     private let encoder = WireCoding.encoder()
     private let decoder = WireCoding.decoder()
@@ -83,7 +86,13 @@ public final class RecdConnection {
         let id = RPCID.number(nextID)
         nextID += 1
         let data: Data
-        do { data = try encoder.encode(Request(id: id, method: method, params: params)) } catch {
+        do {
+            if let source, method.takesSource {
+                data = try encoder.encode(Request(id: id, method: method, params: SourcedParams(params: params, source: source)))
+            } else {
+                data = try encoder.encode(Request(id: id, method: method, params: params))
+            }
+        } catch {
             throw .malformed("cannot encode request: \(error)")
         }
         try send(line: data)
@@ -265,4 +274,23 @@ private struct ResultBox<Value: Decodable>: Codable, @unchecked Sendable {
     var value: Value
     init(from decoder: Decoder) throws { value = try Value(from: decoder) }
     func encode(to encoder: Encoder) throws {}
+}
+
+/// A request's params with `source` beside its own members (one object on the wire).
+private struct SourcedParams<Params: Encodable & Sendable>: Encodable, Sendable {
+    let params: Params?
+    let source: String
+
+    private struct Key: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        try params?.encode(to: encoder)
+        var container = encoder.container(keyedBy: Key.self)
+        try container.encode(source, forKey: Key(stringValue: "source"))
+    }
 }

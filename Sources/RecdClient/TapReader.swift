@@ -11,9 +11,10 @@ public final class TapReader {
     public let result: TapResult
     private var headerBytes: [UInt8]
 
-    /// Connects and asks for the tap; chunks follow.
-    public init(path: String = RecdConnection.defaultSocketPath(), params: TapParams) throws(ClientError) {
+    /// Connects and asks for the tap (of `source`; nil: the station's only one); chunks follow.
+    public init(path: String = RecdConnection.defaultSocketPath(), params: TapParams, source: String? = nil) throws(ClientError) {
         connection = try RecdConnection(path: path)
+        connection.source = source
         result = try connection.call(.tap, params, timeout: 60)
         headerBytes = [UInt8](repeating: 0, count: max(result.headerBytes, TapChunkHeader.size))
     }

@@ -65,6 +65,8 @@ extension DaemonConfiguration {
         } else if path != nil {
             throw ConfigurationError(file: file, line: nil, key: nil, message: "no such file")
         }
+        // What recd runs, recd-web shows and recd-rtsp announces: the one source's settings.
+        try configuration.adoptTheOnlySource()
         return configuration
     }
 }

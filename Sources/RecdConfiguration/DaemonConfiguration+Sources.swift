@@ -71,7 +71,7 @@ extension DaemonConfiguration {
             source.deviceLine = nil
             do throws(ConfigurationError) {
                 try source.applySourceKeys(reader)
-                try reader.rejectUnknownKeys(arrays: [], stationTables: Self.stationTables)
+                try reader.rejectUnknownKeys(arrays: [], stationTables: Self.stationTables, stationKeys: ["recordings_dir", "socket", "log_level"])
             } catch {
                 var error = error
                 error.key = "source \"\(name)\"" + (error.key.map { ": " + $0 } ?? "")

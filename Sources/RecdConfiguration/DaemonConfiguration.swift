@@ -323,13 +323,17 @@ extension DaemonConfiguration {
     }
 
     /// `[schedule]`: windows in which recd records (or, with `mode = "trigger"`, is armed).
+    /// A `[[source]]` starts from what the station's tables said: its own keys replace theirs
+    /// one by one (a source without `[source.schedule]` follows the station's windows).
     mutating func applySchedule(_ reader: KeyReader) throws(ConfigurationError) {
-        var windows: [RecordingWindow] = []
-        var schedule = Schedule(windows: [])
-        var mode = "record", outside = ScheduledRecording.Outside.close
-        var name: String?
-        var waitForClock = 0.0
+        let inherited = self.schedule
+        var windows: [RecordingWindow] = inherited?.schedule.windows ?? []
+        var schedule = Schedule(windows: [], latitude: latitude, longitude: longitude)
+        var mode = inherited?.trigger != nil ? "trigger" : "record", outside = inherited?.outside ?? .close
+        var name = inherited?.name
+        var waitForClock = inherited?.waitForClock ?? 0
         try reader.read("schedule.windows") { (value: [String]) throws(ConfigurationError) in
+            windows = []
             for (index, text) in value.enumerated() {
                 do throws(RecorderError) { windows.append(try RecordingWindow(parsing: text)) } catch {
                     throw reader.invalid("schedule.windows", "window \(index + 1): " + error.message)

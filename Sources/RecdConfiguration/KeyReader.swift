@@ -117,11 +117,12 @@ final class KeyReader {
 
     /// `arrays`: the arrays of tables that may appear (`[[source]]`). `stationTables`: tables
     /// that are known, but not here (a `[[source]]`'s `[source.mqtt]`), said as such.
-    func rejectUnknownKeys(arrays: Set<String>, stationTables: Set<String> = []) throws(ConfigurationError) {
+    func rejectUnknownKeys(arrays: Set<String>, stationTables: Set<String> = [], stationKeys: Set<String> = []) throws(ConfigurationError) {
         let sections = Set(used.compactMap { $0.contains(".") ? String($0.split(separator: ".")[0]) : nil })
         for key in document.root.keys.sorted() where !used.contains(key) {
             throw ConfigurationError(file: file, line: line(of: key), key: key,
-                                     message: sections.contains(key) ? "must be a table ([\(key)])" : "unknown key")
+                                     message: sections.contains(key) ? "must be a table ([\(key)])"
+                                        : stationKeys.contains(key) ? "is the station's, not a source's: set it at the top level" : "unknown key")
         }
         for name in document.arrays.keys.sorted() where !arrays.contains(name) {
             throw ConfigurationError(file: file, line: document.arrays[name]?.first?.line, key: name, message: "unknown array of tables")

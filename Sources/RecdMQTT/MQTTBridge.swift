@@ -69,8 +69,13 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         }
     }
 
-    public init(recorder: Recorder, configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil, version: String,
-                blocking: BlockingCalls, logger: Logger) throws(MosquittoError) {
+    /// The station the commands act on (its one source, today).
+    private let station: Station
+
+    /// `sourceName`: the recorder's name in the station (what a command's `source` names).
+    public init(recorder: Recorder, sourceName: String = "default", configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil,
+                version: String, blocking: BlockingCalls, logger: Logger) throws(MosquittoError) {
+        self.station = Station(recorder: recorder, name: sourceName)
         self.blocking = blocking
         self.commands = blocking.serialLane()
         self.recorder = recorder
@@ -376,7 +381,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                                                 "params": .object(params)])
                 if case .invalid(let error, _, _) = RequestParser.item(request) { throw error }
             }
-            let context = RequestContext(recorder: recorder, version: version, subscriptions: nil)
+            let context = RequestContext(station: station, version: version, subscriptions: nil)
             let result = try MethodTable.perform(method, params: params.map(JSONValue.object), permissions: permissions,
                                                  context: context)
             reply.recording = switch result {

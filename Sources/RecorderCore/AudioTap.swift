@@ -41,9 +41,13 @@ final class TapSubscriber: @unchecked Sendable {
         /// When the frame after the last one sent was captured (NaN before the first): a gap's
         /// length, when nothing else says it (the device was away).
         var nextCaptureTime = Double.nan
-        /// Chunks being joined into one of `minimumFrames` (the first one's header, the frames
-        /// and payload so far); sent when it has them, or before a chunk that follows a loss.
-        var joined: (header: TapChunkHeader, payload: [UInt8])?
+        /// Chunks being joined into one of `minimumFrames` (the first one's header with the
+        /// frames so far); sent when it has them, or before a chunk that follows a loss.
+        var joined: TapChunkHeader?
+        /// Their audio: one buffer for the subscriber's life, emptied and refilled.
+        var joinedPayload: [UInt8] = []
+        /// What was lost before the joined chunk (its header says it, clamped to 32 bits).
+        var joinedLost: UInt64 = 0
     }
     private let lock = NIOLock()
     private var stream = Stream()
@@ -88,70 +92,66 @@ final class TapSubscriber: @unchecked Sendable {
             // A joined chunk holds contiguous audio of one kind: what follows a loss, or is not
             // pre-roll when it was, begins a chunk of its own.
             if let joined = stream.joined,
-               stream.pendingLost > 0 || stream.pendingFlags != 0 || joined.header.flags & TapChunkHeader.preRollFlag != flags & TapChunkHeader.preRollFlag {
-                stream.joined = nil
-                send(joined.header, joined.payload)
+               stream.pendingLost > 0 || stream.pendingFlags != 0 || joined.flags & TapChunkHeader.preRollFlag != flags & TapChunkHeader.preRollFlag {
+                sendJoined()
             }
+            // What was lost before this chunk goes into its header (or the joined chunk's),
+            // and from the pending count: a send that fails puts it back, with the chunk.
+            let lostBefore = stream.pendingLost
             let header = TapChunkHeader(position: stream.position, captureTime: captureTime, frames: UInt32(frames),
-                                        lostFrames: UInt32(clamping: stream.pendingLost),
+                                        lostFrames: UInt32(clamping: lostBefore),
                                         flags: stream.pendingFlags | (flags & TapChunkHeader.preRollFlag),
                                         payloadBytes: UInt32(payload.count))
+            stream.pendingLost = 0
+            stream.pendingFlags = 0
             stream.position += UInt64(frames)
             stream.nextCaptureTime = captureTime + Double(frames) / Double(rate)
-            guard stream.joined != nil || frames < minimumFrames else {
-                if sink.deliver(header: header, payload: payload) {
-                    stream.pendingLost = 0
-                    stream.pendingFlags = 0
-                    framesSent.add(Int64(frames), ordering: .relaxed)
-                } else {
-                    dropped(frames)
-                }
+            if var joined = stream.joined {
+                // Nothing was lost since it began (that would have sent it above).
+                joined.frames += UInt32(frames)
+                stream.joined = joined
+            } else if frames < minimumFrames {
+                stream.joined = header
+                stream.joinedLost = lostBefore
+            } else {
+                send(header, lostBefore: lostBefore, payload)
                 return
             }
-            if stream.joined == nil {
-                // What was lost before it is in its header now.
-                stream.joined = (header, [])
-                stream.joined!.payload.reserveCapacity(minimumFrames * payload.count / frames + payload.count)
-                stream.pendingLost = 0
-                stream.pendingFlags = 0
-            } else {
-                stream.joined!.header.frames += UInt32(frames)
-            }
-            stream.joined!.payload.append(contentsOf: payload)
-            if Int(stream.joined!.header.frames) >= minimumFrames, let joined = stream.joined {
-                stream.joined = nil
-                send(joined.header, joined.payload)
-            }
+            stream.joinedPayload.append(contentsOf: payload)
+            if Int(stream.joined!.frames) >= minimumFrames { sendJoined() }
         }
     }
 
-    /// Sends a joined chunk (under `lock`); what the client could not take is lost before the next.
-    private func send(_ header: TapChunkHeader, _ payload: [UInt8]) {
+    /// Sends one chunk (under `lock`). What the client could not take is lost before the next,
+    /// with what was lost before this one (`lostBefore`, which its header carried).
+    private func send(_ header: TapChunkHeader, lostBefore: UInt64, _ payload: UnsafeRawBufferPointer) {
         var header = header
         header.payloadBytes = UInt32(payload.count)
-        if payload.withUnsafeBytes({ sink.deliver(header: header, payload: $0) }) {
+        if sink.deliver(header: header, payload: payload) {
             framesSent.add(Int64(header.frames), ordering: .relaxed)
         } else {
-            stream.pendingLost += UInt64(header.lostFrames)
-            stream.pendingFlags |= header.flags & TapChunkHeader.gapFlag
-            dropped(Int(header.frames))
+            stream.pendingLost += lostBefore + UInt64(header.frames)
+            stream.pendingFlags |= TapChunkHeader.gapFlag
+            chunksDropped.add(1, ordering: .relaxed)
+            framesDropped.add(Int64(header.frames), ordering: .relaxed)
         }
     }
 
-    private func dropped(_ frames: Int) {
-        stream.pendingLost += UInt64(frames)
-        stream.pendingFlags |= TapChunkHeader.gapFlag
-        chunksDropped.add(1, ordering: .relaxed)
-        framesDropped.add(Int64(frames), ordering: .relaxed)
+    /// Sends the chunk being joined (under `lock`), and empties the buffer for the next.
+    private func sendJoined() {
+        guard let header = stream.joined else { return }
+        stream.joined = nil
+        // Taken out while it is sent (`send` changes `stream`), and put back emptied.
+        var payload: [UInt8] = []
+        swap(&payload, &stream.joinedPayload)
+        payload.withUnsafeBytes { send(header, lostBefore: stream.joinedLost, $0) }
+        payload.removeAll(keepingCapacity: true)
+        stream.joinedPayload = payload
     }
 
     /// The tap ends: a chunk still being joined goes out as it is.
     func flush() {
-        lock.withLock {
-            guard let joined = stream.joined else { return }
-            stream.joined = nil
-            send(joined.header, joined.payload)
-        }
+        lock.withLock { sendJoined() }
     }
 
     /// Frames the client lost (soxr failed on a chunk).
@@ -263,9 +263,12 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
         }
     }
 
+    /// A period short of the chunk: a read that brings a little less than it (a period that
+    /// does not divide it, soxr's output a frame short) would otherwise wait for the next one.
     private func updatePatience(_ list: [TapSubscriber]) {
         let frames = list.map(\.minimumFrames).min() ?? 0
-        patience.store(frames * 1_000_000_000 / Swift.max(1, format.sampleRate), ordering: .relaxed)
+        let seconds = Double(frames) / Double(Swift.max(1, format.sampleRate)) - Double(device.periodFrames) / Double(Swift.max(1, device.sampleRate))
+        patience.store(frames > 0 && seconds > 0 ? Int(seconds * 1e9) : 0, ordering: .relaxed)
     }
 
     var currentSubscribers: [TapSubscriber] { subscribers.withLockedValue { $0 } }
@@ -274,8 +277,9 @@ final class AudioTap: CaptureConsumer, @unchecked Sendable {
     func close(error: RecorderError? = nil, quietly: Bool = false) {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let list = subscribers.withLockedValue { list in defer { list = [] }; return list }
-        // A chunk being joined goes out now, not after the device comes back.
-        for subscriber in list { subscriber.flush() }
+        // A chunk being joined goes out now, not after the device comes back: on the worker,
+        // after the chunks it was given (a `hand` under way cannot begin another after it).
+        worker.perform { for subscriber in list { subscriber.flush() } }
         if !quietly { for subscriber in list { subscriber.sink.tapEnded(error) } }
         worker.stop()
     }

@@ -121,6 +121,7 @@ public struct TOMLDocument: Sendable, Equatable {
         do {
             try arrays[array]![arrays[array]!.count - 1].element.addTable(table, line: line)
         } catch {
+            guard error.message.hasPrefix("table [") else { throw error }
             throw TOMLError(line: error.line, message: "[\(array).\(table)] appears twice in one [[\(array)]]")
         }
     }

@@ -64,8 +64,9 @@ struct Recctl: ParsableCommand {
         // --generate-completion-script zsh) is ArgumentParser's to read.
         while index < arguments.count, arguments[index].hasPrefix("-") {
             let option = arguments[index]
-            guard option == "--json" || option == "--socket" || option.hasPrefix("--socket=") else { return nil }
-            index += option == "--socket" ? 2 : 1
+            guard option == "--json" || option == "--socket" || option.hasPrefix("--socket=")
+                    || option == "--source" || option.hasPrefix("--source=") else { return nil }
+            index += option == "--socket" || option == "--source" ? 2 : 1
         }
         guard index < arguments.count else { return nil }
         let typed = arguments[index]
@@ -100,12 +101,18 @@ struct ConnectionOptions: ParsableArguments {
     @Flag(help: "Print JSON instead of text, one object per line.")
     var json = false
 
+    @Option(help: ArgumentHelp("The source to act on (a [[source]] name in recd.toml; default: the station's only one).",
+                               valueName: "name"))
+    var source: String?
+
     var socketPath: String { socket ?? RecdConnection.defaultSocketPath() }
 
     /// Connects, or exits with a hint on how to start recd.
     func connect() throws -> RecdConnection {
         do {
-            return try RecdConnection(path: socketPath)
+            let connection = try RecdConnection(path: socketPath)
+            connection.source = source
+            return connection
         } catch {
             Output.error("\(error)")
             Output.hint("is recd running? Start it with `systemctl --user start recd` (user instance) or "
@@ -466,6 +473,7 @@ struct Listen: ParsableCommand {
         // Ctrl-C: end listening if this command began it, then exit.
         let began = before.listening == nil
         let socket = options.socketPath
+        let source = options.source
         signal(SIGINT, SIG_IGN)
         let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
         let view = LiveView(format: options.json ? .json : (Output.isTerminal ? .terminal : .json))
@@ -473,6 +481,7 @@ struct Listen: ParsableCommand {
         interrupt.setEventHandler {
             view.finish()
             if began, let control = try? RecdConnection(path: socket) {
+                control.source = source
                 _ = try? control.call(.unlisten, as: ListenResult.self)
             }
             Glibc.exit(0)

@@ -37,7 +37,7 @@ extension Recd {
         }
         guard let bridgeConfiguration else { return ([], hookToken) }
         do {
-            let bridge = try MQTTBridge(recorder: recorder, configuration: bridgeConfiguration, hooks: hooks,
+            let bridge = try MQTTBridge(recorder: recorder, sourceName: configuration.sources[0].name, configuration: bridgeConfiguration, hooks: hooks,
                                         version: recdVersion, blocking: blocking, logger: Logger(label: "recd.mqtt"))
             return ([.init(service: bridge)], hookToken)
         } catch {

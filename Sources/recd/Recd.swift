@@ -94,7 +94,6 @@ struct Recd: AsyncParsableCommand {
                 throw ConfigurationError(file: "--device", line: nil, key: "device", message: "\(error)")
             }
         }
-        try configuration.adoptTheOnlySource()
         try configuration.checkDevice()
         return configuration
     }
@@ -174,6 +173,9 @@ struct Recd: AsyncParsableCommand {
                     // The directory lock and crash recovery belong to the directory recd started with.
                     logger.warning("the recordings directory changes only on restart")
                     reloaded.recordingsDirectory = configuration.recordingsDirectory
+                }
+                if reloaded.sources.map(\.name) != configuration.sources.map(\.name) {
+                    logger.warning("sources' names change only on restart")
                 }
                 if reloaded.mqtt != configuration.mqtt || reloaded.hooks != configuration.hooks {
                     logger.warning("[mqtt] and [hooks] settings change only on restart")

@@ -239,6 +239,12 @@ struct SystemdTests {
         #expect(((unknown["error"] as? [String: Any])?["data"] as? [String: Any])?["sources"] as? [String] == ["east"])
         let station = try client.exchange(#"{"jsonrpc":"2.0","id":3,"method":"version","params":{"source":"east"}}"#)
         #expect(station.errorCode == -32602, "version is the station's: \(station)")
+        // recctl names it with --source (every command that acts on a source sends it).
+        let environment = ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"]
+        let named = try run(Binaries.recctl, ["status", "--source", "east"], environment: environment, timeout: 30)
+        #expect(named.status == 0, "\(named.stderr)")
+        let wrong = try run(Binaries.recctl, ["stop", "--source", "west"], environment: environment, timeout: 30)
+        #expect(wrong.status == 1 && wrong.stderr.contains("no source named 'west' (this station has: east)"), "\(wrong.stderr)")
         let recording: Recording = try daemon.connect().call(.start, StartParams(name: "east-take", duration: 0.5))
         #expect(recording.format == .flac)
         #expect(daemon.waitForStatus { $0.state.name == .finished } != nil, "\(daemon.log)")

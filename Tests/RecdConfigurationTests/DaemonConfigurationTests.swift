@@ -229,6 +229,78 @@ struct SourceConfigurationTests {
         #expect(DaemonConfiguration.sourceNameRefusal(name) != nil)
     }
 
+    /// Every key a source may set, set in a source, is what the same keys at the top level
+    /// make: nothing `applySourceKeys` reads is left behind by `adoptSourceKeys`.
+    @Test func aSourcesOwnKeysAreTheTopLevelsKeysWhenAdopted() throws {
+        let tables = """
+            [recording]
+            format = "flac"
+            sample_rate = 44100
+            channels = 1
+            bit_depth = 24
+            quality = "low"
+            [capture]
+            period_time = 0.02
+            buffer_time = 0.4
+            write_buffer = "30s"
+            sync_interval = 5
+            sample_rate = 44100
+            channels = 1
+            stop_timeout = 2
+            wait_for_device = false
+            retry_interval_max = 3
+            silence_warning = "5m"
+            [segments]
+            length = "10m"
+            align_to_clock = true
+            template = "{name}/%Y%m%d"
+            local_time = true
+            [autostart]
+            enabled = true
+            name = "birds"
+            [listen]
+            enabled = true
+            pre_roll = 9
+            [trigger]
+            enabled = true
+            above_floor = 9
+            hang = 3
+            [schedule]
+            windows = ["05:00..09:00"]
+            latitude = 52.5
+            longitude = 13.4
+            mode = "trigger"
+            outside = "listen"
+            name = "dawn"
+            wait_for_clock = 60
+
+            """
+        var top = try read("device = \"hw:5\"\n" + tables)
+        var source = try read("[[source]]\nname = \"east\"\ndevice = \"hw:5\"\n"
+                              + ("\n" + tables).replacing("\n[", with: "\n[source."))
+        try top.adoptTheOnlySource()
+        try source.adoptTheOnlySource()
+        top.deviceLine = nil
+        top.deviceFile = nil
+        source.deviceLine = nil
+        source.deviceFile = nil
+        source.declaredSources = []
+        #expect(source == top)
+        #expect(top.schedule?.trigger?.aboveFloor == 9 && top.autostartName == "birds" && top.writeBuffer == 30)
+    }
+
+    /// A source without `[source.schedule]` follows the station's schedule; with one, its keys
+    /// replace the station's one by one.
+    @Test func aSourceInheritsTheStationsScheduleKeyByKey() throws {
+        let station = "[schedule]\nwindows = [\"05:00..09:00\"]\nname = \"dawn\"\n"
+        var plain = try read(station + "[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n")
+        try plain.adoptTheOnlySource()
+        #expect(plain.schedule?.schedule.windows.count == 1 && plain.schedule?.name == "dawn")
+        var own = try read(station + "[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[source.schedule]\nwindows = [\"18:00..20:00\", \"21:00..22:00\"]\n")
+        try own.adoptTheOnlySource()
+        #expect(own.schedule?.schedule.windows.count == 2 && own.schedule?.name == "dawn")
+    }
+
     @Test func oneSourceTableIsRunAsTheStationsOnlySourceAndSeveralAreNotYet() throws {
         var one = try read("[recording]\nformat = \"flac\"\n[[source]]\nname = \"east\"\ndevice = \"hw:7\"\n[source.listen]\nenabled = true\n")
         try one.adoptTheOnlySource()

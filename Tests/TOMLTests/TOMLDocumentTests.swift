@@ -94,6 +94,7 @@ struct TOMLDocumentTests {
                 == TOMLError(line: 3, message: "[source.recording] appears twice in one [[source]]"))
         #expect(failure("[[source]]\n[source.recording]\na = 1\na = 2\n") == TOMLError(line: 4, message: "'source.recording.a' is set twice"))
         #expect(failure("[[source]\n")?.message == "an array of tables' header ends with ]]")
+        #expect(failure("[[source]]\nrecording = 1\n[source.recording]\n") == TOMLError(line: 3, message: "'recording' is already set as a key"))
         // Two elements may each have a table of one name.
         #expect(failure("[[source]]\n[source.recording]\n[[source]]\n[source.recording]\n") == nil)
     }
