@@ -98,7 +98,7 @@ extension DaemonConfiguration {
     public func recorderConfiguration(for source: SourceConfiguration) -> RecorderConfiguration {
         var configuration = self
         configuration.adoptSourceKeys(from: source.configuration)
-        return configuration.recorderConfiguration
+        return configuration.recorderConfiguration.named(source.name)
     }
 
     /// Takes what a source has of its own from `source` (the list `applySourceKeys` reads).
@@ -125,5 +125,14 @@ extension DaemonConfiguration {
                                      message: "this recd records one source; \(declaredSources.count) [[source]] tables need a later version")
         }
         adoptSourceKeys(from: first.configuration)
+    }
+}
+
+extension RecorderConfiguration {
+    /// This configuration for the source `name`.
+    func named(_ name: String) -> RecorderConfiguration {
+        var configuration = self
+        configuration.sourceName = name
+        return configuration
     }
 }

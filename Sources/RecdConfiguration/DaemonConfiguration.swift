@@ -124,6 +124,7 @@ public struct DaemonConfiguration: Equatable, Sendable {
                               segments: segments, waitForDevice: waitForDevice, maximumRetryInterval: retryIntervalMax,
                               silenceWarningAfter: silenceWarningAfter, storage: storage, retention: retention,
                               preRoll: preRoll, trigger: trigger, systemRoots: systemRoots)
+            .named(declaredSources.first?.name ?? Self.defaultSourceName)
     }
 
     /// The device against the cards present: a name that matches several (two identical

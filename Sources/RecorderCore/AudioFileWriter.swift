@@ -72,7 +72,8 @@ extension FileOrigin {
     /// The free-text line the formats with a comment field carry; it ends with the start.
     /// A start the clock did not vouch for says so before it (`StartClock.commentMark`).
     var comment: String {
-        "recorded by \(software) from \(device); " + (clock.commentMark.map { $0 + "; " } ?? "") + Self.startMarker + startText
+        "recorded by \(software) from \(device)" + (source.map { " (source \($0))" } ?? "") + "; "
+            + (clock.commentMark.map { $0 + "; " } ?? "") + Self.startMarker + startText
     }
 
     static let startMarker = "first frame at "

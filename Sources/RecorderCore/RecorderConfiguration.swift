@@ -59,6 +59,9 @@ public struct RecorderConfiguration: Sendable, Equatable {
     public var preRoll: Double
     /// What a triggered `start` detects with, unless it says otherwise (`[trigger]`).
     public var trigger: TriggerSettings
+    /// The station's name for this recorder's source (recd.toml's `[[source]]`, or `default`):
+    /// every file's metadata names it beside the start. Nil: none is named.
+    public var sourceName: String? = nil
 
     public init(device: String = "default", recordingsDirectory: String,
                 defaultSettings: RecordingSettings = RecordingSettings(),

@@ -171,7 +171,7 @@ extension RecorderController {
             directory: plan.configuration.recordingsDirectory, template: plan.segments.effectiveTemplate,
             localTime: plan.segments.localTime, name: name, recordingId: id,
             fileExtension: settings.format.fileExtension, settings: settings, sampleRate: fileRate,
-            channels: fileChannels)
+            channels: fileChannels, source: plan.configuration.sourceName)
     }
 
     func makeSession(engine: CaptureEngine, writer: (any AudioFileWriter)?,

@@ -625,7 +625,8 @@ final class RecordingConsumer: CaptureConsumer, @unchecked Sendable {
 
     /// What a file whose first frame was captured at `time` says about its origin.
     func origin(startedAt time: Date, clock: StartClock) -> FileOrigin {
-        FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: deviceName, clock: clock)
+        FileOrigin(startedAt: time, recordingName: files.name, recordingId: files.recordingId, device: deviceName, clock: clock,
+                   source: files.source)
     }
 
     /// Writes into a file beginning at `time` where it comes from, marked if the system clock is

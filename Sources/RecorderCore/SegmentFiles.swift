@@ -75,6 +75,8 @@ struct SegmentFileFactory: Sendable {
     let settings: RecordingSettings
     let sampleRate: Int
     let channels: Int
+    /// The station's source the files are of (their metadata names it).
+    var source: String? = nil
 
     /// The final path a segment starting at `date` would get (unique now).
     func path(index: Int, startedAt date: Date) throws(RecorderError) -> String {

@@ -17,15 +17,19 @@ public struct FileOrigin: Sendable, Equatable {
     public var software: String
     /// What the start time is worth: the clock's state when the file began, or its correction.
     public var clock: StartClock
+    /// The station's source the audio came from (recd.toml's `[[source]]` name, or `default`);
+    /// nil where no station names it.
+    public var source: String?
 
     public init(startedAt: Date, recordingName: String, recordingId: String, device: String,
-                software: String = "recd " + RecdVersion.current, clock: StartClock = .synchronized) {
+                software: String = "recd " + RecdVersion.current, clock: StartClock = .synchronized, source: String? = nil) {
         self.startedAt = startedAt
         self.recordingName = recordingName
         self.recordingId = recordingId
         self.device = device
         self.software = software
         self.clock = clock
+        self.source = source
     }
 
     /// The start in RFC 3339, UTC, to the millisecond: `2026-11-22T14:00:00.123Z`.

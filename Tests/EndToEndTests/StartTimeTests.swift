@@ -116,12 +116,31 @@ struct StartTimeTests {
             let start = try #require(UTCTimestamp.date(date), "\(date)")
             #expect(date.count == "2026-11-22T14:00:00.123Z".count && date.hasSuffix("Z"), "RFC 3339 to the millisecond: \(date)")
             #expect(reader.string(.title) == name)
-            #expect(reader.string(.comment)?.contains("from \(daemon.device)") == true, "\(reader.string(.comment) ?? "none")")
+            #expect(reader.string(.comment)?.contains("from \(daemon.device) (source default); ") == true, "\(reader.string(.comment) ?? "none")")
             #expect(reader.string(.software)?.hasPrefix("recd \(RecdVersion.current)") == true)
             // The wire carries milliseconds, as the comment does.
             #expect(abs((file.startedAt ?? .distantPast).timeIntervalSince(start)) < wireRounding,
                     "\(format.rawValue): recordings.info reads the file's own start")
             #expect(abs(start.timeIntervalSinceNow) < 60, "a time near now: \(date)")
+        }
+    }
+
+    /// Every format names the station's source beside the start (issue 53), as ffprobe reads it:
+    /// a `[[source]]` named "east" here.
+    @Test func everyFormatNamesItsSourceBesideItsStart() throws {
+        let input = writeCounterInput(inputs, seconds: 6)
+        let device = TestDevices.file(input.path)
+        let daemon = try Daemon(device: nil, config: "[[source]]\nname = \"east\"\ndevice = \"\(device)\"\n")
+        for format in AudioFileFormat.allCases {
+            let name = "source-\(format.rawValue)"
+            _ = try record(daemon, StartParams(name: name, format: format, sampleRate: 48000, channels: 2, duration: 0.3))
+            let file = try info(daemon, name)
+            let probe = try run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format_tags:stream_tags", "-of", "json", file.path])
+            let object = try JSONSerialization.jsonObject(with: Data(probe.stdout.utf8)) as? [String: Any]
+            let tags = [(object?["format"] as? [String: Any])?["tags"]] + ((object?["streams"] as? [[String: Any]]) ?? []).map { $0["tags"] }
+            let values = tags.compactMap { $0 as? [String: String] }.flatMap(\.values)
+            let named = values.first { $0.contains("recorded by recd \(RecdVersion.current) from \(device) (source east); ") }
+            #expect(named?.contains("first frame at ") == true, "\(format.rawValue): \(probe.stdout)")
         }
     }
 
