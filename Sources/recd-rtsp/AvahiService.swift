@@ -24,6 +24,8 @@ enum AvahiService {
             "auth=\(rtsp.access == .token ? "digest" : "none")",
             "transport=tcp",
             "paths=\(path)/l16,\(path)/opus",
+            // Each source's path is /NAME (and /NAME/l16, /NAME/opus).
+            "sources=\(configuration.sources.map(\.name).joined(separator: ","))",
         ]
         if let rate { txt.append("rate=\(rate)") }
         if let channels { txt.append("channels=\(channels)") }

@@ -34,7 +34,9 @@ final class LiveStream: @unchecked Sendable {
     }
 
     let format: Format
-    /// What the tap says it is, for `recctl status`: "recd-rtsp /live l16".
+    /// The station's source it plays (the tap's `source`).
+    let source: String
+    /// What the tap says it is, for `recctl status`: "recd-rtsp /default l16".
     let label: String
     let socketPath: String
     let linger: Double
@@ -66,8 +68,9 @@ final class LiveStream: @unchecked Sendable {
     private let reports = DispatchQueue(label: "recd-rtsp.listeners")
     private var reported: (tap: Int, listeners: Int)?
 
-    init(format: Format, label: String, socketPath: String, linger: Double, logger: Logger) {
+    init(format: Format, source: String, label: String, socketPath: String, linger: Double, logger: Logger) {
         self.format = format
+        self.source = source
         self.label = label
         self.socketPath = socketPath
         self.linger = linger
@@ -120,7 +123,8 @@ final class LiveStream: @unchecked Sendable {
             let reader: TapReader
             do {
                 reader = try TapReader(path: socketPath, params: TapParams(rate: format.rate, channels: format.channels, encoding: .s16le,
-                                                                           client: label, chunk: Self.tapChunkSeconds))
+                                                                           client: label, chunk: Self.tapChunkSeconds),
+                                     source: source)
             } catch {
                 logger.error("cannot open a tap on recd", metadata: ["error": "\(error)", "socket": "\(socketPath)"])
                 state.withLockedValue { $0.opening = false }

@@ -9,36 +9,48 @@ import RecdConfiguration
 import RecdProtocol
 import RecorderModel
 
-/// What every connection shares: the settings, the stream, who may play, how many do.
+/// A stream: a source of the station in a codec.
+struct StreamKey: Hashable, Sendable {
+    var source: String
+    var codec: RTSPSettings.Codec
+}
+
+/// What every connection shares: the settings, the streams, who may play, how many do.
 final class RTSPService: @unchecked Sendable {
     let settings: RTSPSettings
+    /// The station's sources by name (recd.toml's `[[source]]`, or `default`): each has its
+    /// path, `/NAME`; `[rtsp] path` (`/live`) is the only source's.
+    let sources: [String]
     let socketPath: String
     /// The listen tokens (empty: open access).
     let tokens: [String]
     let logger: Logger
-    /// One stream per codec, made when first asked for (one encoding for all its clients).
-    private let streams = NIOLockedValueBox<[RTSPSettings.Codec: LiveStream]>([:])
+    /// One stream per source and codec, made when first asked for (one encoding for all its clients).
+    private let streams = NIOLockedValueBox<[StreamKey: LiveStream]>([:])
     let playing = NIOLockedValueBox(0)
     /// Answers the blocking calls to recd (status) off the event loops.
     private let recdQueue = DispatchQueue(label: "recd-rtsp.recd")
 
-    init(settings: RTSPSettings, socketPath: String, tokens: [String], logger: Logger) {
+    init(settings: RTSPSettings, sources: [String], socketPath: String, tokens: [String], logger: Logger) {
         self.settings = settings
+        self.sources = sources
         self.socketPath = socketPath
         self.tokens = tokens
         self.logger = logger
     }
 
-    /// The stream of `codec`, its format decided the first time: the settings', else the
-    /// device's as recd says now, else recd's recording defaults (Opus: always 48 kHz, at most
-    /// two channels). The tap converts to it.
-    func liveStream(_ codec: RTSPSettings.Codec, on loop: any EventLoop) -> EventLoopFuture<LiveStream> {
-        if let stream = streams.withLockedValue({ $0[codec] }) { return loop.makeSucceededFuture(stream) }
+    /// The stream of `key`, its format decided the first time: the settings', else the
+    /// source's device's as recd says now, else recd's recording defaults (Opus: always
+    /// 48 kHz, at most two channels). The tap converts to it.
+    func liveStream(_ key: StreamKey, on loop: any EventLoop) -> EventLoopFuture<LiveStream> {
+        if let stream = streams.withLockedValue({ $0[key] }) { return loop.makeSucceededFuture(stream) }
         let promise = loop.makePromise(of: LiveStream.self)
         recdQueue.async { [self] in
-            if let stream = streams.withLockedValue({ $0[codec] }) { return promise.succeed(stream) }
+            if let stream = streams.withLockedValue({ $0[key] }) { return promise.succeed(stream) }
+            let codec = key.codec
             do {
                 let connection = try RecdConnection(path: socketPath)
+                connection.source = key.source
                 let status: StatusResult = try connection.call(.status)
                 let device = status.recording?.deviceFormat ?? status.listening?.deviceFormat
                 var format = LiveStream.Format(codec: codec, rate: settings.sampleRate ?? device?.sampleRate ?? status.settings.sampleRate ?? 48000,
@@ -49,11 +61,13 @@ final class RTSPService: @unchecked Sendable {
                     format.channels = min(format.channels, 2)
                 }
                 let made = streams.withLockedValue { streams in
-                    if streams[codec] == nil {
-                        streams[codec] = LiveStream(format: format, label: "recd-rtsp \(path) \(codec.rawValue)", socketPath: socketPath,
-                                                    linger: settings.linger, logger: logger)
+                    if streams[key] == nil {
+                        // Named as a client asks for it: the implicit source by its path (/live).
+                        let named = key.source == DaemonConfiguration.defaultSourceName && sources.count == 1 ? path : "/" + key.source
+                        streams[key] = LiveStream(format: format, source: key.source, label: "recd-rtsp \(named) \(codec.rawValue)",
+                                                  socketPath: socketPath, linger: settings.linger, logger: logger)
                     }
-                    return streams[codec]!
+                    return streams[key]!
                 }
                 promise.succeed(made)
             } catch {
@@ -63,12 +77,21 @@ final class RTSPService: @unchecked Sendable {
         return promise.futureResult
     }
 
-    /// The codec a path serves: PATH the configured one, PATH/l16 and PATH/opus each; nil: none.
-    func codec(ofPath path: String) -> RTSPSettings.Codec? {
-        if path == self.path { return settings.codec }
-        guard path.hasPrefix(self.path + "/") else { return nil }
-        return RTSPSettings.Codec(rawValue: String(path.dropFirst(self.path.count + 1)))
+    /// The stream a path names: `/SOURCE` (and `[rtsp] path`, `/live`, for the only source)
+    /// in the configured codec, `/SOURCE/l16` and `/SOURCE/opus` each; nil: none.
+    func stream(ofPath path: String) -> StreamKey? {
+        for (prefix, source) in [(self.path, sources.count == 1 ? sources[0] : nil)] + sources.map({ ("/" + $0, Optional($0)) }) {
+            guard let source else { continue }
+            if path == prefix { return StreamKey(source: source, codec: settings.codec) }
+            if path.hasPrefix(prefix + "/"), let codec = RTSPSettings.Codec(rawValue: String(path.dropFirst(prefix.count + 1))) {
+                return StreamKey(source: source, codec: codec)
+            }
+        }
+        return nil
     }
+
+    /// What a request without a stream of its own (`OPTIONS *`) is about.
+    var defaultStream: StreamKey { StreamKey(source: sources[0], codec: settings.codec) }
 
     var path: String { "/" + settings.path }
 }
@@ -83,8 +106,8 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
     let service: RTSPService
     private let sessionID = String(UInt64.random(in: 1...UInt64.max), radix: 16)
     private var interleaved: UInt8?
-    /// The codec the session set up (from the URL's path).
-    private var codec = RTSPSettings.Codec.l16
+    /// The stream the session set up (from the URL's path).
+    private lazy var selected = service.defaultStream
     private var client: RTPClient?
     private var counted = false
     private var idle: Scheduled<Void>?
@@ -161,10 +184,10 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             return respond(401, [("WWW-Authenticate", authentication.challenge)])
         }
         let (path, track) = request.path
-        var pathCodec: RTSPSettings.Codec?
+        var pathStream: StreamKey?
         if request.method != "OPTIONS" || request.uri != "*" {
-            pathCodec = service.codec(ofPath: path)
-            guard pathCodec != nil || (request.method == "OPTIONS" && path.isEmpty) else { return respond(404) }
+            pathStream = service.stream(ofPath: path)
+            guard pathStream != nil || (request.method == "OPTIONS" && path.isEmpty) else { return respond(404) }
         }
         if interleaved != nil, request.method != "SETUP" {
             respond.headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
@@ -177,7 +200,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
         case "DESCRIBE":
             let base = request.uri.hasSuffix("/") ? request.uri : request.uri + "/"
             let local = context.channel.localAddress
-            service.liveStream(pathCodec ?? service.settings.codec, on: context.eventLoop).whenComplete { [self, respond] result in
+            service.liveStream(pathStream ?? service.defaultStream, on: context.eventLoop).whenComplete { [self, respond] result in
                 switch result {
                 case .success(let stream):
                     respond(200, [("Content-Type", "application/sdp"), ("Content-Base", base)],
@@ -200,14 +223,14 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
                 guard let first = UInt8(digits), first < 254, first % 2 == 0 else { return respond(461) }
                 channel = first
             }
-            let wanted = pathCodec ?? service.settings.codec
+            let wanted = pathStream ?? service.defaultStream
             if client != nil || playPending { return respond(455) }
             respond.headers.append(("Session", "\(sessionID);timeout=\(service.settings.sessionTimeout)"))
             // The session exists once the stream does: a SETUP answered 503 leaves none.
             service.liveStream(wanted, on: context.eventLoop).whenComplete { [self, respond, channel] result in
                 guard case .success(let stream) = result else { return respond(503) }
                 interleaved = channel
-                codec = wanted
+                selected = wanted
                 respond(200, [("Transport", "RTP/AVP/TCP;unicast;interleaved=\(channel)-\(channel + 1);ssrc=\(hex8(stream.ssrc))")])
             }
         case "PLAY":
@@ -227,7 +250,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
             playPending = true
             let uri = request.uri
             let connection = context.channel
-            service.liveStream(codec, on: context.eventLoop).flatMap { [self] stream -> EventLoopFuture<(LiveStream, RTPClient, UInt32)> in
+            service.liveStream(selected, on: context.eventLoop).flatMap { [self] stream -> EventLoopFuture<(LiveStream, RTPClient, UInt32)> in
                 guard connection.isActive, playPending else {
                     return connection.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
                 }
@@ -266,7 +289,7 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
         playPending = false
         if let client {
             client.stop()
-            service.liveStream(codec, on: client.channel.eventLoop).whenSuccess { $0.leave(client) }
+            service.liveStream(selected, on: client.channel.eventLoop).whenSuccess { $0.leave(client) }
             self.client = nil
         }
         if counted {

@@ -168,7 +168,8 @@ struct RecdRTSP: AsyncParsableCommand {
                                          message: "rtsp.access = \"token\" needs a token with the listen role here (or rtsp.access = \"open\" on a trusted LAN)")
             }
         }
-        return RTSPService(settings: configuration.rtsp, socketPath: socket ?? configuration.socketPath, tokens: tokens, logger: logger)
+        return RTSPService(settings: configuration.rtsp, sources: configuration.sources.map(\.name), socketPath: socket ?? configuration.socketPath,
+                           tokens: tokens, logger: logger)
     }
 }
 

@@ -25,8 +25,9 @@ struct RTSPTests {
         var url: String { "rtsp://127.0.0.1:\(port)/live" }
         var log: String { (try? String(contentsOfFile: directory.file("rtsp.log"), encoding: .utf8)) ?? "" }
 
-        init(daemon: Daemon, rtsp: String = "access = \"open\"\n", tokens: String? = nil) throws {
-            try "[rtsp]\naddress = \"127.0.0.1\"\n\(rtsp)\n".write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
+        /// `sources`: recd.toml's `[[source]]` tables, as the daemon's (recd-rtsp serves a path for each).
+        init(daemon: Daemon, rtsp: String = "access = \"open\"\n", tokens: String? = nil, sources: String = "") throws {
+            try "[rtsp]\naddress = \"127.0.0.1\"\n\(rtsp)\n\(sources)".write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
             var arguments = ["--user", "--config", directory.file("recd.toml"), "--socket", daemon.socket, "--port", "0"]
             if let tokens {
                 try tokens.write(toFile: directory.file("tokens"), atomically: true, encoding: .utf8)
@@ -159,6 +160,31 @@ struct RTSPTests {
         let check = try run("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", rtsp.url, "6"] + Self.checkerBounds, timeout: 60)
         print("rtp_check.py (Opus): \(check.stdout)")
         #expect(check.status == 0 && check.stdout.contains(#""codec": "opus""#), "\(check.stdout) \(check.stderr)")
+    }
+
+    /// A path per source (issue 52 with 53): `/NAME` (and its `/l16`, `/opus`) for a
+    /// `[[source]]` named "east", `/live` for the station's only source; another name is 404.
+    @Test func eachSourceHasItsPath() throws {
+        let server = try PulseServer()
+        try server.tone()
+        let sources = "[[source]]\nname = \"east\"\ndevice = \"\(TestDevices.paced(server))\"\n"
+        let daemon = try Daemon(device: nil, config: sources)
+        let rtsp = try RTSPServer(daemon: daemon, sources: sources)
+        let base = "rtsp://127.0.0.1:\(rtsp.port)"
+        for (path, codec) in [("/east", "pcm_s16be"), ("/east/opus", "opus"), ("/east/l16", "pcm_s16be"), ("/live", "pcm_s16be")] {
+            let probe = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", "-of", "compact", base + path])
+            #expect(probe.status == 0 && probe.stdout.contains("codec_name=\(codec)"), "\(path): \(probe.stdout) \(probe.stderr)")
+        }
+        let other = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", base + "/west"])
+        #expect(other.status != 0 && other.stderr.contains("404"), "\(other.stderr)")
+        // The tap it opened is the source's, and says so.
+        let work = TemporaryDirectory()
+        let check = try ChildProcess("/usr/bin/python3", [Self.repository + "/Tests/rtsp/rtp_check.py", base + "/east", "8"] + Self.checkerBounds,
+                                     environment: ProcessInfo.processInfo.environment, output: work.file("check.json"))
+        let tapped = daemon.waitForStatus(timeout: 30) { $0.taps?.first?.client == "recd-rtsp /east l16" }
+        #expect(tapped != nil, "\(rtsp.log)")
+        let status = check.wait(timeout: 60)
+        #expect(status == 0, "\((try? String(contentsOfFile: work.file("check.json"), encoding: .utf8)) ?? "")")
     }
 
     @Test func digestAuthenticationWithAListenToken() throws {
@@ -320,7 +346,8 @@ struct RTSPTests {
         #expect(printed.status == 0, "\(printed.stderr)")
         for line in ["<type>_rtsp._tcp</type>", "<port>8600</port>", "<txt-record>path=/birds</txt-record>", "<txt-record>codec=opus</txt-record>",
                      "<txt-record>auth=none</txt-record>", "<txt-record>rate=48000</txt-record>", "<txt-record>channels=1</txt-record>",
-                     "<txt-record>paths=/birds/l16,/birds/opus</txt-record>", "<name replace-wildcards=\"yes\">recd on %h</name>"] {
+                     "<txt-record>paths=/birds/l16,/birds/opus</txt-record>", "<txt-record>sources=default</txt-record>",
+                     "<name replace-wildcards=\"yes\">recd on %h</name>"] {
             #expect(printed.stdout.contains(line), "\(line) in \(printed.stdout)")
         }
         // Well-formed XML, as avahi-daemon parses it (expat).
