@@ -20,9 +20,13 @@ public struct FinalizedFile: Sendable, Equatable, Codable {
     /// and the start it had.
     public var previousPath: String?
     public var previousStartedAt: Date?
+    /// The station's source it was recorded from (`[[source]]`'s name, or `default`).
+    public var source: String?
 
     public init(id: String, path: String, name: String, format: AudioFileFormat, frames: Int64, sampleRate: Int,
-                channels: Int, startedAt: Date?, endedAt: Date?, previousPath: String? = nil, previousStartedAt: Date? = nil) {
+                channels: Int, startedAt: Date?, endedAt: Date?, previousPath: String? = nil, previousStartedAt: Date? = nil,
+                source: String? = nil) {
+        self.source = source
         self.previousPath = previousPath
         self.previousStartedAt = previousStartedAt
         self.id = id
@@ -58,7 +62,8 @@ public func observeRedatedFiles(of recorder: Recorder, on queue: DispatchQueue? 
         handler(FinalizedFile(id: segment.recordingId, path: segment.path, name: FilePath(segment.path).stem ?? "",
                               format: format, frames: segment.frames, sampleRate: segment.sampleRate,
                               channels: recording?.channels ?? 0, startedAt: segment.startedAt, endedAt: segment.endedAt,
-                              previousPath: redated.previousPath, previousStartedAt: redated.previousStart), redated)
+                              previousPath: redated.previousPath, previousStartedAt: redated.previousStart,
+                              source: recorder.configuration.sourceName), redated)
     }
 }
 
@@ -82,6 +87,7 @@ public func observeFinalizedFiles(of recorder: Recorder, on queue: DispatchQueue
         handler(FinalizedFile(id: segment.recordingId, path: segment.path,
                               name: FilePath(segment.path).stem ?? "",
                               format: format, frames: segment.frames, sampleRate: segment.sampleRate,
-                              channels: recording?.channels ?? 0, startedAt: segment.startedAt, endedAt: segment.endedAt))
+                              channels: recording?.channels ?? 0, startedAt: segment.startedAt, endedAt: segment.endedAt,
+                              source: recorder.configuration.sourceName))
     }
 }

@@ -13,7 +13,7 @@ public struct HookCommand: Sendable, Equatable {
     /// The fields a template may use, also passed as `RECD_<FIELD>` environment variables.
     public static let fields = ["path", "relpath", "dir", "name", "ext", "format", "frames", "duration",
                                 "sample_rate", "channels", "started_at", "ended_at", "id",
-                                "previous_path", "previous_relpath", "previous_started_at"]
+                                "previous_path", "previous_relpath", "previous_started_at", "source"]
 
     /// The configuration keys (`[hooks]`) and what each runs for.
     public static let onFileClosed = "on_file_closed"
@@ -84,6 +84,7 @@ public struct HookCommand: Sendable, Equatable {
             "previous_path": file.previousPath ?? "",
             "previous_relpath": file.previousPath.map(relative) ?? "",
             "previous_started_at": file.previousStartedAt.map(UTCTimestamp.text) ?? "",
+            "source": file.source ?? "",
         ]
     }
 

@@ -77,6 +77,7 @@ struct HookTests {
         #expect(environment["RECD_CHANNELS"] == "2")
         #expect(environment["RECD_ID"] == recording.id)
         #expect(environment["RECD_HOOK"] == "on_file_closed")
+        #expect(environment["RECD_SOURCE"] == "default", "the station's implicit source")
         let startedAt = try #require(environment["RECD_STARTED_AT"].flatMap(WireCoding.parseDate))
         // The file's first frame, as the recorder estimates it from the device (the unpaced
         // test device reads ahead of the clock): close to when capture began.
