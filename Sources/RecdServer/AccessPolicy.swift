@@ -55,15 +55,20 @@ public struct AccessPolicy: Sendable, Equatable {
             var passwd = passwd()
             var result: UnsafeMutablePointer<passwd>?
             var storage = [CChar](repeating: 0, count: 16_384)
-            guard getpwuid_r(peer.uid, &passwd, &storage, storage.count, &result) == 0, result != nil,
-                  let name = passwd.pw_name else { return }
-            var count: Int32 = 64
-            var list = [gid_t](repeating: 0, count: Int(count))
-            if getgrouplist(name, peer.gid, &list, &count) < 0 {
-                list = [gid_t](repeating: 0, count: Int(count))
-                _ = getgrouplist(name, peer.gid, &list, &count)
+            // The user's name points into `storage`: used while that buffer is held, not after an
+            // `&storage` call has returned (then it may be gone: Debian's Swift 6.2 build of recd
+            // passed getgrouplist a dangling name, and every group but the primary was lost).
+            storage.withUnsafeMutableBufferPointer { buffer in
+                guard let base = buffer.baseAddress, getpwuid_r(peer.uid, &passwd, base, buffer.count, &result) == 0, result != nil,
+                      let name = passwd.pw_name else { return }
+                var count: Int32 = 64
+                var list = [gid_t](repeating: 0, count: Int(count))
+                if getgrouplist(name, peer.gid, &list, &count) < 0 {
+                    list = [gid_t](repeating: 0, count: Int(count))
+                    _ = getgrouplist(name, peer.gid, &list, &count)
+                }
+                groups.formUnion(list.prefix(Int(max(0, count))))
             }
-            groups.formUnion(list.prefix(Int(max(0, count))))
         }
         return groups
     }
