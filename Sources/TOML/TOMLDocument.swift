@@ -173,43 +173,7 @@ private struct Parser {
             case UInt8(ascii: "["):
                 let headerLine = line
                 index += 1
-                if current == UInt8(ascii: "[") {
-                    // [[name]]: a new element of an array of tables.
-                    index += 1
-                    skipBlanks()
-                    let name = try key(what: "an array of tables' header must be a name in double brackets, like [[source]]")
-                    skipBlanks()
-                    if current == UInt8(ascii: ".") { throw error("nested arrays of tables ([[a.b]]) are not used in recd's configuration") }
-                    guard current == UInt8(ascii: "]") else { throw error("an array of tables' header must be a name in double brackets, like [[source]]") }
-                    index += 1
-                    guard current == UInt8(ascii: "]") else { throw error("an array of tables' header ends with ]]") }
-                    index += 1
-                    try document.addArrayElement(name, line: headerLine)
-                    place = .element(array: name)
-                    try endOfLine()
-                    continue
-                }
-                skipBlanks()
-                let name = try key(what: "a table header must be a name in brackets, like [recording]")
-                skipBlanks()
-                if current == UInt8(ascii: ".") {
-                    // [array.table]: a table of the array's last element.
-                    index += 1
-                    skipBlanks()
-                    let inner = try key(what: "a table header must be a name in brackets, like [source.recording]")
-                    skipBlanks()
-                    if current == UInt8(ascii: ".") { throw error("tables nested deeper than [a.b] are not used in recd's configuration") }
-                    guard current == UInt8(ascii: "]") else { throw error("a table header must be a name in brackets, like [source.recording]") }
-                    index += 1
-                    try document.addElementTable(array: name, table: inner, line: headerLine)
-                    place = .elementTable(array: name, table: inner)
-                    try endOfLine()
-                    continue
-                }
-                guard current == UInt8(ascii: "]") else { throw error("a table header must be a name in brackets, like [recording]") }
-                index += 1
-                try document.addTable(name, line: headerLine)
-                place = .table(name)
+                place = try header(into: &document, line: headerLine)
                 try endOfLine()
             default:
                 let keyLine = line
@@ -224,6 +188,49 @@ private struct Parser {
                 try endOfLine()
             }
         }
+    }
+
+    /// After a header's `[`: a table, an element of an array of tables (`[[source]]`) or a
+    /// table of that array's last element (`[source.recording]`). Where the keys after it go.
+    mutating func header(into document: inout TOMLDocument, line: Int) throws(TOMLError) -> TOMLDocument.Place {
+        let tableHeader = "a table header must be a name in brackets, like [recording]"
+        if current == UInt8(ascii: "[") {
+            let arrayHeader = "an array of tables' header must be a name in double brackets, like [[source]]"
+            index += 1
+            let name = try headerName(arrayHeader)
+            if current == UInt8(ascii: ".") { throw error("nested arrays of tables ([[a.b]]) are not used in recd's configuration") }
+            try closeHeader(arrayHeader)
+            try closeHeader("an array of tables' header ends with ]]")
+            try document.addArrayElement(name, line: line)
+            return .element(array: name)
+        }
+        let name = try headerName(tableHeader)
+        if current == UInt8(ascii: ".") {
+            let innerHeader = "a table header must be a name in brackets, like [source.recording]"
+            index += 1
+            let inner = try headerName(innerHeader)
+            if current == UInt8(ascii: ".") { throw error("tables nested deeper than [a.b] are not used in recd's configuration") }
+            try closeHeader(innerHeader)
+            try document.addElementTable(array: name, table: inner, line: line)
+            return .elementTable(array: name, table: inner)
+        }
+        try closeHeader(tableHeader)
+        try document.addTable(name, line: line)
+        return .table(name)
+    }
+
+    /// A header's name, with the blanks around it.
+    mutating func headerName(_ what: String) throws(TOMLError) -> String {
+        skipBlanks()
+        let name = try key(what: what)
+        skipBlanks()
+        return name
+    }
+
+    /// The `]` that closes a header.
+    mutating func closeHeader(_ what: String) throws(TOMLError) {
+        guard current == UInt8(ascii: "]") else { throw error(what) }
+        index += 1
     }
 
     /// Spaces and tabs.

@@ -3,10 +3,10 @@ import FoundationEssentials
 import RecorderModel
 import Testing
 
-/// recd.toml read into a DaemonConfiguration: every key typed and range-checked, durations in
-/// the one spelling, unknown keys and tables refused, each error at its file and line.
-@Suite("configuration reader")
-struct DaemonConfigurationTests {
+/// A user instance's defaults with `text` read over them as recd.toml, or the error it gives.
+protocol ReadsConfiguration {}
+
+extension ReadsConfiguration {
     func read(_ text: String) throws(ConfigurationError) -> DaemonConfiguration {
         var configuration = DaemonConfiguration.defaults(for: .user, environment: ["HOME": "/home/test"])
         try configuration.apply(toml: text, file: "recd.toml")
@@ -17,7 +17,12 @@ struct DaemonConfigurationTests {
         do { _ = try read(text) } catch { return error.description }
         return nil
     }
+}
 
+/// recd.toml read into a DaemonConfiguration: every key typed and range-checked, durations in
+/// the one spelling, unknown keys and tables refused, each error at its file and line.
+@Suite("configuration reader")
+struct DaemonConfigurationTests: ReadsConfiguration {
     @Test func anEmptyFileKeepsTheDefaults() throws {
         let configuration = try read("")
         #expect(configuration.device == "default")
@@ -138,18 +143,7 @@ struct DaemonConfigurationTests {
 /// `[[source]]` tables (issue 53): a station's sources, each the station's source keys with its
 /// own over them; bad keys named by source, file and line; the station's tables refused in one.
 @Suite("configuration: sources")
-struct SourceConfigurationTests {
-    func read(_ text: String) throws(ConfigurationError) -> DaemonConfiguration {
-        var configuration = DaemonConfiguration.defaults(for: .user, environment: ["HOME": "/home/test"])
-        try configuration.apply(toml: text, file: "recd.toml")
-        return configuration
-    }
-
-    func error(_ text: String) -> String? {
-        do { _ = try read(text) } catch { return error.description }
-        return nil
-    }
-
+struct SourceConfigurationTests: ReadsConfiguration {
     @Test func withoutSourceTablesTheStationIsTheImplicitSource() throws {
         let configuration = try read("device = \"hw:1\"\n[recording]\nformat = \"flac\"\n")
         #expect(configuration.declaredSources.isEmpty)
