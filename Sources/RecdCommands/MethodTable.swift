@@ -7,7 +7,8 @@ import SystemPackage
 /// connections have them; a way in without subscriptions (MQTT publishes its own topics)
 /// passes none, and `subscribe` is refused there.
 public protocol SubscriptionHost: Sendable {
-    func subscribe(_ request: SubscribeParams) throws(RPCError) -> SubscribeResult
+    /// `sources`: the indices in the station of the sources it follows.
+    func subscribe(_ request: SubscribeParams, sources: [Int]) throws(RPCError) -> SubscribeResult
     func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult
 }
 
@@ -20,16 +21,23 @@ public protocol TapHost: Sendable {
 
 /// The daemon's metrics in Prometheus's text format (RecdMetrics), for `metrics`.
 public protocol MetricsSource: Sendable {
-    func exposition(status: StatusResult) -> String
+    /// `statuses`: each source's, in the station's order.
+    func exposition(statuses: [StatusResult]) -> String
 }
 
 /// What a method handler works with: the station, the source the request names (its
 /// `source`, resolved by `MethodTable` before the handler runs), and whoever asked.
 public struct RequestContext: Sendable {
     public let station: Station
-    /// The source's name and recorder: the one `source` names, or the only one.
+    /// The source's name and recorder: the one `source` names, or the only one (the first
+    /// when `everySource`).
     public private(set) var source: String
     public private(set) var recorder: Recorder
+    /// Its index in the station's sources.
+    public private(set) var sourceIndex = 0
+    /// A method that covers every source (`Method.coversEverySource`) asked without one on a
+    /// station of several.
+    public private(set) var everySource = false
     public let version: String
     /// nil for a way in without subscriptions.
     public let subscriptions: (any SubscriptionHost)?
@@ -55,17 +63,23 @@ public struct RequestContext: Sendable {
         self.init(station: Station(recorder: recorder), version: version, subscriptions: subscriptions, taps: taps, metrics: metrics)
     }
 
-    /// This context for the source `params` names (`source`), or the only one.
-    func resolvingSource(_ params: JSONValue?) throws(RPCError) -> RequestContext {
+    /// This context for the source `params` names (`source`), or the only one; for a method
+    /// that covers every source, all of them when none is named.
+    func resolvingSource(_ params: JSONValue?, coversEverySource: Bool) throws(RPCError) -> RequestContext {
         var name: String?
         if case .object(let members) = params, let member = members["source"] {
             guard case .string(let text) = member else { throw .invalidParams("'source' must be a string") }
             name = text
         }
-        let found = try station.source(named: name)
         var context = self
+        if name == nil, coversEverySource, station.sources.count > 1 {
+            context.everySource = true
+            return context
+        }
+        let found = try station.source(named: name)
         context.source = found.name
         context.recorder = found.recorder
+        context.sourceIndex = station.sources.firstIndex { $0.name == found.name } ?? 0
         return context
     }
 }
@@ -119,7 +133,7 @@ public enum MethodTable {
     private static func sourced(_ method: RecdProtocol.Method, _ handler: MethodHandler) -> MethodHandler {
         guard method.takesSource else { return handler }
         let run: MethodHandler.Body = { context, params throws(RPCError) in
-            try handler.run(try context.resolvingSource(params), params)
+            try handler.run(try context.resolvingSource(params, coversEverySource: method.coversEverySource), params)
         }
         var sourced = MethodHandler(blocking: handler.blocking, run: run)
         if let encoded = handler.encoded {
@@ -131,12 +145,15 @@ public enum MethodTable {
     private static func makeHandler(_ method: RecdProtocol.Method) -> MethodHandler {
         switch method {
         case .status:
-            MethodHandler(blocking: false, run: { context, _ throws(RPCError) in status(of: context.recorder) },
-                          encoded: { context, results in results.encode(status: status(of: context.recorder)) })
+            MethodHandler(blocking: false, run: { context, _ throws(RPCError) in
+                let station = context.station
+                guard !context.everySource else { return StationStatusResult(sources: station.sources.map { status(of: $0, in: station) }) }
+                return status(of: station.sources[context.sourceIndex], in: station)
+            }, encoded: { context, results in results.encode(status: status(of: context.recorder)) })
         case .metrics:
             .inline { context, _ throws(RPCError) in
                 guard let metrics = context.metrics else { throw .methodNotFound("metrics") }
-                return MetricsResult(text: metrics.exposition(status: status(of: context.recorder)))
+                return MetricsResult(text: metrics.exposition(statuses: context.station.sources.map { status(of: $0.recorder) }))
             }
         case .version:
             .inline { context, _ throws(RPCError) in
@@ -144,7 +161,8 @@ public enum MethodTable {
             }
         case .subscribe:
             .inline { context, params throws(RPCError) in
-                try subscriptions(of: context).subscribe(try decodeParams(SubscribeParams.self, params) ?? SubscribeParams())
+                try subscriptions(of: context).subscribe(try decodeParams(SubscribeParams.self, params) ?? SubscribeParams(),
+                                                         sources: context.everySource ? Array(context.station.sources.indices) : [context.sourceIndex])
             }
         case .unsubscribe:
             .inline { context, params throws(RPCError) in
@@ -285,6 +303,13 @@ public enum MethodTable {
             throw .invalidRequest("subscriptions are for socket connections; MQTT publishes the recorder's topics itself")
         }
         return host
+    }
+
+    /// A source's status: named (`source`) on a station of several.
+    public static func status(of source: Station.Source, in station: Station) -> StatusResult {
+        var result = status(of: source.recorder)
+        if station.sources.count > 1 { result.source = source.name }
+        return result
     }
 
     public static func status(of recorder: Recorder) -> StatusResult {

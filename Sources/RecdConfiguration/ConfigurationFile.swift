@@ -66,7 +66,7 @@ extension DaemonConfiguration {
             throw ConfigurationError(file: file, line: nil, key: nil, message: "no such file")
         }
         // What recd runs, recd-web shows and recd-rtsp announces: the one source's settings.
-        try configuration.adoptTheOnlySource()
+        configuration.adoptTheOnlySource()
         return configuration
     }
 }

@@ -98,6 +98,7 @@ extension DaemonConfiguration {
     public func recorderConfiguration(for source: SourceConfiguration) -> RecorderConfiguration {
         var configuration = self
         configuration.adoptSourceKeys(from: source.configuration)
+        configuration.recordingsDirectory = recordingsDirectory(for: source.name)
         return configuration.recorderConfiguration.named(source.name)
     }
 
@@ -115,16 +116,17 @@ extension DaemonConfiguration {
         (schedule, latitude, longitude) = (source.schedule, source.latitude, source.longitude)
     }
 
-    /// What this recd runs: one source. A station of several is read and checked whole, and
-    /// refused here until the station runs them (issue 53); a single `[[source]]` is run as
-    /// the implicit source would be.
-    public mutating func adoptTheOnlySource() throws(ConfigurationError) {
-        guard let first = declaredSources.first else { return }
-        if declaredSources.count > 1 {
-            throw ConfigurationError(file: first.file ?? "recd.toml", line: declaredSources[1].line, key: "source",
-                                     message: "this recd records one source; \(declaredSources.count) [[source]] tables need a later version")
-        }
-        adoptSourceKeys(from: first.configuration)
+    /// A station of one `[[source]]` runs it as the implicit source would be run: its keys
+    /// become the configuration's own. Several stay as they are: each runs with
+    /// `recorderConfiguration(for:)`, in a folder of its own.
+    public mutating func adoptTheOnlySource() {
+        guard declaredSources.count == 1 else { return }
+        adoptSourceKeys(from: declaredSources[0].configuration)
+    }
+
+    /// Where `source` writes: the recordings directory for a station of one, else its folder in it.
+    public func recordingsDirectory(for source: String) -> String {
+        declaredSources.count > 1 ? recordingsDirectory + "/" + source : recordingsDirectory
     }
 }
 

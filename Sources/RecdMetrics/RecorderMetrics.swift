@@ -17,15 +17,82 @@ import RecorderCore
 /// levels (only while someone measures them), the write buffer, the device, the disk, taps,
 /// the last file, the system clock's synchronization.
 /// Nothing here runs unless something observes the recorder or asks for the text.
+///
+/// A station of several sources labels every per-source series `source` (names unchanged);
+/// the station's own (version, the disk, the system clock, hooks) have no label. A station of
+/// one has no `source` label anywhere: its output is what it was before sources.
 public final class RecorderMetrics: MetricsSource, Sendable {
-    private let registry = PrometheusCollectorRegistry()
+    private let registry: PrometheusCollectorRegistry
     private let version: String
+    private let sources: [SourceMetrics]
     /// Counting. Never blocks, so it runs on the global pool (a worker per
     /// core), not on the overcommit pool: that one starts a worker whenever work arrives
     /// while its workers are busy or not yet awake, and keeps them all while ticks arrive
     /// (issue 49: one more, now and then, at a segment's end; doc/architecture.md, "Why the
     /// overcommit pool grows").
-    private let queue = DispatchQueue(label: "recd.metrics", target: .global())
+    private let queue: DispatchQueue
+    private let tokens = NIOLockedValueBox<[ObservationToken]>([])
+    /// The system clock's steps counted so far: from the first source's `clock` topic (every
+    /// source sees the same clock), and from a scrape's `status`, each once.
+    private let clockSteps = NIOLockedValueBox(0)
+    private let clockStepsCounter: Counter
+
+    public init(station: Station, version: String) {
+        let registry = PrometheusCollectorRegistry()
+        self.registry = registry
+        self.version = version
+        let labelled = station.sources.count > 1
+        let queue = DispatchQueue(label: "recd.metrics", target: .global())
+        self.queue = queue
+        sources = station.sources.map { source in
+            SourceMetrics(recorder: source.recorder, labels: labelled ? [("source", source.name)] : [], registry: registry, queue: queue)
+        }
+        clockStepsCounter = registry.makeCounter(descriptor: .recd("recd_clock_steps_total", help: "Steps of the system clock since recd started"))
+        registry.makeGauge(descriptor: .recd("recd_info", help: "recd's version (always 1)"), labels: [("version", version)]).set(to: 1)
+        let clockSteps = clockSteps
+        let counter = clockStepsCounter
+        tokens.withLockedValue { $0 = [
+            station.sources[0].recorder.clock.subscribe(on: queue, delivery: .every) { clock in
+                SourceMetrics.count(steps: clock.steps, counted: clockSteps, counter: counter)
+            },
+        ] }
+    }
+
+    /// Counts each hook run by its outcome (`recd_hook_runs_total`).
+    public func observe(hooks: HookRunner) {
+        let registry = self.registry
+        let token = hooks.lastRun.subscribe(on: queue, delivery: .every, sendingCurrent: false) { run in
+            guard let run else { return }
+            registry.makeCounter(descriptor: .recd("recd_hook_runs_total", help: "Hook runs since recd started, by outcome"), labels: [("outcome", run.outcome.rawValue)]).increment()
+        }
+        tokens.withLockedValue { $0.append(token) }
+    }
+
+    /// Waits until every value observed so far is counted (for tests and a final scrape).
+    public func drain() { queue.sync {} }
+
+    /// `statuses`: each source's status, in the station's order.
+    public func exposition(statuses: [StatusResult]) -> String {
+        let first = statuses[0]
+        if let clock = first.clock {
+            SourceMetrics.count(steps: clock.steps, counted: clockSteps, counter: clockStepsCounter)
+            SourceMetrics.gauge(registry, "recd_clock_synchronized", [], "1 while the system clock is synchronized (the kernel's word, or systemd-timesyncd's where the kernel cannot be asked)")
+                .set(to: clock.synchronized ? 1 : 0)
+        }
+        if let storage = first.storage {
+            SourceMetrics.gauge(registry, "recd_disk_free_bytes", [], "Free bytes on the recordings' filesystem").set(to: Double(storage.freeBytes))
+            SourceMetrics.gauge(registry, "recd_disk_size_bytes", [], "Size of the recordings' filesystem").set(to: Double(storage.totalBytes))
+        }
+        for (source, status) in zip(sources, statuses) { source.update(status) }
+        return registry.emitToString()
+    }
+}
+
+/// One source's series: its counters, fed by its recorder's topics, and its gauges, set from
+/// its status at a scrape. `labels` is `source` on a station of several, none on a station of one.
+private final class SourceMetrics: Sendable {
+    private let registry: PrometheusCollectorRegistry
+    private let labels: [(String, String)]
     private let tokens = NIOLockedValueBox<[ObservationToken]>([])
     private let counters: Counters
     /// Channel gauges made so far (levels come and go with demand and the device's channels).
@@ -61,9 +128,6 @@ public final class RecorderMetrics: MetricsSource, Sendable {
         }
     }
     private let losses = NIOLockedValueBox(Losses())
-    /// The system clock's steps counted so far: from the `clock` topic, and from a scrape's
-    /// `status` (whose reading may find a step first), each once.
-    private let clockSteps = NIOLockedValueBox(0)
 
     fileprivate struct Counters: Sendable {
         let files: Counter
@@ -73,31 +137,27 @@ public final class RecorderMetrics: MetricsSource, Sendable {
         let gaps: Counter
         let retentionFiles: Counter
         let retentionBytes: Counter
-        let clockSteps: Counter
         let redatedFiles: Counter
     }
 
-    public init(recorder: Recorder, version: String) {
-        self.version = version
+    init(recorder: Recorder, labels: [(String, String)], registry: PrometheusCollectorRegistry, queue: DispatchQueue) {
+        self.registry = registry
+        self.labels = labels
+        func counter(_ name: String, _ help: String) -> Counter {
+            labels.isEmpty ? registry.makeCounter(descriptor: .recd(name, help: help)) : registry.makeCounter(descriptor: .recd(name, help: help), labels: labels)
+        }
         counters = Counters(
-            files: registry.makeCounter(descriptor: .recd("recd_files_total", help: "Files (segments, trigger events) finalized since recd started")),
-            recordedSeconds: registry.makeCounter(descriptor: .recd("recd_recorded_seconds_total", help: "Seconds of audio in the files finalized since recd started")),
-            overruns: registry.makeCounter(descriptor: .recd("recd_overruns_total", help: "Device overruns since recd started")),
-            framesLost: registry.makeCounter(descriptor: .recd("recd_frames_lost_total", help: "Device frames lost (overruns, a full write buffer) since recd started")),
-            gaps: registry.makeCounter(descriptor: .recd("recd_gaps_total", help: "Gaps in recordings (a lost device, lost audio) since recd started")),
-            retentionFiles: registry.makeCounter(descriptor: .recd("recd_retention_deleted_files_total", help: "Files retention deleted since recd started")),
-            retentionBytes: registry.makeCounter(descriptor: .recd("recd_retention_deleted_bytes_total", help: "Bytes retention deleted since recd started")),
-            clockSteps: registry.makeCounter(descriptor: .recd("recd_clock_steps_total", help: "Steps of the system clock since recd started")),
-            redatedFiles: registry.makeCounter(descriptor: .recd("recd_files_redated_total", help: "Finished files re-dated once the system clock was synchronized, since recd started")))
-        registry.makeGauge(descriptor: .recd("recd_info", help: "recd's version (always 1)"), labels: [("version", version)]).set(to: 1)
-        let registry = self.registry
+            files: counter("recd_files_total", "Files (segments, trigger events) finalized since recd started"),
+            recordedSeconds: counter("recd_recorded_seconds_total", "Seconds of audio in the files finalized since recd started"),
+            overruns: counter("recd_overruns_total", "Device overruns since recd started"),
+            framesLost: counter("recd_frames_lost_total", "Device frames lost (overruns, a full write buffer) since recd started"),
+            gaps: counter("recd_gaps_total", "Gaps in recordings (a lost device, lost audio) since recd started"),
+            retentionFiles: counter("recd_retention_deleted_files_total", "Files retention deleted since recd started"),
+            retentionBytes: counter("recd_retention_deleted_bytes_total", "Bytes retention deleted since recd started"),
+            redatedFiles: counter("recd_files_redated_total", "Finished files re-dated once the system clock was synchronized, since recd started"))
         let counters = self.counters
         let losses = self.losses
-        let clockSteps = self.clockSteps
         tokens.withLockedValue { $0 = [
-            recorder.clock.subscribe(on: queue, delivery: .every) { clock in
-                Self.count(steps: clock.steps, counted: clockSteps, counter: counters.clockSteps)
-            },
             recorder.closedSegment.subscribe(on: queue, delivery: .every, sendingCurrent: false) { segment in
                 guard let segment else { return }
                 counters.files.increment()
@@ -109,7 +169,7 @@ public final class RecorderMetrics: MetricsSource, Sendable {
             },
             recorder.triggerEvent.subscribe(on: queue, delivery: .every, sendingCurrent: false) { event in
                 guard let event else { return }
-                registry.makeCounter(descriptor: .recd("recd_trigger_events_total", help: "Trigger events opened, closed and discarded since recd started"), labels: [("kind", event.kind.rawValue)]).increment()
+                registry.makeCounter(descriptor: .recd("recd_trigger_events_total", help: "Trigger events opened, closed and discarded since recd started"), labels: labels + [("kind", event.kind.rawValue)]).increment()
             },
             recorder.retentionDeletion.subscribe(on: queue, delivery: .every, sendingCurrent: false) { deletion in
                 guard let deletion else { return }
@@ -118,31 +178,14 @@ public final class RecorderMetrics: MetricsSource, Sendable {
             },
             recorder.error.subscribe(on: queue, delivery: .every, sendingCurrent: false) { error in
                 guard let error else { return }
-                registry.makeCounter(descriptor: .recd("recd_errors_total", help: "Recording errors since recd started, by code"), labels: [("code", error.code.rawValue)]).increment()
+                registry.makeCounter(descriptor: .recd("recd_errors_total", help: "Recording errors since recd started, by code"), labels: labels + [("code", error.code.rawValue)]).increment()
             },
         ] }
     }
 
-    /// Counts each hook run by its outcome (`recd_hook_runs_total`).
-    public func observe(hooks: HookRunner) {
-        let registry = self.registry
-        let token = hooks.lastRun.subscribe(on: queue, delivery: .every, sendingCurrent: false) { run in
-            guard let run else { return }
-            registry.makeCounter(descriptor: .recd("recd_hook_runs_total", help: "Hook runs since recd started, by outcome"), labels: [("outcome", run.outcome.rawValue)]).increment()
-        }
-        tokens.withLockedValue { $0.append(token) }
-    }
-
-    /// Waits until every value observed so far is counted (for tests and a final scrape).
-    public func drain() { queue.sync {} }
-
-    public func exposition(status: StatusResult) -> String {
+    /// The gauges from `status`, and the open segment's losses so far.
+    func update(_ status: StatusResult) {
         updateLosses(status)
-        if let clock = status.clock {
-            Self.count(steps: clock.steps, counted: clockSteps, counter: counters.clockSteps)
-            gauge("recd_clock_synchronized", [], "1 while the system clock is synchronized (the kernel's word, or systemd-timesyncd's where the kernel cannot be asked)")
-                .set(to: clock.synchronized ? 1 : 0)
-        }
         for name in RecorderState.Name.allCases {
             gauge("recd_state", [("state", name.rawValue)], "1 for the recorder's state, 0 for the others")
                 .set(to: status.state.name == name ? 1 : 0)
@@ -160,8 +203,6 @@ public final class RecorderMetrics: MetricsSource, Sendable {
         gauge("recd_write_buffer_peak_seconds", [], "The most audio that waited to be written in this recording").set(to: buffer?.peak ?? 0)
         gauge("recd_write_buffer_capacity_seconds", [], "The write buffer's length ([capture] write_buffer)").set(to: buffer?.capacity ?? 0)
         if let storage = status.storage {
-            gauge("recd_disk_free_bytes", [], "Free bytes on the recordings' filesystem").set(to: Double(storage.freeBytes))
-            gauge("recd_disk_size_bytes", [], "Size of the recordings' filesystem").set(to: Double(storage.totalBytes))
             gauge("recd_recordings_bytes", [], "Bytes of the recordings in the directory").set(to: Double(storage.recordingsBytes))
             gauge("recd_recordings_files", [], "Recordings in the directory").set(to: Double(storage.recordingsCount))
         }
@@ -179,10 +220,13 @@ public final class RecorderMetrics: MetricsSource, Sendable {
             if let floor = trigger.floor { gauge("recd_trigger_floor_dbfs", [], "The sound trigger's noise floor").set(to: floor) }
             if let open = trigger.openLevel { gauge("recd_trigger_open_level_dbfs", [], "The level that opens an event").set(to: open) }
         }
-        return registry.emitToString()
     }
 
     private func gauge(_ name: String, _ labels: [(String, String)], _ help: String) -> Gauge {
+        Self.gauge(registry, name, self.labels + labels, help)
+    }
+
+    static func gauge(_ registry: PrometheusCollectorRegistry, _ name: String, _ labels: [(String, String)], _ help: String) -> Gauge {
         labels.isEmpty ? registry.makeGauge(descriptor: .recd(name, help: help)) : registry.makeGauge(descriptor: .recd(name, help: help), labels: labels)
     }
 
@@ -205,7 +249,7 @@ public final class RecorderMetrics: MetricsSource, Sendable {
                     descriptor: .recd(name, help: parts[0] == "peak"
                         ? "Peak level per channel over the last metering interval (only while someone wants levels)"
                         : "RMS level per channel over the last metering interval (only while someone wants levels)"),
-                    labels: [("channel", String(parts[1]))])
+                    labels: labels + [("channel", String(parts[1]))])
                 gauges[key] = gauge
                 gauge.set(to: value)
             }
@@ -213,7 +257,7 @@ public final class RecorderMetrics: MetricsSource, Sendable {
     }
 
     /// Counts the clock's steps up to `steps` (what the recorder counted since it began).
-    private static func count(steps: Int, counted: NIOLockedValueBox<Int>, counter: Counter) {
+    static func count(steps: Int, counted: NIOLockedValueBox<Int>, counter: Counter) {
         let new = counted.withLockedValue { counted in
             defer { counted = max(counted, steps) }
             return steps - counted
@@ -228,8 +272,8 @@ public final class RecorderMetrics: MetricsSource, Sendable {
     }
 }
 
-extension RecorderMetrics.Counters {
-    fileprivate func add(_ counts: RecorderMetrics.Losses.Counts) {
+extension SourceMetrics.Counters {
+    fileprivate func add(_ counts: SourceMetrics.Losses.Counts) {
         if counts.overruns > 0 { overruns.increment(by: counts.overruns) }
         if counts.framesLost > 0 { framesLost.increment(by: counts.framesLost) }
         if counts.gaps > 0 { gaps.increment(by: counts.gaps) }

@@ -42,6 +42,10 @@ public enum Method: String, Sendable, CaseIterable, Codable {
         }
     }
 
+    /// Without a `source` on a station of several, the method covers every source (`status`:
+    /// the station's answer; `subscribe`: every source's topics) rather than being ambiguous.
+    public var coversEverySource: Bool { self == .status || self == .subscribe }
+
     /// The params members the method accepts; anything else is `invalidParams`.
     public var parameterNames: Set<String> { takesSource ? ownParameterNames.union(["source"]) : ownParameterNames }
 
@@ -454,6 +458,8 @@ public struct TriggerParams: Codable, Sendable, Equatable {
 
 /// `status`: everything a status bar or `recctl status` shows.
 public struct StatusResult: Codable, Sendable, Equatable {
+    /// The source's name, on a station of several; absent on a station of one.
+    public var source: String?
     public var state: RecorderState
     public var currentTime: Double
     public var error: RecorderError?
@@ -509,6 +515,52 @@ public struct StatusResult: Codable, Sendable, Equatable {
         self.statistics = statistics
         self.settings = settings
         self.recordingsDirectory = recordingsDirectory
+    }
+}
+
+/// `status` without `source` on a station of several: each source's status (with its
+/// `source`), in the configuration's order, and the station's disk and clock.
+public struct StationStatusResult: Codable, Sendable, Equatable {
+    public var sources: [StatusResult]
+    /// The recordings' filesystem (every source's folder is on it): the first source's figures.
+    public var storage: StorageStatus?
+    public var clock: ClockStatus?
+
+    public init(sources: [StatusResult]) {
+        self.sources = sources
+        storage = sources.first?.storage
+        clock = sources.first?.clock
+    }
+}
+
+/// What `status` answers: a source's status, or a station of several's (`sources`).
+public enum StatusAnswer: Codable, Sendable, Equatable {
+    case source(StatusResult)
+    case station(StationStatusResult)
+
+    private enum CodingKeys: String, CodingKey { case sources }
+
+    public init(from decoder: Decoder) throws {
+        if try decoder.container(keyedBy: CodingKeys.self).contains(.sources) {
+            self = .station(try StationStatusResult(from: decoder))
+        } else {
+            self = .source(try StatusResult(from: decoder))
+        }
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        switch self {
+        case .source(let status): try status.encode(to: encoder)
+        case .station(let station): try station.encode(to: encoder)
+        }
+    }
+
+    /// Each source's status, in the station's order.
+    public var sources: [StatusResult] {
+        switch self {
+        case .source(let status): [status]
+        case .station(let station): station.sources
+        }
     }
 }
 
@@ -784,18 +836,23 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
     public var seq: UInt64
     /// Seconds since 1970 when the recorder published the value.
     public var timestamp: Double
+    /// The source whose value it is, on a station of several; nil (absent) on a station of one.
+    /// `seq` counts each source's publications of the topic apart.
+    public var source: String?
 
-    public init(value: TopicValue, seq: UInt64, timestamp: Double) {
+    public init(value: TopicValue, seq: UInt64, timestamp: Double, source: String? = nil) {
         self.topic = value.topic
         self.value = value
         self.seq = seq
         self.timestamp = timestamp
+        self.source = source
     }
 
-    private enum CodingKeys: String, CodingKey { case topic, value, seq, timestamp }
+    private enum CodingKeys: String, CodingKey { case topic, value, seq, timestamp, source }
 
     public init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
+        source = try container.decodeIfPresent(String.self, forKey: .source)
         topic = try container.decode(Topic.self, forKey: .topic)
         seq = try container.decode(UInt64.self, forKey: .seq)
         timestamp = try container.decode(Double.self, forKey: .timestamp)
@@ -820,6 +877,7 @@ public struct TopicUpdate: Codable, Sendable, Equatable {
         try container.encode(topic, forKey: .topic)
         try container.encode(seq, forKey: .seq)
         try container.encode(timestamp, forKey: .timestamp)
+        try container.encodeIfPresent(source, forKey: .source)
         switch value {
         case .state(let state): try container.encode(state, forKey: .value)
         case .currentTime(let time): try container.encode(time, forKey: .value)
@@ -850,6 +908,8 @@ public struct ChangedNotification: Codable, Sendable {
         public var value: TopicValue
         public var seq: UInt64
         public var timestamp: Double
+        /// On a station of several sources: whose value it is.
+        public var source: String?
 
         private enum CodingKeys: String, CodingKey { case subscription }
 
@@ -860,10 +920,11 @@ public struct ChangedNotification: Codable, Sendable {
             value = update.value
             seq = update.seq
             timestamp = update.timestamp
+            source = update.source
         }
 
         public func encode(to encoder: Encoder) throws {
-            try TopicUpdate(value: value, seq: seq, timestamp: timestamp).encode(to: encoder)
+            try TopicUpdate(value: value, seq: seq, timestamp: timestamp, source: source).encode(to: encoder)
             var container = encoder.container(keyedBy: CodingKeys.self)
             try container.encode(subscription, forKey: .subscription)
         }

@@ -13,10 +13,9 @@ import Synchronization
 /// Settings and collaborators every connection shares.
 struct ConnectionContext: Sendable {
     let station: Station
-    /// The first source's: the one the topic hub follows today.
-    let recorder: Recorder
     let version: String
-    let hub: TopicHub
+    /// Each source's, in the station's order.
+    let hubs: [TopicHub]
     let policy: AccessPolicy
     /// What `metrics` answers with (nil: no metrics kept).
     var metrics: (any MetricsSource)? = nil
@@ -67,7 +66,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         var closing = false
         /// Set by `tap`: the connection carries that tap's audio once its answer is out, and
         /// reads no more requests.
-        var tap: (id: Int, stream: TapStream)?
+        var tap: (id: Int, stream: TapStream, recorder: Recorder)?
     }
 
     /// A class, changed in place: a copy out of `subscriptions` and back would duplicate its
@@ -79,15 +78,26 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         /// `topics` as bits (`Topic.slot`): tested for every publication.
         let topicBits: UInt32
         let interval: TimeAmount
+        /// The indices of the sources it follows (the station's hubs).
+        let sources: [Int]
+        private let sourceBits: UInt64
 
-        init(id: String, topics: Set<Topic>, interval: TimeAmount) {
+        init(id: String, topics: Set<Topic>, interval: TimeAmount, sources: [Int]) {
             self.id = id
             self.topics = topics
             self.topicBits = topics.reduce(0) { $0 | 1 << $1.slot }
             self.interval = interval
+            self.sources = sources
+            self.sourceBits = sources.reduce(0) { $0 | 1 << UInt64($1) }
         }
 
         func follows(_ topic: Topic) -> Bool { topicBits & 1 << topic.slot != 0 }
+
+        func follows(_ publication: Publication) -> Bool {
+            topicBits & 1 << publication.topic.slot != 0 && sourceBits & 1 << UInt64(publication.source) != 0
+        }
+
+        func follows(source: Int) -> Bool { sourceBits & 1 << UInt64(source) != 0 }
 
         /// Whether values of `publication`'s topic may be held back for the interval: not when
         /// it is no longer than the recorder's period, which already spaces them. Then every
@@ -150,12 +160,11 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         let tap = state.withLockedValue { state in
             state.closing = true
             state.subscriptions.removeAll()
-            return state.tap?.id
+            return state.tap.map { (id: $0.id, recorder: $0.recorder) }
         }
-        context.hub.remove(self)
+        for hub in context.hubs { hub.remove(self) }
         if let tap {
-            let recorder = context.recorder
-            _ = try? await context.blocking.run { recorder.closeTap(id: tap) }
+            _ = try? await context.blocking.run { tap.recorder.closeTap(id: tap.id) }
         }
     }
 
@@ -441,7 +450,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         } catch {
             throw MethodTable.rpcError(error)
         }
-        state.withLockedValue { $0.tap = (opened.id, stream) }
+        state.withLockedValue { $0.tap = (opened.id, stream, recorder) }
         return TapResult(tap: opened.id, format: opened.format, preRoll: opened.preRollSeconds)
     }
 
@@ -455,7 +464,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
 
     // MARK: Subscriptions (called by the dispatch table)
 
-    func subscribe(_ request: SubscribeParams) throws(RPCError) -> SubscribeResult {
+    func subscribe(_ request: SubscribeParams, sources: [Int]) throws(RPCError) -> SubscribeResult {
         if state.withLockedValue({ $0.tap != nil }) {
             throw .invalidRequest("this connection is a tap: subscribe on a connection of its own")
         }
@@ -467,15 +476,19 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         }
         let id = String(Self.subscriptionCounter.add(1, ordering: .relaxed).newValue)
         let snapshot = state.withLockedValue { state -> [Publication] in
-            let subscription = Subscription(id: id, topics: topics, interval: .interval(seconds: interval))
-            let allTopics = state.subscriptions.values.reduce(topics) { $0.union($1.topics) }
-            // Registered and snapshotted at once; changes after it wait for this answer.
-            let snapshot = context.hub.add(self, topics: allTopics, levelsEvery: Self.levelsInterval(state.subscriptions.values, subscription))
-                .filter { topics.contains($0.update.topic) }
+            let subscription = Subscription(id: id, topics: topics, interval: .interval(seconds: interval), sources: sources)
+            var snapshot: [Publication] = []
+            for source in sources {
+                let following = state.subscriptions.values.filter { $0.follows(source: source) }
+                let allTopics = following.reduce(topics) { $0.union($1.topics) }
+                // Registered and snapshotted at once; changes after it wait for this answer.
+                snapshot += context.hubs[source].add(self, topics: allTopics, levelsEvery: Self.levelsInterval(following, subscription))
+                    .filter { topics.contains($0.update.topic) }
+            }
             let now = NIODeadline.now()
             for publication in snapshot {
-                subscription.lastSeq[publication.topic] = publication.seq
-                subscription.lastSent[publication.topic] = now
+                subscription.lastSeq[publication.key] = publication.seq
+                subscription.lastSent[publication.key] = now
             }
             state.subscriptions[id] = subscription
             if state.heldBack == nil { state.heldBack = [] }
@@ -486,15 +499,20 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
     }
 
     func unsubscribe(_ request: UnsubscribeParams) throws(RPCError) -> UnsubscribeResult {
-        let remaining = state.withLockedValue { state -> (topics: Set<Topic>, levelsEvery: Double?)? in
-            guard state.subscriptions.removeValue(forKey: request.subscription) != nil else { return nil }
+        let remaining = state.withLockedValue { state -> [(source: Int, topics: Set<Topic>, levelsEvery: Double?)]? in
+            guard let removed = state.subscriptions.removeValue(forKey: request.subscription) else { return nil }
             state.heldBack?.removeAll { $0.subscription == request.subscription }
-            return (state.subscriptions.values.reduce([]) { $0.union($1.topics) }, Self.levelsInterval(state.subscriptions.values))
+            return removed.sources.map { source in
+                let following = state.subscriptions.values.filter { $0.follows(source: source) }
+                return (source, following.reduce([]) { $0.union($1.topics) }, Self.levelsInterval(following))
+            }
         }
         guard let remaining else {
             throw .invalidParams("no subscription '\(request.subscription)' on this connection")
         }
-        context.hub.update(self, topics: remaining.topics, levelsEvery: remaining.levelsEvery)
+        for (source, topics, levelsEvery) in remaining {
+            context.hubs[source].update(self, topics: topics, levelsEvery: levelsEvery)
+        }
         return UnsubscribeResult(subscription: request.subscription)
     }
 
@@ -514,25 +532,26 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
     private func deliver(_ publication: Publication, state: inout State) {
         guard !state.closing else { return }
         let topic = publication.topic
+        let key = publication.key
         for subscription in state.subscriptions.values {
-            guard subscription.follows(topic), publication.seq > subscription.lastSeq[topic] ?? 0 else { continue }
+            guard subscription.follows(publication), publication.seq > subscription.lastSeq[key] ?? 0 else { continue }
             let now = publication.published
             if topic.isContinuous, isBehind(adding: publication, for: subscription) {
                 // Latest only: the next value of the topic replaces this one, or goes out in
                 // its place once the client has caught up.
-                subscription.pending[topic] = publication
+                subscription.pending[key] = publication
                 continue
             }
-            if topic.isContinuous, subscription.coalesces(publication), let last = subscription.lastSent[topic],
+            if topic.isContinuous, subscription.coalesces(publication), let last = subscription.lastSent[key],
                now < last + subscription.minimumSpacing {
                 // Too soon: keep the latest and send it when the interval has passed.
-                subscription.pending[topic] = publication
-                if subscription.flushScheduled[topic] != true {
-                    subscription.flushScheduled[topic] = true
+                subscription.pending[key] = publication
+                if subscription.flushScheduled[key] != true {
+                    subscription.flushScheduled[key] = true
                     let due = last + subscription.minimumSpacing
                     let id = subscription.id
                     channel.channel.eventLoop.scheduleTask(deadline: due) {
-                        self.state.withLockedValue { state in self.flush(topic, of: id, due: due, state: &state) }
+                        self.state.withLockedValue { state in self.flush(key, of: id, due: due, state: &state) }
                     }
                 }
                 continue
@@ -540,7 +559,7 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
             if !topic.isContinuous {
                 // Time and levels held back for the interval go first: a client sees the final
                 // currentTime before the state that ends the recording.
-                for pending in subscription.pending.values where pending.seq > subscription.lastSeq[pending.topic] ?? 0 {
+                for pending in subscription.pending.values where pending.seq > subscription.lastSeq[pending.key] ?? 0 {
                     send(pending, on: subscription, at: now, state: &state)
                 }
                 subscription.pending = PerTopic()
@@ -549,16 +568,16 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
         }
     }
 
-    /// Sends the value held back for `topic`, due at `due`: the next interval is counted from
+    /// Sends the value held back for `key`, due at `due`: the next interval is counted from
     /// then, not from when the loop got to it, so a busy loop does not push every later value back.
-    private func flush(_ topic: Topic, of id: String, due: NIODeadline, state: inout State) {
+    private func flush(_ key: TopicKey, of id: String, due: NIODeadline, state: inout State) {
         guard !state.closing, let subscription = state.subscriptions[id] else { return }
-        subscription.flushScheduled[topic] = nil
-        let held = subscription.pending[topic]
-        subscription.pending[topic] = nil
-        if let held, held.seq > subscription.lastSeq[topic] ?? 0 {
+        subscription.flushScheduled[key] = nil
+        let held = subscription.pending[key]
+        subscription.pending[key] = nil
+        if let held, held.seq > subscription.lastSeq[key] ?? 0 {
             if isBehind(adding: held, for: subscription) {
-                subscription.pending[topic] = held
+                subscription.pending[key] = held
             } else {
                 send(held, on: subscription, at: due, state: &state)
             }
@@ -585,14 +604,14 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
             guard !state.closing else { return }
             let now = NIODeadline.now()
             for subscription in state.subscriptions.values {
-                for held in subscription.pending.values where subscription.flushScheduled[held.topic] != true {
-                    guard held.seq > subscription.lastSeq[held.topic] ?? 0 else {
-                        subscription.pending[held.topic] = nil
+                for held in subscription.pending.values where subscription.flushScheduled[held.key] != true {
+                    guard held.seq > subscription.lastSeq[held.key] ?? 0 else {
+                        subscription.pending[held.key] = nil
                         continue
                     }
                     // Behind again: held on, and sent at the next catch-up.
                     if isBehind(adding: held, for: subscription) { continue }
-                    subscription.pending[held.topic] = nil
+                    subscription.pending[held.key] = nil
                     send(held, on: subscription, at: now, state: &state)
                 }
             }
@@ -605,8 +624,8 @@ final class ClientConnection: PublicationReceiver, SubscriptionHost, TapHost, Se
 
     private func send(_ publication: Publication, on subscription: Subscription, at now: NIODeadline,
                       state: inout State) {
-        subscription.lastSeq[publication.topic] = publication.seq
-        subscription.lastSent[publication.topic] = now
+        subscription.lastSeq[publication.key] = publication.seq
+        subscription.lastSent[publication.key] = now
         if state.heldBack != nil {
             state.heldBack!.append((subscription.id, publication.notification(for: subscription.id)))
         } else {
@@ -958,17 +977,33 @@ final class LoopFlusher: @unchecked Sendable {
     }
 }
 
-/// A value for each topic, found by the topic's position rather than by hashing: a
-/// subscription looks several up for every notification.
-struct PerTopic<Value> {
-    private var slots = [Value?](repeating: nil, count: Topic.allCases.count)
+/// A source's topic: what a subscription keeps its sequence numbers, timing and held-back
+/// values by (each source numbers its topics' publications apart).
+struct TopicKey: Equatable {
+    var source: Int
+    var topic: Topic
 
-    subscript(topic: Topic) -> Value? {
-        get { slots[topic.slot] }
-        set { slots[topic.slot] = newValue }
+    /// Its position in a `PerTopic`: every topic of source 0, then of source 1, …
+    var slot: Int { source * Topic.allCases.count + topic.slot }
+}
+
+/// A value for each source's topic, found by position rather than by hashing: a subscription
+/// looks several up for every notification.
+struct PerTopic<Value> {
+    private var slots: [Value?] = []
+
+    subscript(key: TopicKey) -> Value? {
+        get { key.slot < slots.count ? slots[key.slot] : nil }
+        set {
+            if key.slot >= slots.count {
+                guard newValue != nil else { return }
+                slots.append(contentsOf: repeatElement(nil, count: key.slot + 1 - slots.count))
+            }
+            slots[key.slot] = newValue
+        }
     }
 
-    /// The values set, in topic order.
+    /// The values set, in source and topic order.
     var values: [Value] { slots.compactMap { $0 } }
 }
 

@@ -75,8 +75,11 @@ public final class ControlServer: Sendable {
         // User and group look-ups apart, so that slow requests cannot hold up new connections.
         let lookups = NIOThreadPool(numberOfThreads: 1)
         lookups.start()
-        let recorder = station.sources[0].recorder
-        context = ConnectionContext(station: station, recorder: recorder, version: version, hub: TopicHub(recorder: recorder),
+        let named = station.sources.count > 1
+        let hubs = station.sources.enumerated().map { index, source in
+            TopicHub(recorder: source.recorder, source: index, name: named ? source.name : nil)
+        }
+        context = ConnectionContext(station: station, version: version, hubs: hubs,
                                     policy: policy, metrics: metrics, outboundLimit: limits.outboundLimit, blocking: blocking, lookups: lookups,
                                     flushers: Dictionary(uniqueKeysWithValues: group.makeIterator().map {
                                         (ObjectIdentifier($0), LoopFlusher(eventLoop: $0))
@@ -93,7 +96,7 @@ public final class ControlServer: Sendable {
     /// Starts listening; returns once connections can be accepted (`serve` accepts them).
     public func listen(_ target: ListenTarget) async throws {
         // Every topic's snapshot first: the first client's `subscribe` answers with them.
-        await context.hub.drain()
+        for hub in context.hubs { await hub.drain() }
         // What a client leaves unread is counted by its connection's outbox (Outbox), against
         // `outboundLimit` plus NIO's share.
         let bootstrap = ServerBootstrap(group: group).serverChannelOption(.backlog, value: 256)
@@ -223,7 +226,7 @@ public final class ControlServer: Sendable {
     /// seconds is closed regardless, and so is every client after `limit` seconds.
     public func shutdown(grace: Double = 2, limit: Double = 10) async {
         await quiesce()
-        await context.hub.drain()
+        for hub in context.hubs { await hub.drain() }
         for client in state.withLockedValue({ Array($0.clients.values) }) { client.release() }
         let begun = DispatchTime.now()
         let watcher = group.next().scheduleRepeatedTask(initialDelay: .milliseconds(250), delay: .milliseconds(250)) { [self] _ in

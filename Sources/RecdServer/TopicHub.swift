@@ -20,12 +20,16 @@ final class Publication: Sendable {
     /// `update`'s, stored: read for every subscription it reaches.
     let topic: Topic
     let seq: UInt64
+    /// The index of its source in the station (its hub's).
+    let source: Int
+    var key: TopicKey { TopicKey(source: source, topic: topic) }
     /// For `currentTime` and `levels`: how often the recorder publishes the topic. A
     /// subscription with an interval no longer than this gets every value (see `ClientConnection`).
     let period: TimeAmount?
 
-    init(update: TopicUpdate, published: NIODeadline, period: TimeAmount? = nil, notificationTail: ByteBuffer) {
+    init(update: TopicUpdate, source: Int, published: NIODeadline, period: TimeAmount? = nil, notificationTail: ByteBuffer) {
         self.update = update
+        self.source = source
         self.topic = update.topic
         self.seq = update.seq
         self.published = published
@@ -58,7 +62,8 @@ protocol PublicationReceiver: AnyObject, Sendable {
     func receive(_ publication: Publication)
 }
 
-/// Fans the recorder's observed values out to every subscribed connection.
+/// Fans a source's recorder's observed values out to every connection subscribed to them
+/// (one hub per source; on a station of several, each notification names its `source`).
 ///
 /// The hub observes the recorder once per topic, numbers each change (`seq`), encodes it once,
 /// and hands it to every receiver subscribed to the topic: one task per event loop carrying
@@ -102,9 +107,14 @@ final class TopicHub: Sendable {
     private let queue = DispatchQueue(label: "recd.hub", target: .global())
     private let tokens: NIOLockedValueBox<[ObservationToken]> = NIOLockedValueBox([])
     private let recorder: Recorder
+    /// The source's index in the station, and its name in notifications (nil on a station of one).
+    private let source: Int
+    private let name: String?
 
-    init(recorder: Recorder) {
+    init(recorder: Recorder, source: Int = 0, name: String? = nil) {
         self.recorder = recorder
+        self.source = source
+        self.name = name
         // Discrete topics: every change, in order. Continuous ones: the latest when we lag.
         let observations: [ObservationToken] = [
             recorder.state.subscribe(on: queue, delivery: .every) { [weak self] in self?.publish(.state($0)) },
@@ -154,7 +164,7 @@ final class TopicHub: Sendable {
         let routed = state.withLockedValue { state -> (Publication, [Batch])? in
             let seq = (state.seq[value.topic] ?? 0) + 1
             state.seq[value.topic] = seq
-            let update = TopicUpdate(value: value, seq: seq, timestamp: timestamp)
+            let update = TopicUpdate(value: value, seq: seq, timestamp: timestamp, source: name)
             let batches = state.route(value.topic)
             if period != nil, batches.isEmpty {
                 state.unencoded[value.topic] = (update, published, period)
@@ -162,7 +172,8 @@ final class TopicHub: Sendable {
                 return nil
             }
             state.unencoded[value.topic] = nil
-            let publication = Publication(update: update, published: published, period: period, notificationTail: Self.notificationTail(of: update))
+            let publication = Publication(update: update, source: source, published: published, period: period,
+                                          notificationTail: Self.notificationTail(of: update))
             state.latest[value.topic] = publication
             return (publication, batches)
         }
@@ -214,7 +225,7 @@ final class TopicHub: Sendable {
             state.receivers[id] = (receiver, all, Self.levelsDemand(all, levelsEvery))
             return topics.sorted().compactMap { topic in
                 if let (update, published, period) = state.unencoded.removeValue(forKey: topic) {
-                    state.latest[topic] = Publication(update: update, published: published, period: period,
+                    state.latest[topic] = Publication(update: update, source: source, published: published, period: period,
                                                       notificationTail: Self.notificationTail(of: update))
                 }
                 return state.latest[topic]
@@ -271,7 +282,9 @@ final class TopicHub: Sendable {
             let column = column.wireJSON
             var tail = ByteBuffer()
             tail.reserveCapacity(column.count + 100)
-            tail.writeString("\",\"seq\":\(update.seq),\"timestamp\":\(update.timestamp),\"topic\":\"spectrum\",\"value\":")
+            // A source's name is plain (a-z, 0-9, _ and -): no escaping.
+            let source = update.source.map { ",\"source\":\"\($0)\"" } ?? ""
+            tail.writeString("\",\"seq\":\(update.seq)\(source),\"timestamp\":\(update.timestamp),\"topic\":\"spectrum\",\"value\":")
             tail.writeBytes(column)
             tail.writeStaticString("}}\n")
             return tail

@@ -207,9 +207,16 @@ struct Status: ParsableCommand {
 
     func run() throws {
         let connection = try options.connect()
-        let status: StatusResult = try options.call(connection, .status)
-        if options.json { return Output.printJSON(status) }
-        Output.printStatus(status)
+        let answer: StatusAnswer = try options.call(connection, .status)
+        if options.json { return Output.printJSON(answer) }
+        // A station of several (no --source): each source's, under its name.
+        for (index, status) in answer.sources.enumerated() {
+            if let source = status.source, case .station = answer {
+                if index > 0 { print() }
+                print(Output.bold("source \(source)"))
+            }
+            Output.printStatus(status)
+        }
     }
 }
 

@@ -13,8 +13,9 @@ import SystemPackage
 
 extension Recd {
     /// The file hooks and the MQTT bridge, as configured. Returns the bridge's service (if
-    /// enabled) and the subscription that feeds finalized files to the hooks (if any).
-    func makeIntegrations(_ configuration: DaemonConfiguration, recorder: Recorder, blocking: BlockingCalls,
+    /// enabled) and the subscriptions that feed every source's finalized files to the hooks
+    /// (if any). MQTT is for a station of one source (the configuration refuses it otherwise).
+    func makeIntegrations(_ configuration: DaemonConfiguration, station: Station, blocking: BlockingCalls,
                           metrics: RecorderMetrics) throws
         -> ([ServiceGroupConfiguration.ServiceConfiguration], [ObservationToken]) {
         var hooks: HookRunner?
@@ -23,8 +24,10 @@ extension Recd {
             let runner = HookRunner(commands: configuration.hookCommands, recordingsDirectory: configuration.recordingsDirectory,
                                     timeout: configuration.hooks.timeout, maxConcurrent: configuration.hooks.maxConcurrent,
                                     logger: Logger(label: "recd.hooks"))
-            hookToken = [observeFinalizedFiles(of: recorder) { runner.fileFinalized($0) },
-                         observeRedatedFiles(of: recorder) { file, _ in runner.fileRedated(file) }]
+            hookToken = station.sources.flatMap { source in
+                [observeFinalizedFiles(of: source.recorder) { runner.fileFinalized($0) },
+                 observeRedatedFiles(of: source.recorder) { file, _ in runner.fileRedated(file) }]
+            }
             hooks = runner
             metrics.observe(hooks: runner)
         }
@@ -37,7 +40,7 @@ extension Recd {
         }
         guard let bridgeConfiguration else { return ([], hookToken) }
         do {
-            let bridge = try MQTTBridge(recorder: recorder, sourceName: configuration.sources[0].name, configuration: bridgeConfiguration, hooks: hooks,
+            let bridge = try MQTTBridge(recorder: station.sources[0].recorder, sourceName: station.sources[0].name, configuration: bridgeConfiguration, hooks: hooks,
                                         version: recdVersion, blocking: blocking, logger: Logger(label: "recd.mqtt"))
             return ([.init(service: bridge)], hookToken)
         } catch {

@@ -125,21 +125,33 @@ struct Recd: AsyncParsableCommand {
         let socketGroup = configuration.socketGID
 
         // Before any file in the directory is touched: its .part files may be another daemon's.
-        let directoryLock: RecordingsDirectoryLock
-        do {
-            directoryLock = try RecordingsDirectoryLock(directory: configuration.recordingsDirectory)
-        } catch {
-            let exit = Self.exitStatus(for: error)
-            logger.critical(exit.message, metadata: ["error": "\(error)"])
-            _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: \(error)\n".utf8)
-            throw exit.code
+        // A station of several sources also locks each source's folder, so that a recd of one
+        // pointed at a source's folder is refused as well.
+        let sources = configuration.sources
+        let lockedDirectories = [configuration.recordingsDirectory]
+            + (sources.count > 1 ? sources.map { configuration.recordingsDirectory(for: $0.name) } : [])
+        var directoryLocks: [RecordingsDirectoryLock] = []
+        for directory in lockedDirectories {
+            do {
+                directoryLocks.append(try RecordingsDirectoryLock(directory: directory))
+            } catch {
+                let exit = Self.exitStatus(for: error)
+                logger.critical(exit.message, metadata: ["error": "\(error)"])
+                _ = try? SystemPackage.FileDescriptor.standardError.writeAll("recd: \(error)\n".utf8)
+                throw exit.code
+            }
         }
-        defer { withExtendedLifetime(directoryLock) {} }
-        let recorder = Recorder(configuration: configuration.recorderConfiguration,
-                                clock: SystemClockSources(environment: ProcessInfo.processInfo.environment,
-                                                          timedated: { Systemd.timedatedSaysNTPSynchronized() }),
-                                logger: Logger(label: "recd.recorder"))
-        _ = RecordingLibrary(directory: configuration.recordingsDirectory).recoverPartialFiles(logger: logger)
+        defer { withExtendedLifetime(directoryLocks) {} }
+        let clock = SystemClockSources(environment: ProcessInfo.processInfo.environment,
+                                       timedated: { Systemd.timedatedSaysNTPSynchronized() })
+        let station = Station(sources: sources.map { source in
+            var sourceLogger = Logger(label: "recd.recorder")
+            if sources.count > 1 { sourceLogger[metadataKey: "source"] = "\(source.name)" }
+            let recorderConfiguration = configuration.recorderConfiguration(for: source)
+            _ = RecordingLibrary(directory: recorderConfiguration.recordingsDirectory).recoverPartialFiles(logger: sourceLogger)
+            return Station.Source(name: source.name, recorder: Recorder(configuration: recorderConfiguration, clock: clock,
+                                                                        logger: sourceLogger))
+        })
 
         // Socket activation: the socket named "control" (recd.socket's FileDescriptorName), or
         // the only one passed. Otherwise bind the configured path.
@@ -153,15 +165,14 @@ struct Recd: AsyncParsableCommand {
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: min(2, System.coreCount))
         let blocking = BlockingCalls()
-        let metrics = RecorderMetrics(recorder: recorder, version: recdVersion)
-        let station = Station(recorder: recorder, name: configuration.declaredSources.first?.name ?? DaemonConfiguration.defaultSourceName)
+        let metrics = RecorderMetrics(station: station, version: recdVersion)
         let server = ControlServer(station: station, version: recdVersion, policy: policy,
                                    limits: ServerLimits(maxClients: configuration.maxClients,
                                                         outboundLimit: configuration.clientQueueBytes),
                                    group: group, blocking: blocking, metrics: metrics,
                                    lastClientLeft: ProcessMemory.clientsLeft, logger: Logger(label: "recd.server"))
         let command = self
-        let service = RecdService(recorder: recorder, server: server, blocking: blocking, listenTarget: listenTarget, reload: {
+        let service = RecdService(station: station, server: server, blocking: blocking, listenTarget: listenTarget, reload: {
             do {
                 var reloaded = try command.loadConfiguration()
                 if reloaded.socketPath != configuration.socketPath || reloaded.maxClients != configuration.maxClients
@@ -185,12 +196,10 @@ struct Recd: AsyncParsableCommand {
                 logger.error("configuration not reloaded; keeping the current one", metadata: ["error": "\(error)"])
                 throw error
             }
-        }, autostart: configuration.autostart
-            ? .init(name: configuration.autostartRecordingName, trigger: configuration.triggerEnabled ? configuration.trigger : nil) : nil,
-           listenAtStart: configuration.listenAtStart, schedule: configuration.schedule, logger: logger)
+        }, logger: logger, startup: Dictionary(uniqueKeysWithValues: sources.map { ($0.name, RecdService.Startup($0.configuration)) }))
         // Hooks and the MQTT bridge observe the recorder; the bridge is listed first so that it
         // stops last, after the recording is finalized, and publishes the final state.
-        let (integrations, hookToken) = try makeIntegrations(configuration, recorder: recorder, blocking: blocking, metrics: metrics)
+        let (integrations, hookToken) = try makeIntegrations(configuration, station: station, blocking: blocking, metrics: metrics)
         defer { for token in hookToken { token.cancel() } }
         let serviceGroup = ServiceGroup(configuration: .init(
             services: integrations + [.init(service: service)],

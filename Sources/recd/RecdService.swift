@@ -15,27 +15,42 @@ import UnixSignals
 /// The daemon as a lifecycle service: serves the socket, tells systemd how it is doing, reloads
 /// on SIGHUP, and on SIGTERM/SIGINT finalizes the recording before it lets clients go.
 struct RecdService: Service {
-    let recorder: Recorder
+    let station: Station
     let server: ControlServer
-    /// Where the recorder's blocking operations and the configuration's re-reading run.
+    /// Where the recorders' blocking operations and the configuration's re-reading run.
     let blocking: BlockingCalls
     let listenTarget: ListenTarget
     /// Re-reads the configuration (SIGHUP); throws what makes it unusable.
     let reload: @Sendable () throws -> DaemonConfiguration
-    /// Start recording as soon as clients can connect (under this name, or a fresh one); nil:
-    /// wait for a client.
-    let autostart: Autostart?
+    let logger: Logger
+
+    /// What a source does as soon as clients can connect: `[autostart]`, `[listen]`, `[schedule]`.
+    struct Startup: Sendable {
+        /// Start recording (under this name, or a fresh one); nil: wait for a client.
+        var autostart: Autostart?
+        /// `[listen] enabled`: levels and pre-roll from boot.
+        var listen = false
+        /// `[schedule]`: recording windows.
+        var schedule: ScheduledRecording?
+
+        init(_ configuration: DaemonConfiguration) {
+            autostart = configuration.autostart
+                ? Autostart(name: configuration.autostartRecordingName,
+                            trigger: configuration.triggerEnabled ? configuration.trigger : nil) : nil
+            listen = configuration.listenAtStart
+            schedule = configuration.schedule
+        }
+    }
 
     struct Autostart: Sendable {
         var name: String?
         /// `[trigger] enabled`: arm the trigger rather than record every frame.
         var trigger: TriggerSettings?
     }
-    /// Listen as soon as clients can connect (`[listen] enabled`): levels and pre-roll from boot.
-    var listenAtStart = false
-    /// `[schedule]`: recording windows.
-    var schedule: ScheduledRecording?
-    let logger: Logger
+    /// Each source's, by name.
+    let startup: [String: Startup]
+
+    private var recorders: [Recorder] { station.sources.map(\.recorder) }
 
     func run() async throws {
         // SIGHUP trapped before clients (and `systemctl reload`) can reach recd: its default
@@ -43,14 +58,19 @@ struct RecdService: Service {
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         try await server.listen(listenTarget)
         // Ready only once clients can connect (MPD does the same).
-        Systemd.notify("READY=1\nSTATUS=\(Self.statusLine(recorder))")
-        logger.notice("recd ready", metadata: ["recorder.device": "\(recorder.configuration.device)"])
-        if let warning = SoundDevices.unstableNameWarning(recorder.configuration.device, roots: recorder.configuration.systemRoots) {
-            logger.warning("\(warning)")
+        Systemd.notify("READY=1\nSTATUS=\(Self.statusLine(station))")
+        for source in station.sources {
+            let logger = logger(for: source)
+            logger.notice("recd ready", metadata: ["recorder.device": "\(source.recorder.configuration.device)"])
+            if let warning = SoundDevices.unstableNameWarning(source.recorder.configuration.device, roots: source.recorder.configuration.systemRoots) {
+                logger.warning("\(warning)")
+            }
+            // Each source on its own: one that fails to begin never holds up or stops another.
+            guard let startup = startup[source.name] else { continue }
+            if startup.listen { startListening(source) }
+            if let autostart = startup.autostart { startRecording(source, name: autostart.name, trigger: autostart.trigger) }
+            followSchedule(startup.schedule, source)
         }
-        if listenAtStart { startListening() }
-        if let autostart { startRecording(name: autostart.name, trigger: autostart.trigger) }
-        followSchedule(schedule)
 
         await withDiscardingTaskGroup { serving in
             serving.addTask { await server.serve() }
@@ -65,10 +85,18 @@ struct RecdService: Service {
         }
     }
 
+    /// The daemon's logger, naming the source on a station of several.
+    private func logger(for source: Station.Source) -> Logger {
+        var logger = logger
+        if station.sources.count > 1 { logger[metadataKey: "source"] = "\(source.name)" }
+        return logger
+    }
+
     /// The always-recording service: start with the configured settings, no client needed. A
     /// missing device is waited for (the recorder's `waitForDevice`), not a failure.
-    private func startRecording(name: String?, trigger: TriggerSettings?) {
-        Task { [recorder, logger, blocking] in _ = try? await blocking.run {
+    private func startRecording(_ source: Station.Source, name: String?, trigger: TriggerSettings?) {
+        let recorder = source.recorder
+        Task { [logger = logger(for: source), blocking] in _ = try? await blocking.run {
             do throws(RecorderError) {
                 let recording = try recorder.start(name: name, settings: nil, trigger: trigger,
                                                    unattended: true)
@@ -82,8 +110,9 @@ struct RecdService: Service {
     }
 
     /// `[schedule]`: the recorder follows the windows (a blocking call: it may start a recording).
-    private func followSchedule(_ schedule: ScheduledRecording?) {
-        Task { [recorder, logger, blocking] in _ = try? await blocking.run {
+    private func followSchedule(_ schedule: ScheduledRecording?, _ source: Station.Source) {
+        let recorder = source.recorder
+        Task { [logger = logger(for: source), blocking] in _ = try? await blocking.run {
             do throws(RecorderError) {
                 try recorder.follow(schedule)
             } catch {
@@ -93,8 +122,9 @@ struct RecdService: Service {
     }
 
     /// `[listen] enabled`: the device opens at startup (a missing one is waited for).
-    private func startListening() {
-        Task { [recorder, logger, blocking] in _ = try? await blocking.run {
+    private func startListening(_ source: Station.Source) {
+        let recorder = source.recorder
+        Task { [logger = logger(for: source), blocking] in _ = try? await blocking.run {
             do throws(RecorderError) {
                 try recorder.listen()
             } catch {
@@ -104,22 +134,25 @@ struct RecdService: Service {
         } }
     }
 
-    /// Stop taking requests, stop the recording (finalizing its file), let subscribers see
-    /// the final state, then close every connection once what is due to it is written.
+    /// Stop taking requests, stop every source's recording (finalizing its file), let
+    /// subscribers see the final states, then close every connection once what is due to it
+    /// is written.
     private func shutDown() async {
         Systemd.notify("STOPPING=1\nSTATUS=stopping")
         logger.notice("shutting down")
         // In this order: a `start` still in flight either runs before the final stop (and is
         // stopped by it) or is refused.
         await server.quiesce()
-        recorder.refuseNewRecordings()
-        if recorder.state.value.isActive {
+        recorders.forEach { $0.refuseNewRecordings() }
+        let active = station.sources.filter { $0.recorder.state.value.isActive }
+        if !active.isEmpty {
             // Finalizing a long file can take a while: ask systemd for more time, but only while
-            // capture is still making progress. A capture thread stuck in the driver gets no
-            // extension: stop gives up on it after capture.stop_timeout anyway. The first request
-            // goes before the stop begins, not whenever the task first runs.
-            let extend: @Sendable () -> Void = { [recorder] in
-                if recorder.captureIsHealthy(maximumSilence: .seconds(2)) { Systemd.notify("EXTEND_TIMEOUT_USEC=5000000") }
+            // every capture still recording is making progress. A capture thread stuck in the
+            // driver gets no extension: stop gives up on it after capture.stop_timeout anyway.
+            // The first request goes before the stops begin, not whenever the task first runs.
+            let extend: @Sendable () -> Void = {
+                let stuck = active.contains { $0.recorder.state.value.isActive && !$0.recorder.captureIsHealthy(maximumSilence: .seconds(2)) }
+                if !stuck { Systemd.notify("EXTEND_TIMEOUT_USEC=5000000") }
             }
             extend()
             let extender = Task {
@@ -128,20 +161,29 @@ struct RecdService: Service {
                     if !Task.isCancelled { extend() }
                 }
             }
-            _ = try? await blocking.run { [logger] in
-                do {
-                    let recording = try recorder.stop()
-                    logger.notice("recording finalized at shutdown", metadata: ["recording.path": "\(recording.path)"])
-                } catch {
-                    logger.error("recording could not be finalized", metadata: ["error": "\(error)"])
+            // The sources' files are finalized side by side: one long file does not hold up another's.
+            await withDiscardingTaskGroup { stops in
+                for source in active {
+                    stops.addTask { [logger = logger(for: source), blocking] in
+                        _ = try? await blocking.run {
+                            do {
+                                let recording = try source.recorder.stop()
+                                logger.notice("recording finalized at shutdown", metadata: ["recording.path": "\(recording.path)"])
+                            } catch {
+                                logger.error("recording could not be finalized", metadata: ["error": "\(error)"])
+                            }
+                        }
+                    }
                 }
             }
             extender.cancel()
         }
-        _ = try? await blocking.run { recorder.closeTaps() }
-        if recorder.listening.value != nil {
-            // The device closes before recd exits; the pre-roll held goes with it.
-            _ = try? await blocking.run { _ = try? recorder.unlisten() }
+        for recorder in recorders {
+            _ = try? await blocking.run { recorder.closeTaps() }
+            if recorder.listening.value != nil {
+                // The device closes before recd exits; the pre-roll held goes with it.
+                _ = try? await blocking.run { _ = try? recorder.unlisten() }
+            }
         }
         await server.shutdown()
     }
@@ -152,16 +194,18 @@ struct RecdService: Service {
         // Called from two subscriber queues. A pthread lock (NIO's), not Synchronization.Mutex:
         // ThreadSanitizer cannot see the latter's futex on Linux.
         let last = NIOLockedValueBox("")
-        let report: @Sendable () -> Void = {
-            let status = Self.statusLine(recorder)
+        let report: @Sendable () -> Void = { [station] in
+            let status = Self.statusLine(station)
             let changed = last.withLockedValue { previous in
                 defer { previous = status }
                 return previous != status
             }
             if changed { Systemd.notify("STATUS=" + status) }
         }
-        let tokens = [recorder.state.subscribe { _ in report() }, recorder.currentTime.subscribe { _ in report() },
-                      recorder.warning.subscribe { _ in report() }]
+        let tokens = recorders.flatMap { recorder in
+            [recorder.state.subscribe { _ in report() }, recorder.currentTime.subscribe { _ in report() },
+             recorder.warning.subscribe { _ in report() }]
+        }
         let (cancelled, end) = AsyncStream<Never>.makeStream()
         await withTaskCancellationHandler {
             for await _ in cancelled {}
@@ -188,13 +232,16 @@ struct RecdService: Service {
     }
 
     /// systemd's STATUS=: the state, and a refused reload after it with its reason (the file
-    /// and line), where `systemctl status` shows it beside the journal's lines.
-    static func statusLine(_ recorder: Recorder) -> String {
-        let state = status(recorder)
-        guard let warning = recorder.warning.value, warning.code == .configurationNotReloaded else { return state }
+    /// and line), where `systemctl status` shows it beside the journal's lines. A station of
+    /// several sources shows each, by name: `east: recording 00:01:02 -> …; west: waiting …`.
+    static func statusLine(_ station: Station) -> String {
+        let states = station.sources.count == 1 ? status(station.sources[0].recorder)
+            : station.sources.map { "\($0.name): \(status($0.recorder))" }.joined(separator: "; ")
+        // A reload is the station's: every source carries its refusal alike.
+        guard let warning = station.sources[0].recorder.warning.value, warning.code == .configurationNotReloaded else { return states }
         // One line: systemd shows STATUS= as it is, and a newline would end the datagram's field.
         let reason = warning.message.split(whereSeparator: \.isNewline).joined(separator: " ")
-        return state + "; " + reason
+        return states + "; " + reason
     }
 
     static func formatElapsed(_ seconds: Double) -> String {
@@ -210,7 +257,9 @@ struct RecdService: Service {
         logger.info("watchdog enabled", metadata: ["watchdog.interval": "\(interval)"])
         var stalled = false
         while !Task.isCancelled {
-            if recorder.captureIsHealthy(maximumSilence: interval) {
+            // One source stuck in its driver gets the daemon restarted: the others' files are
+            // finalized by the restart's stop, and they resume in new segments.
+            if recorders.allSatisfy({ $0.captureIsHealthy(maximumSilence: interval) }) {
                 Systemd.notify("WATCHDOG=1")
                 if stalled { logger.notice("capture progressing again; watchdog pings resumed") }
                 stalled = false
@@ -230,16 +279,23 @@ struct RecdService: Service {
             switch reloaded {
             case .failure(let error):
                 // Said where an operator looks (status, MQTT, systemd's STATUS=), not only in the journal.
-                recorder.configurationReload(refused: "\(error)")
+                recorders.forEach { $0.configurationReload(refused: "\(error)") }
             case .success(let configuration):
-                recorder.configurationReload(refused: nil)
-                recorder.reconfigure(configuration.recorderConfiguration)
-                if configuration.schedule != recorder.scheduledRecording { followSchedule(configuration.schedule) }
+                let reloaded = Dictionary(configuration.sources.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+                for source in station.sources {
+                    let recorder = source.recorder
+                    recorder.configurationReload(refused: nil)
+                    // A source no longer in the file keeps what it has until the restart.
+                    guard let sourceConfiguration = reloaded[source.name] else { continue }
+                    recorder.reconfigure(configuration.recorderConfiguration(for: sourceConfiguration))
+                    let schedule = sourceConfiguration.configuration.schedule
+                    if schedule != recorder.scheduledRecording { followSchedule(schedule, source) }
+                }
                 StandardErrorLogHandler.level.store(
                     UInt8(Logger.Level.allCases.firstIndex(of: configuration.logLevel)!), ordering: .relaxed)
                 logger.notice("configuration reloaded; it applies from the next recording")
             }
-            Systemd.notify("READY=1\nSTATUS=\(Self.statusLine(recorder))")
+            Systemd.notify("READY=1\nSTATUS=\(Self.statusLine(station))")
         }
     }
 }

@@ -272,8 +272,8 @@ struct SourceConfigurationTests: ReadsConfiguration {
         var top = try read("device = \"hw:5\"\n" + tables)
         var source = try read("[[source]]\nname = \"east\"\ndevice = \"hw:5\"\n"
                               + ("\n" + tables).replacing("\n[", with: "\n[source."))
-        try top.adoptTheOnlySource()
-        try source.adoptTheOnlySource()
+        top.adoptTheOnlySource()
+        source.adoptTheOnlySource()
         top.deviceLine = nil
         top.deviceFile = nil
         source.deviceLine = nil
@@ -288,18 +288,24 @@ struct SourceConfigurationTests: ReadsConfiguration {
     @Test func aSourceInheritsTheStationsScheduleKeyByKey() throws {
         let station = "[schedule]\nwindows = [\"05:00..09:00\"]\nname = \"dawn\"\n"
         var plain = try read(station + "[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n")
-        try plain.adoptTheOnlySource()
+        plain.adoptTheOnlySource()
         #expect(plain.schedule?.schedule.windows.count == 1 && plain.schedule?.name == "dawn")
         var own = try read(station + "[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[source.schedule]\nwindows = [\"18:00..20:00\", \"21:00..22:00\"]\n")
-        try own.adoptTheOnlySource()
+        own.adoptTheOnlySource()
         #expect(own.schedule?.schedule.windows.count == 2 && own.schedule?.name == "dawn")
     }
 
-    @Test func oneSourceTableIsRunAsTheStationsOnlySourceAndSeveralAreNotYet() throws {
+    @Test func oneSourceTableIsRunAsTheStationsOnlySourceAndSeveralEachInAFolder() throws {
         var one = try read("[recording]\nformat = \"flac\"\n[[source]]\nname = \"east\"\ndevice = \"hw:7\"\n[source.listen]\nenabled = true\n")
-        try one.adoptTheOnlySource()
+        one.adoptTheOnlySource()
         #expect(one.device == "hw:7" && one.listenAtStart && one.recording.format == .flac)
-        var two = try read("[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[[source]]\nname = \"west\"\ndevice = \"hw:2\"\n")
-        #expect(throws: ConfigurationError.self) { try two.adoptTheOnlySource() }
+        #expect(one.recorderConfiguration(for: one.sources[0]).recordingsDirectory == one.recordingsDirectory)
+        var two = try read("recordings_dir = \"/srv/rec\"\n[recording]\nformat = \"flac\"\n[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n"
+                           + "[[source]]\nname = \"west\"\ndevice = \"hw:2\"\n[source.recording]\nformat = \"wav\"\n")
+        two.adoptTheOnlySource()
+        let recorders = two.sources.map { two.recorderConfiguration(for: $0) }
+        #expect(recorders.map(\.recordingsDirectory) == ["/srv/rec/east", "/srv/rec/west"])
+        #expect(recorders.map(\.device) == ["hw:1", "hw:2"] && recorders.map(\.sourceName) == ["east", "west"])
+        #expect(recorders.map(\.defaultSettings.format) == [.flac, .wav])
     }
 }

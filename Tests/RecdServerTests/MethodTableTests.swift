@@ -109,12 +109,12 @@ struct MethodHandlerTests {
         let channel = EmbeddedChannel()
         let asyncChannel = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
         let connectionContext = ConnectionContext(
-            station: Station(recorder: recorder), recorder: recorder, version: "test", hub: TopicHub(recorder: recorder), policy: AccessPolicy(),
+            station: Station(recorder: recorder), version: "test", hubs: [TopicHub(recorder: recorder)], policy: AccessPolicy(),
             outboundLimit: 1 << 20, blocking: BlockingCalls(threads: 1), lookups: NIOThreadPool.singleton, logger: Logger(label: "test"))
         let connection = ClientConnection(channel: asyncChannel, peer: PeerCredentials(pid: 1, uid: 0, gid: 0),
                                           context: connectionContext)
         // Every topic's first snapshot, as the server awaits it before its first client.
-        await connectionContext.hub.drain()
+        await connectionContext.hubs[0].drain()
         context = RequestContext(recorder: recorder, version: "test", subscriptions: connection)
     }
 
@@ -192,11 +192,16 @@ struct SourceResolutionTests {
         let context = RequestContext(station: station, version: "test", subscriptions: nil)
         let ambiguous = try #require(run(context, .pause, nil))
         #expect(ambiguous.code == RPCErrorCode.ambiguousSource && ambiguous.data?.sources == ["east", "west"])
-        #expect(run(context, .status, nil)?.code == RPCErrorCode.ambiguousSource)
-        #expect(MethodTable.handler(for: .status).encoded?(context, ResultEncoder()) == nil, "no kept answer stands in for a choice")
-        let named = try context.resolvingSource(.object(["source": .string("west")]))
-        #expect(named.source == "west" && named.recorder === west)
-        #expect(try context.resolvingSource(.object(["source": .string("east"), "name": .string("x")])).recorder === east)
+        #expect(MethodTable.handler(for: .status).encoded?(context, ResultEncoder()) == nil, "no kept answer stands in for the station")
+        let named = try context.resolvingSource(.object(["source": .string("west")]), coversEverySource: false)
+        #expect(named.source == "west" && named.recorder === west && named.sourceIndex == 1 && !named.everySource)
+        #expect(try context.resolvingSource(.object(["source": .string("east"), "name": .string("x")]), coversEverySource: false).recorder === east)
+        // `status` without a source is the station's: each source's, named, in order.
+        let whole = try #require(try MethodTable.handler(for: .status).run(context, nil) as? StationStatusResult)
+        #expect(whole.sources.map(\.source) == ["east", "west"])
+        let one = try #require(try MethodTable.handler(for: .status).run(context, .object(["source": .string("west")])) as? StatusResult)
+        #expect(one.source == "west")
+        #expect(try context.resolvingSource(nil, coversEverySource: true).everySource)
         // Each source's own state answers: west's pause is refused by west (nothing records).
         #expect(run(context, .pause, .object(["source": .string("west")]))?.data?.code == "invalidState")
         #expect(run(context, .version, nil) == nil)

@@ -1,0 +1,165 @@
+import Foundation
+import Glibc
+import RecdClient
+import RecdProtocol
+import RecdTestSupport
+import Sndfile
+import Testing
+
+/// A station of several sources (issue 53), through the real recd and recctl: each source
+/// records its own device into its own folder, every way in names the source, and one lost
+/// microphone never stops another.
+@Suite("a station of several sources")
+struct SourcesTests {
+    let inputs = TemporaryDirectory()
+
+    /// Two ALSA file devices, different audio: each source's file is exactly its own device's
+    /// first second, in its folder and its own format; the socket, recctl and the metrics name
+    /// the sources.
+    @Test func twoSourcesRecordSideBySideEachItsOwnDeviceIntoItsOwnFolder() throws {
+        let east = writeCounterInput(inputs, seconds: 3)
+        // West's audio: the counter reversed, so that no frame of it is east's.
+        let westSamples = east.samples.map { ~$0 }
+        let westPath = inputs.file("west.raw")
+        Signal.write(westSamples, to: westPath)
+        let daemon = try Daemon(device: nil, config: """
+            [recording]
+            format = "wav"
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.file(east.path))"
+            [[source]]
+            name = "west"
+            device = "\(TestDevices.file(westPath))"
+            [source.recording]
+            format = "flac"
+            """)
+        let client = try daemon.connect()
+        // Without a source, `status` is the station's; a method that acts on one asks which.
+        let station = try client.exchange(#"{"jsonrpc":"2.0","id":1,"method":"status"}"#)
+        let sources = try #require((station["result"] as? [String: Any])?["sources"] as? [[String: Any]], "\(station)")
+        #expect(sources.map { $0["source"] as? String } == ["east", "west"])
+        #expect(sources.map { ($0["state"] as? [String: Any])?["name"] as? String } == ["idle", "idle"])
+        let ambiguous = try client.exchange(#"{"jsonrpc":"2.0","id":2,"method":"start"}"#)
+        #expect(ambiguous.errorCode == -32005 && ambiguous.errorDataCode == "ambiguousSource", "\(ambiguous)")
+        // A subscription without a source follows both, each notification naming its source.
+        let watcher = try daemon.connect()
+        let subscribed = try watcher.exchange(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topics":["state"]}}"#)
+        let snapshot = try #require((subscribed["result"] as? [String: Any])?["snapshot"] as? [[String: Any]], "\(subscribed)")
+        #expect(Set(snapshot.compactMap { $0["source"] as? String }) == ["east", "west"])
+        let eastOnly = try daemon.connect()
+        let onlyEast = try eastOnly.exchange(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topics":["state"],"source":"east"}}"#)
+        let eastSnapshot = try #require((onlyEast["result"] as? [String: Any])?["snapshot"] as? [[String: Any]], "\(onlyEast)")
+        #expect(eastSnapshot.map { $0["source"] as? String } == ["east"])
+
+        for (source, name) in [("east", "e-take"), ("west", "w-take")] {
+            let answer = try client.exchange(#"{"jsonrpc":"2.0","id":3,"method":"start","params":{"source":"\#(source)","name":"\#(name)","duration":1}}"#)
+            #expect(answer["result"] != nil, "\(source): \(answer)")
+        }
+        // Both finish, each seen through the subscription that follows both.
+        var finished: Set<String> = []
+        let deadline = Date().addingTimeInterval(30)
+        while finished.count < 2, Date() < deadline {
+            let notification = try watcher.nextObject(timeout: 30)
+            let params = notification["params"] as? [String: Any]
+            if (params?["value"] as? [String: Any])?["name"] as? String == "finished", let source = params?["source"] as? String {
+                finished.insert(source)
+            }
+        }
+        #expect(finished == ["east", "west"])
+        // The east-only subscription saw east's states only.
+        var seen: Set<String> = []
+        while let line = try? eastOnly.nextObject(timeout: 0.5) {
+            if let source = (line["params"] as? [String: Any])?["source"] as? String { seen.insert(source) }
+        }
+        #expect(seen == ["east"])
+
+        // Each file in its source's folder, its own format, exactly its own device's audio.
+        for (path, expected) in [(daemon.recordings + "/east/e-take.wav", east.samples), (daemon.recordings + "/west/w-take.flac", westSamples)] {
+            let samples = try SoundFileReader(path: path).readAllInt16()
+            #expect(samples.count == 48000 * 2, "\(path)")
+            #expect(samples == Array(expected.prefix(48000 * 2)), "\(path): not its device's first second")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: daemon.recordings).filter { !$0.hasPrefix(".") }.sorted() == ["east", "west"])
+        // recctl: the station's status shows both; --source names one; recordings per source.
+        let environment = ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"]
+        let status = try run(Binaries.recctl, ["status"], environment: environment, timeout: 30)
+        #expect(status.status == 0 && status.stdout.contains("source east") && status.stdout.contains("source west"), "\(status)")
+        let west = try run(Binaries.recctl, ["status", "--source", "west", "--json"], environment: environment, timeout: 30)
+        let westStatus = try WireCoding.decoder().decode(StatusResult.self, from: Data(west.stdout.utf8))
+        #expect(westStatus.source == "west" && westStatus.recording?.name == "w-take")
+        let listed = try run(Binaries.recctl, ["ls", "--source", "west"], environment: environment, timeout: 30)
+        #expect(listed.stdout.contains("w-take") && !listed.stdout.contains("e-take"), "\(listed)")
+        // The metrics: per-source series labelled, the station's not.
+        let metrics = try run(Binaries.recctl, ["metrics"], environment: environment, timeout: 30).stdout
+        #expect(metrics.contains(#"recd_files_total{source="east"} 1"#) && metrics.contains(#"recd_files_total{source="west"} 1"#), "\(metrics)")
+        #expect(metrics.contains(#"recd_state{source="west",state="finished"} 1"#), "\(metrics)")
+        #expect(metrics.contains("\nrecd_disk_free_bytes "), "the disk is the station's")
+        #expect(daemon.terminate() == 0)
+    }
+
+    /// Two paced devices, autostart: west's server is down at boot, so west waits while east
+    /// records; west records once its server is back; then east's is lost and east waits while
+    /// west records on. SIGTERM finalizes both sources' files, every one playable.
+    @Test func aMissingOrLostSourceWaitsWhileTheOtherRecords() throws {
+        let eastServer = try PulseServer(), westServer = try PulseServer()
+        try eastServer.tone()
+        try westServer.tone()
+        westServer.kill()
+        let daemon = try Daemon(device: nil, config: """
+            [recording]
+            format = "flac"
+            [autostart]
+            enabled = true
+            [capture]
+            retry_interval_max = 1
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.paced(eastServer))"
+            [[source]]
+            name = "west"
+            device = "\(TestDevices.paced(westServer))"
+            """)
+        let east = try daemon.connect(), west = try daemon.connect()
+        east.source = "east"
+        west.source = "west"
+        func status(_ connection: RecdConnection) -> StatusResult? { try? connection.call(.status) }
+        func waitFor(_ connection: RecdConnection, _ what: String, _ condition: (StatusResult) -> Bool) throws -> StatusResult {
+            var last: StatusResult?
+            _ = waitUntil(timeout: 30) {
+                last = status(connection)
+                return last.map(condition) ?? false
+            }
+            guard let last, condition(last) else { throw TestFailure("\(connection.source ?? ""): not \(what): \(String(describing: last?.state))\n\(daemon.log.suffix(3000))") }
+            return last
+        }
+        let eastRecording = try waitFor(east, "recording") { $0.state.name == .recording && $0.currentTime >= 0.5 }
+        _ = try waitFor(west, "waiting for its device") { $0.state.name == .waitingForDevice }
+        // West comes: it records, and east went on meanwhile in its first file.
+        try westServer.restart()
+        try westServer.tone()
+        _ = try waitFor(west, "recording") { $0.state.name == .recording && $0.currentTime >= 0.5 }
+        let eastNow = try waitFor(east, "still recording") { $0.state.name == .recording }
+        #expect(eastNow.recording?.segment?.index == eastRecording.recording?.segment?.index, "east's file was never interrupted")
+        #expect(eastNow.statistics.gaps.isEmpty && eastNow.error == nil)
+        // East is lost: it waits; west records on, uninterrupted.
+        let westBefore = try #require(status(west))
+        eastServer.kill()
+        _ = try waitFor(east, "waiting for its device") { $0.state.name == .waitingForDevice }
+        let westAfter = try waitFor(west, "recording on") { $0.state.name == .recording && $0.currentTime >= westBefore.currentTime + 1 }
+        // (West's recording began waiting for its device: that wait is its gap, before any audio.)
+        #expect(westAfter.statistics.gaps.count == westBefore.statistics.gaps.count
+                && westAfter.recording?.segment?.index == westBefore.recording?.segment?.index, "\(westAfter.statistics.gaps)")
+        #expect(daemon.terminate() == 0, "\(daemon.log.suffix(3000))")
+        // Every file finalized and playable: east's one (ended by the loss), west's one.
+        for source in ["east", "west"] {
+            let folder = daemon.recordings + "/" + source
+            let files = try FileManager.default.contentsOfDirectory(atPath: folder).filter { !$0.hasPrefix(".") }
+            #expect(files.count == 1 && files.allSatisfy { $0.hasSuffix(".flac") }, "\(source): \(files)")
+            for file in files {
+                let info = try SoundFileReader(path: folder + "/" + file).info
+                #expect(info.frames >= 24000, "\(source)/\(file): \(info.frames) frames")
+            }
+        }
+    }
+}
