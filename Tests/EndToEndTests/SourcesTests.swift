@@ -106,6 +106,7 @@ struct SourcesTests {
         try eastServer.tone()
         try westServer.tone()
         westServer.kill()
+        var notify: NotifyListener? = try NotifyListener()
         let daemon = try Daemon(device: nil, config: """
             [recording]
             format = "flac"
@@ -119,7 +120,7 @@ struct SourcesTests {
             [[source]]
             name = "west"
             device = "\(TestDevices.paced(westServer))"
-            """)
+            """, environment: ["NOTIFY_SOCKET": notify!.path])
         let east = try daemon.connect(), west = try daemon.connect()
         east.source = "east"
         west.source = "west"
@@ -135,6 +136,11 @@ struct SourcesTests {
         }
         let eastRecording = try waitFor(east, "recording") { $0.state.name == .recording && $0.currentTime >= 0.5 }
         _ = try waitFor(west, "waiting for its device") { $0.state.name == .waitingForDevice }
+        // systemd's STATUS= names each source's state.
+        let line = try #require(notify?.waitFor("STATUS=east: recording"), "\(daemon.log.suffix(2000))")
+        #expect(line.contains("; west: waiting for device (deviceNotFound), attempt"), "\(line)")
+        // Closed, not left unread: a full datagram queue would block recd's next notification.
+        notify = nil
         // West comes: it records, and east went on meanwhile in its first file.
         try westServer.restart()
         try westServer.tone()

@@ -183,11 +183,11 @@ struct SourceConfigurationTests: ReadsConfiguration {
         #expect(east.writeBuffer == 20 && west.writeBuffer == 20)
         #expect(!east.triggerEnabled && west.triggerEnabled && west.trigger.threshold == -30)
         #expect(east.segments.length == nil && west.segments.length == 3600)
-        // What is the station's comes from the station, whatever the copy holds.
+        // What is the station's comes from the station, whatever the copy holds (its folder in the station's directory).
         var station = configuration
         station.recordingsDirectory = "/srv/recordings"
         let recorder = station.recorderConfiguration(for: configuration.sources[1])
-        #expect(recorder.recordingsDirectory == "/srv/recordings" && recorder.device == west.device)
+        #expect(recorder.recordingsDirectory == "/srv/recordings/west" && recorder.device == west.device)
         #expect(recorder.defaultSettings.format == .wav && recorder.segments.length == 3600 && recorder.writeBuffer == 20)
         // The station's own device stays the implicit default: no source is "default".
         #expect(configuration.device == "default")
