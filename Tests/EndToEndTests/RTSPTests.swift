@@ -187,6 +187,55 @@ struct RTSPTests {
         #expect(status == 0, "\((try? String(contentsOfFile: work.file("check.json"), encoding: .utf8)) ?? "")")
     }
 
+    /// A station of two sources (issue 52 with 53): `/east` and `/west` play at once, each its
+    /// own device (west's has an 880 Hz sine beside the 440 Hz tone both have), each from a tap
+    /// of its own source.
+    @Test func twoSourcesPlayAtOnceEachItsOwnDevice() throws {
+        let eastServer = try PulseServer(), westServer = try PulseServer()
+        try eastServer.tone()
+        try westServer.tone()
+        _ = try westServer.sine(frequency: 880)
+        let sources = """
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.paced(eastServer))"
+            [[source]]
+            name = "west"
+            device = "\(TestDevices.paced(westServer))"
+
+            """
+        let daemon = try Daemon(device: nil, config: sources)
+        let rtsp = try RTSPServer(daemon: daemon, sources: sources)
+        let base = "rtsp://127.0.0.1:\(rtsp.port)"
+        let live = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", base + "/live"])
+        #expect(live.status != 0 && live.stderr.contains("404"), "/live is a station of one's: \(live.stderr)")
+        // Both read at once, as two analysers would: 2 s each, as BirdNET-Go asks (mono s16le).
+        let work = TemporaryDirectory()
+        let players = try ["east", "west"].map { source in
+            try ChildProcess("/bin/sh", ["-c", "exec ffmpeg -loglevel error -rtsp_transport tcp -allowed_media_types audio -i \(base)/\(source) "
+                                         + "-t 2 -vn -f s16le -ac 1 -ar 48000 \(work.file(source + ".raw"))"],
+                             environment: ProcessInfo.processInfo.environment)
+        }
+        // Each source's tap, named by its path, while both play.
+        let both = waitUntil(timeout: 30) {
+            guard let station = try? daemon.connect().call(.status, as: StatusAnswer.self) else { return false }
+            return station.sources.map { $0.taps?.first?.client } == ["recd-rtsp /east l16", "recd-rtsp /west l16"]
+        }
+        #expect(both, "\(rtsp.log)")
+        for (player, source) in zip(players, ["east", "west"]) {
+            #expect(player.wait(timeout: 60) == 0, "\(source): \(rtsp.log)")
+        }
+        for source in ["east", "west"] {
+            let data = try #require(FileManager.default.contents(atPath: work.file(source + ".raw")))
+            let samples = data.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+            #expect(samples.count >= 48000, "\(source): \(samples.count) samples")
+            let at880 = SoundCardIdentityTests.share(of: 880, in: samples, channels: 1)
+            let at440 = SoundCardIdentityTests.share(of: 440, in: samples, channels: 1)
+            #expect(at440 > 0.05, "\(source): 440 Hz \(at440)")
+            #expect(source == "west" ? at880 > 0.3 : at880 < 0.01, "\(source): 880 Hz \(at880)")
+        }
+    }
+
     @Test func digestAuthenticationWithAListenToken() throws {
         let server = try PulseServer()
         try server.tone()
