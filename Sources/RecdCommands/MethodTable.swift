@@ -229,7 +229,9 @@ public enum MethodTable {
                 guard let host = context.taps else {
                     throw .invalidRequest("taps are for socket connections: audio cannot go over MQTT")
                 }
-                return try host.updateTap(params, recorder: context.recorder)
+                // Ids are the station's: the tap is on whichever source has it.
+                let recorder = context.station.sources.first { $0.recorder.currentTaps().contains { $0.id == params.tap } }?.recorder
+                return try host.updateTap(params, recorder: recorder ?? context.recorder)
             }
         case .cancel:
             .blocking { context, _ throws(RPCError) in

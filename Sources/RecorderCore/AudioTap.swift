@@ -68,6 +68,11 @@ final class TapSubscriber: @unchecked Sendable {
                          framesDropped: framesDropped.load(ordering: .relaxed))
     }
 
+    /// Tap ids are numbered for the whole process (a station of several sources): `tap.update`
+    /// names a tap by its id alone, whichever source it taps.
+    private static let lastID = Atomic<Int>(0)
+    static func nextID() -> Int { lastID.add(1, ordering: .relaxed).newValue }
+
     init(id: Int, pid: Int32?, client: String? = nil, minimumFrames: Int = 0, sink: any AudioTapSink) {
         self.id = id
         self.pid = pid

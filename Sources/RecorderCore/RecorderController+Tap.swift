@@ -45,8 +45,7 @@ extension RecorderController {
                 sampleRate: rate ?? settings.sampleRate ?? state.engine?.configuration.sampleRate ?? 48000,
                 channels: channels ?? settings.channels ?? state.engine?.configuration.channels ?? 2, encoding: encoding)
             let joined = chunk.map { Swift.min(Int(($0 * Double(format.sampleRate)).rounded()), sink.largestJoinedPayload / format.bytesPerFrame) }
-            let subscriber = TapSubscriber(id: state.nextTapID, pid: pid, client: client, minimumFrames: joined ?? 0, sink: sink)
-            state.nextTapID += 1
+            let subscriber = TapSubscriber(id: TapSubscriber.nextID(), pid: pid, client: client, minimumFrames: joined ?? 0, sink: sink)
             var group = preRoll > 0 ? nil : tapGroups.withLockedValue { $0.first { !$0.exclusive && $0.format == format } }
             let joining = group != nil
             if group == nil { group = TapGroup(format: format, exclusive: preRoll > 0) }

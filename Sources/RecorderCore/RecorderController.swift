@@ -109,7 +109,6 @@ final class RecorderController: @unchecked Sendable {
         var listenPlan: ListenPlan?
         /// Listening's levels timer.
         var listenTimer: DispatchSourceTimer?
-        var nextTapID = 1
         /// The spectrum's node and the engine it is on.
         var spectrumNode: (node: SpectrumNode, engine: UInt64)?
         // The daemon

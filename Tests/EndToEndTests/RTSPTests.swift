@@ -216,12 +216,16 @@ struct RTSPTests {
                                          + "-t 2 -vn -f s16le -ac 1 -ar 48000 \(work.file(source + ".raw"))"],
                              environment: ProcessInfo.processInfo.environment)
         }
-        // Each source's tap, named by its path, while both play.
+        // Each source's tap, named by its path, while both play; tap ids are the station's, so
+        // recd-rtsp's `tap.update` (listeners) reaches each source's own tap.
+        var taps: [TapStatus?] = []
         let both = waitUntil(timeout: 30) {
             guard let station = try? daemon.connect().call(.status, as: StatusAnswer.self) else { return false }
-            return station.sources.map { $0.taps?.first?.client } == ["recd-rtsp /east l16", "recd-rtsp /west l16"]
+            taps = station.sources.map { $0.taps?.first }
+            return taps.map { $0?.client } == ["recd-rtsp /east l16", "recd-rtsp /west l16"] && taps.map { $0?.listeners } == [1, 1]
         }
-        #expect(both, "\(rtsp.log)")
+        #expect(both, "\(taps) \(rtsp.log)")
+        #expect(taps.count == 2 && taps[0]?.id != taps[1]?.id)
         for (player, source) in zip(players, ["east", "west"]) {
             #expect(player.wait(timeout: 60) == 0, "\(source): \(rtsp.log)")
         }
