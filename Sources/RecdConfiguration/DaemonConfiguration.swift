@@ -167,12 +167,6 @@ public struct DaemonConfiguration: Equatable, Sendable {
         try applyStationKeys(reader)
         try reader.rejectUnknownKeys(arrays: ["source"])
         try applySources(document.arrays["source"] ?? [], file: file, topLevelDevice: reader.line(of: "device"))
-        if declaredSources.count > 1, mqtt.enabled {
-            // Its topics and Home Assistant's devices per source are not built yet: refused
-            // rather than publishing one source as if it were the station.
-            throw ConfigurationError(file: file, line: reader.line(of: "mqtt.enabled"), key: "mqtt.enabled",
-                                     message: "MQTT serves a station of one source in this version; turn it off or keep one [[source]]")
-        }
     }
 
     /// What each source has of its own (doc/architecture.md, "A station and its sources"):

@@ -10,8 +10,14 @@ import RecorderModel
 import ServiceLifecycle
 import NIOConcurrencyHelpers
 
-/// Publishes what the in-process `Recorder` does to an MQTT broker, announces it to Home
+/// Publishes what the station's recorders do to an MQTT broker, announces them to Home
 /// Assistant, and (when allowed) obeys commands from the broker.
+///
+/// One connection for the station, with its last will on `<prefix>/availability`. A station
+/// of one source publishes everything under the prefix, as before sources. A station of
+/// several publishes each source's topics under `<prefix>/<source>/` with an availability of
+/// its own (`offline` while its device is missing or lost), takes each source's commands on
+/// its own topics, and keeps the station's (storage, clock, hooks) under the prefix.
 ///
 /// - It only observes the recorder (`Observed` values, on a queue of its own) and calls its
 ///   public operations on another queue for commands: the capture path never waits for it.
@@ -26,9 +32,11 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     // `telemetryInFlight` is a lock box.
 
     public let configuration: MQTTBridgeConfiguration
-    private let recorder: Recorder
     private let hooks: HookRunner?
+    /// The station's topics (a station of one: every topic).
     private let topics: MQTTTopics
+    /// Each source's recorder and topics, touched on `queue`.
+    private let links: [SourceLink]
     private let discovery: HomeAssistantDiscovery
     /// recd's version, for the `version` command.
     private let version: String
@@ -45,10 +53,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     private var everConnected = false
     private var outageReported = false
     private var tokens: [ObservationToken] = []
-    private var telemetryTimer: DispatchSourceTimer?
     private var lastHookWarning: String?
-    /// The path `last_file` names (a re-dated file that is the last one replaces it).
-    private var lastFilePath: String?
     private let telemetryInFlight = NIOLockedValueBox(TelemetryInFlight())
 
     /// Telemetry messages handed to libmosquitto that have not left yet. The network thread may
@@ -69,20 +74,40 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         }
     }
 
-    /// The station the commands act on (its one source, today).
+    /// The station the commands act on.
     private let station: Station
 
-    /// `sourceName`: the recorder's name in the station (what a command's `source` names).
-    public init(recorder: Recorder, sourceName: String = "default", configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil,
+    /// A source as the bridge publishes it. Its mutable members are touched only on `queue`.
+    final class SourceLink: @unchecked Sendable {
+        let name: String
+        let recorder: Recorder
+        let topics: MQTTTopics
+        /// The source's own availability topic, on a station of several; nil on a station of one.
+        let availability: String?
+        var telemetryTimer: DispatchSourceTimer?
+        /// The path `last_file` names (a re-dated file that is the last one replaces it).
+        var lastFilePath: String?
+
+        init(_ source: Station.Source, prefix: MQTTTopics, several: Bool) {
+            name = source.name
+            recorder = source.recorder
+            topics = several ? prefix.source(source.name) : prefix
+            availability = several ? topics.availability : nil
+        }
+    }
+
+    public init(station: Station, configuration: MQTTBridgeConfiguration, hooks: HookRunner? = nil,
                 version: String, blocking: BlockingCalls, logger: Logger) throws(MosquittoError) {
-        self.station = Station(recorder: recorder, name: sourceName)
+        self.station = station
         self.blocking = blocking
         self.commands = blocking.serialLane()
-        self.recorder = recorder
         self.configuration = configuration
         self.hooks = hooks
-        self.topics = MQTTTopics(prefix: configuration.topicPrefix)
-        self.discovery = HomeAssistantDiscovery(configuration: configuration, version: version)
+        let topics = MQTTTopics(prefix: configuration.topicPrefix)
+        self.topics = topics
+        let several = station.sources.count > 1
+        links = station.sources.map { SourceLink($0, prefix: topics, several: several) }
+        self.discovery = HomeAssistantDiscovery(configuration: configuration, version: version, sources: several ? station.names : [])
         self.version = version
         self.logger = logger
         let options = MQTTClientOptions(
@@ -90,6 +115,13 @@ public final class MQTTBridge: Service, @unchecked Sendable {
             username: configuration.username, password: configuration.password, caFile: configuration.caFile,
             will: .init(topic: topics.availability, payload: Array("offline".utf8), qos: configuration.qos, retain: true))
         client = try MQTTClient(options: options) { [weak self] event in self?.handle(event) }
+    }
+
+    /// A station of one recorder, the implicit source.
+    public convenience init(recorder: Recorder, sourceName: String = "default", configuration: MQTTBridgeConfiguration,
+                            hooks: HookRunner? = nil, version: String, blocking: BlockingCalls, logger: Logger) throws(MosquittoError) {
+        try self.init(station: Station(recorder: recorder, name: sourceName), configuration: configuration, hooks: hooks,
+                      version: version, blocking: blocking, logger: logger)
     }
 
     // MARK: Service
@@ -105,39 +137,17 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         await stop()
     }
 
-    /// Starts observing the recorder and connecting to the broker.
+    /// Starts observing the recorders and connecting to the broker.
     public func start() {
         queue.sync {
             retained[topics.availability] = Array("online".utf8)
-            tokens.append(recorder.state.subscribe(on: queue, delivery: .every) { [weak self] state in self?.stateChanged(state) })
-            tokens.append(recorder.listening.subscribe(on: queue, delivery: .every) { [weak self] listening in
-                self?.setRetained(self?.topics.listening ?? "", Array((listening == nil ? "OFF" : "ON").utf8))
-            })
-            // Sound detected: ON from an event's opening to its end (retained), and each event as
-            // it happens (not retained).
-            tokens.append(recorder.triggerEvent.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] event in
-                guard let self, let event else { return }
-                setRetained(topics.sound, Array((event.kind == .opened ? "ON" : "OFF").utf8))
-                if connected { send(topics.event, Self.encode(event), retain: false) }
-            })
-            tokens.append(recorder.state.subscribe(on: queue) { [weak self] state in
-                // No recording, no event open.
-                if !state.isActive { self?.setRetained(self?.topics.sound ?? "", Array("OFF".utf8)) }
-            })
-            tokens.append(recorder.error.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
-            tokens.append(recorder.statistics.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
-            tokens.append(recorder.warning.subscribe(on: queue) { [weak self] _ in self?.publishProblem() })
-            tokens.append(recorder.storage.subscribe(on: queue) { [weak self] storage in
+            for link in links { observe(link) }
+            // The station's: the disk every source's folder is on, the system clock, the hooks.
+            let first = links[0].recorder
+            tokens.append(first.storage.subscribe(on: queue) { [weak self] storage in
                 if let storage { self?.storageChanged(storage) }
             })
-            tokens.append(observeFinalizedFiles(of: recorder, on: queue) { [weak self] file in self?.fileFinalized(file) })
-            // A file re-dated once the clock was synchronized: the event, and `last_file` if it is that one.
-            tokens.append(observeRedatedFiles(of: recorder, on: queue) { [weak self] file, redated in
-                guard let self else { return }
-                if connected { send(topics.redated, Self.encode(redated), retain: false, qos: 1) }
-                if lastFilePath == redated.previousPath { fileFinalized(file) }
-            })
-            tokens.append(recorder.clock.subscribe(on: queue) { [weak self] clock in
+            tokens.append(first.clock.subscribe(on: queue) { [weak self] clock in
                 guard let self else { return }
                 setRetained(topics.clock, Self.encode(clock))
             })
@@ -151,13 +161,56 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         client.start()
     }
 
+    /// A source's topics follow its recorder.
+    private func observe(_ link: SourceLink) {
+        let recorder = link.recorder
+        let topics = link.topics
+        tokens.append(recorder.state.subscribe(on: queue, delivery: .every) { [weak self] state in self?.stateChanged(state, link) })
+        tokens.append(recorder.listening.subscribe(on: queue, delivery: .every) { [weak self] listening in
+            self?.setRetained(topics.listening, Array((listening == nil ? "OFF" : "ON").utf8))
+            self?.availabilityChanged(link)
+        })
+        // Sound detected: ON from an event's opening to its end (retained), and each event as
+        // it happens (not retained).
+        tokens.append(recorder.triggerEvent.subscribe(on: queue, delivery: .every, sendingCurrent: false) { [weak self] event in
+            guard let self, let event else { return }
+            setRetained(topics.sound, Array((event.kind == .opened ? "ON" : "OFF").utf8))
+            if connected { send(topics.event, Self.encode(event), retain: false) }
+        })
+        tokens.append(recorder.state.subscribe(on: queue) { [weak self] state in
+            // No recording, no event open.
+            if !state.isActive { self?.setRetained(topics.sound, Array("OFF".utf8)) }
+        })
+        tokens.append(recorder.error.subscribe(on: queue) { [weak self] _ in self?.publishProblem(link) })
+        tokens.append(recorder.statistics.subscribe(on: queue) { [weak self] _ in self?.publishProblem(link) })
+        tokens.append(recorder.warning.subscribe(on: queue) { [weak self] _ in self?.publishProblem(link) })
+        tokens.append(observeFinalizedFiles(of: recorder, on: queue) { [weak self] file in self?.fileFinalized(file, link) })
+        // A file re-dated once the clock was synchronized: the event, and `last_file` if it is that one.
+        tokens.append(observeRedatedFiles(of: recorder, on: queue) { [weak self] file, redated in
+            guard let self else { return }
+            if connected { send(topics.redated, Self.encode(redated), retain: false, qos: 1) }
+            if link.lastFilePath == redated.previousPath { fileFinalized(file, link) }
+        })
+    }
+
+    /// A source's own availability (a station of several): `offline` while its device is
+    /// missing or lost, recording or listening.
+    private func availabilityChanged(_ link: SourceLink) {
+        guard let topic = link.availability else { return }
+        let waiting = link.recorder.state.value.name == .waitingForDevice || link.recorder.listening.value?.wait != nil
+        setRetained(topic, Array((waiting ? "offline" : "online").utf8))
+    }
+
     /// Publishes `offline` and disconnects cleanly (the broker keeps the will for a crash).
     public func stop() async {
         _ = try? await blocking.run { [self] in
             queue.sync {
                 tokens.forEach { $0.cancel() }
                 tokens = []
-                stopTelemetry()
+                for link in links {
+                    stopTelemetry(link)
+                    if let availability = link.availability { setRetained(availability, Array("offline".utf8)) }
+                }
                 setRetained(topics.availability, Array("offline".utf8))
             }
             client.stop()
@@ -173,9 +226,9 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         case .message(let topic, let payload, _):
             if topic == configuration.discoveryPrefix + "/status" {
                 if String(decoding: payload, as: UTF8.self) == "online" { queue.async { self.announce() } }
-            } else if topic.hasPrefix(topics.prefix + "/command/") {
-                let name = String(topic.dropFirst((topics.prefix + "/command/").count))
-                commands.submit { self.execute(command: name, payload: payload) }
+            } else if let link = links.first(where: { topic.hasPrefix($0.topics.prefix + "/command/") }) {
+                let name = String(topic.dropFirst((link.topics.prefix + "/command/").count))
+                commands.submit { self.execute(command: name, payload: payload, link: link) }
             }
         case .connected:
             queue.async { self.connectionUp() }
@@ -194,7 +247,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         }
         everConnected = true
         outageReported = false
-        try? client.subscribe(topics.commands, qos: configuration.qos)
+        for link in links { try? client.subscribe(link.topics.commands, qos: configuration.qos) }
         if configuration.discovery != .off {
             try? client.subscribe(configuration.discoveryPrefix + "/status", qos: configuration.qos)
         }
@@ -236,26 +289,28 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         }
     }
 
-    private func stateChanged(_ state: RecorderState) {
+    private func stateChanged(_ state: RecorderState, _ link: SourceLink) {
+        let topics = link.topics
         setRetained(topics.state, Array(state.name.rawValue.utf8))
         setRetained(topics.recording, state.recording.map { Self.encode($0) } ?? Array("{}".utf8))
-        setRetained(topics.time, Array(Self.seconds(recorder.currentTimeNow()).utf8))
-        publishProblem()
+        setRetained(topics.time, Array(Self.seconds(link.recorder.currentTimeNow()).utf8))
+        publishProblem(link)
+        availabilityChanged(link)
         switch state {
-        case .recording, .paused, .listening: startTelemetry()
-        default: stopTelemetry()
+        case .recording, .paused, .listening: startTelemetry(link)
+        default: stopTelemetry(link)
         }
     }
 
-    private func fileFinalized(_ file: FinalizedFile) {
-        lastFilePath = file.path
-        setRetained(topics.lastFile, Self.encode(LastFile(file)))
+    private func fileFinalized(_ file: FinalizedFile, _ link: SourceLink) {
+        link.lastFilePath = file.path
+        setRetained(link.topics.lastFile, Self.encode(LastFile(file, source: link.availability == nil ? nil : link.name)))
     }
 
     private func hookFinished(_ run: HookRun) {
         setRetained(topics.hook, Self.encode(run))
         lastHookWarning = run.outcome == .succeeded ? nil : "hook \(run.hook) for \(run.path): \(run.message)"
-        publishProblem()
+        links.forEach(publishProblem)
     }
 
     /// In whole MiB, so that a recording's steady writing publishes once per MiB, not per check.
@@ -263,7 +318,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         setRetained(topics.storage, Self.encode(Storage(storage)))
     }
 
-    private func publishProblem() {
+    private func publishProblem(_ link: SourceLink) {
+        let recorder = link.recorder
         let statistics = recorder.statistics.value
         var warnings: [String] = []
         if statistics.xruns > 0 || statistics.framesLost > 0 {
@@ -274,38 +330,39 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         if let lastHookWarning { warnings.append(lastHookWarning) }
         if let warning = recorder.warning.value { warnings.append("\(warning.code.rawValue): \(warning.message)") }
         let error = recorder.error.value
-        setRetained(topics.problem, Self.encode(Problem(problem: error != nil || !warnings.isEmpty, error: error, warnings: warnings)))
+        setRetained(link.topics.problem, Self.encode(Problem(problem: error != nil || !warnings.isEmpty, error: error, warnings: warnings)))
     }
 
     // MARK: Telemetry
 
-    private func startTelemetry() {
-        guard telemetryTimer == nil, configuration.telemetryInterval > 0 else { return }
+    private func startTelemetry(_ link: SourceLink) {
+        guard link.telemetryTimer == nil, configuration.telemetryInterval > 0 else { return }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         let interval = DispatchTimeInterval.nanoseconds(Int(configuration.telemetryInterval * 1e9))
         timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(50))
-        timer.setEventHandler { [weak self] in self?.publishTelemetry() }
+        timer.setEventHandler { [weak self] in self?.publishTelemetry(link) }
         timer.resume()
-        telemetryTimer = timer
+        link.telemetryTimer = timer
         // Levels are read at each telemetry tick: metered over the whole period, published no
         // more often (unless a client of the socket asks for more).
-        recorder.setLevelsWanted(true, by: "mqtt", every: configuration.telemetryInterval)
+        link.recorder.setLevelsWanted(true, by: "mqtt", every: configuration.telemetryInterval)
     }
 
-    private func stopTelemetry() {
-        telemetryTimer?.cancel()
-        telemetryTimer = nil
-        recorder.setLevelsWanted(false, by: "mqtt")
+    private func stopTelemetry(_ link: SourceLink) {
+        link.telemetryTimer?.cancel()
+        link.telemetryTimer = nil
+        link.recorder.setLevelsWanted(false, by: "mqtt")
     }
 
-    private func publishTelemetry() {
-        let time = Array(Self.seconds(recorder.currentTimeNow()).utf8)
+    private func publishTelemetry(_ link: SourceLink) {
+        let topics = link.topics
+        let time = Array(Self.seconds(link.recorder.currentTimeNow()).utf8)
         retained[topics.time] = time
         guard connected else { return }
         // Drop, don't queue: while the last tick's messages are still on their way, skip this one.
         guard telemetryInFlight.withLockedValue({ $0.waiting.isEmpty }) else { return }
         var messages: [(String, [UInt8], Bool)] = [(topics.time, time, true)]
-        let levels = recorder.levels.value
+        let levels = link.recorder.levels.value
         if !levels.channels.isEmpty {
             messages.append((topics.levels, Self.encode(LevelsMessage(levels)), false))
         }
@@ -334,7 +391,8 @@ public final class MQTTBridge: Service, @unchecked Sendable {
     /// A command is a request: read by the socket's parser into the same method and params,
     /// refused or run by the same table, after the same permission check. `switch` (Home
     /// Assistant's ON/OFF) is `start` or `stop`, by the state it finds.
-    private func execute(command: String, payload: [UInt8]) {
+    private func execute(command: String, payload: [UInt8], link: SourceLink) {
+        let recorder = link.recorder
         var reply = Reply(command: command, ok: false)
         let text = String(decoding: payload, as: UTF8.self).trimmingWhitespace()
         let object: [String: JSONValue]? = text.isEmpty ? [:]
@@ -343,7 +401,7 @@ public final class MQTTBridge: Service, @unchecked Sendable {
             }
         reply.id = object?["id"]
         logger.info("MQTT command received", metadata: ["mqtt.command": "\(command)"])
-        defer { send(topics.reply, Self.encode(reply), retain: false) }
+        defer { send(link.topics.reply, Self.encode(reply), retain: false) }
         do throws(RPCError) {
             let method: RecdProtocol.Method
             var params: [String: JSONValue]? = object?.filter { $0.key != "id" }
@@ -380,6 +438,15 @@ public final class MQTTBridge: Service, @unchecked Sendable {
                 let request = JSONValue.object(["jsonrpc": .string(JSONRPC.version), "id": .number(0), "method": .string(command),
                                                 "params": .object(params)])
                 if case .invalid(let error, _, _) = RequestParser.item(request) { throw error }
+            }
+            // The topic names the source: a payload may repeat it, not name another.
+            if method.takesSource {
+                var members = params ?? [:]
+                if let named = members["source"], named != .string(link.name) {
+                    throw .invalidParams("this topic is source '\(link.name)'s; its commands act on it alone")
+                }
+                members["source"] = .string(link.name)
+                params = members
             }
             let context = RequestContext(station: station, version: version, subscriptions: nil)
             let result = try MethodTable.perform(method, params: params.map(JSONValue.object), permissions: permissions,
@@ -471,8 +538,11 @@ public final class MQTTBridge: Service, @unchecked Sendable {
         var duration: Double
         var startedAt: Date?
         var endedAt: Date?
+        /// On a station of several sources: whose file it is.
+        var source: String?
 
-        init(_ file: FinalizedFile) {
+        init(_ file: FinalizedFile, source: String? = nil) {
+            self.source = source
             name = file.name
             path = file.path
             format = file.format.rawValue

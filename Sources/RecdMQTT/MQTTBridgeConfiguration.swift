@@ -65,12 +65,18 @@ public struct MQTTBridgeConfiguration: Sendable, Equatable {
     }
 }
 
-/// The topics under the prefix.
+/// The topics under the prefix. A station of several sources has the station's under the
+/// prefix (availability, storage, clock, hook) and each source's under `<prefix>/<source>`
+/// (`source(_:)`); a station of one has them all under the prefix.
 public struct MQTTTopics: Sendable {
     public let prefix: String
     public init(prefix: String) { self.prefix = prefix }
 
-    /// `online` / `offline` (the last will), retained.
+    /// A source's topics on a station of several.
+    public func source(_ name: String) -> MQTTTopics { MQTTTopics(prefix: prefix + "/" + name) }
+
+    /// `online` / `offline` (the last will), retained. A source's (on a station of several):
+    /// `offline` while its device is missing or lost.
     public var availability: String { prefix + "/availability" }
     /// The state's name (`idle`, `recording`…), retained.
     public var state: String { prefix + "/state" }

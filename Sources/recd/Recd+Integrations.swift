@@ -14,7 +14,7 @@ import SystemPackage
 extension Recd {
     /// The file hooks and the MQTT bridge, as configured. Returns the bridge's service (if
     /// enabled) and the subscriptions that feed every source's finalized files to the hooks
-    /// (if any). MQTT is for a station of one source (the configuration refuses it otherwise).
+    /// (if any).
     func makeIntegrations(_ configuration: DaemonConfiguration, station: Station, blocking: BlockingCalls,
                           metrics: RecorderMetrics) throws
         -> ([ServiceGroupConfiguration.ServiceConfiguration], [ObservationToken]) {
@@ -40,7 +40,7 @@ extension Recd {
         }
         guard let bridgeConfiguration else { return ([], hookToken) }
         do {
-            let bridge = try MQTTBridge(recorder: station.sources[0].recorder, sourceName: station.sources[0].name, configuration: bridgeConfiguration, hooks: hooks,
+            let bridge = try MQTTBridge(station: station, configuration: bridgeConfiguration, hooks: hooks,
                                         version: recdVersion, blocking: blocking, logger: Logger(label: "recd.mqtt"))
             return ([.init(service: bridge)], hookToken)
         } catch {

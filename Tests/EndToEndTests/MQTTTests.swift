@@ -167,6 +167,61 @@ struct MQTTTests {
         #expect(daemon.terminate() == 0)
     }
 
+    /// A station of two sources (issue 53): each source's topics under `<prefix>/<source>/`,
+    /// its commands on its own topics, an availability of its own that goes `offline` while its
+    /// microphone is away (the other's stays `online`), and in Home Assistant a station device
+    /// and a device per source (`via_device`) whose entities need both availabilities.
+    @Test func aStationOfTwoSourcesHasTopicsAndAHomeAssistantDevicePerSource() throws {
+        let broker = try MosquittoBroker()
+        let eastServer = try PulseServer(), westServer = try PulseServer()
+        try eastServer.tone()
+        try westServer.tone()
+        let daemon = try Daemon(device: nil, config: Self.config(port: broker.port, control: true) + """
+
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.paced(eastServer))"
+            [[source]]
+            name = "west"
+            device = "\(TestDevices.paced(westServer))"
+            """)
+        let watcher = try watch(broker)
+        let station = try #require(watcher.first("homeassistant/device/\(Self.objectID)/config")?.json)
+        #expect(Set((station["cmps"] as? [String: Any] ?? [:]).keys) == ["free_space", "clock"])
+        #expect(station["avty_t"] as? String == "\(Self.prefix)/availability")
+        for source in ["east", "west"] {
+            let config = try #require(watcher.first("homeassistant/device/\(Self.objectID)_\(source)/config")?.json, "\(source)")
+            let device = try #require(config["dev"] as? [String: Any])
+            #expect(device["via_device"] as? String == Self.objectID && device["ids"] as? [String] == ["\(Self.objectID)_\(source)"])
+            let availability = (config["avty"] as? [[String: Any]])?.compactMap { $0["t"] as? String }
+            #expect(availability == ["\(Self.prefix)/availability", "\(Self.prefix)/\(source)/availability"] && config["avty_mode"] as? String == "all")
+            let components = try #require(config["cmps"] as? [String: [String: Any]])
+            #expect(components["recording"]?["cmd_t"] as? String == "\(Self.prefix)/\(source)/command/switch")
+            #expect(components["state"]?["stat_t"] as? String == "\(Self.prefix)/\(source)/state" && components["free_space"] == nil)
+            #expect(watcher.first("\(Self.prefix)/\(source)/availability", where: { $0.payload == "online" }) != nil, "\(source)")
+        }
+        // West's command starts west alone; a payload naming another source is refused.
+        try mqttPublish(port: broker.port, topic: "\(Self.prefix)/west/command/start", payload: #"{"name": "w", "format": "wav"}"#)
+        let started = try #require(watcher.first("\(Self.prefix)/west/reply", where: { $0.json?["command"] as? String == "start" }))
+        #expect(started.json?["ok"] as? Bool == true, "\(started)")
+        #expect(watcher.first("\(Self.prefix)/west/state", where: { $0.payload == "recording" }) != nil)
+        #expect(watcher.first("\(Self.prefix)/east/state", timeout: 1, where: { $0.payload == "recording" }) == nil)
+        try mqttPublish(port: broker.port, topic: "\(Self.prefix)/east/command/stop", payload: #"{"source": "west"}"#)
+        let refused = try #require(watcher.first("\(Self.prefix)/east/reply", where: { $0.json?["command"] as? String == "stop" }))
+        #expect(refused.json?["ok"] as? Bool == false && (refused.json?["error"] as? [String: Any])?["code"] as? String == "invalidPayload", "\(refused)")
+        // West's microphone goes: west's availability is offline, east's and the station's stay online.
+        let seen = watcher.messages.count
+        westServer.kill()
+        #expect(watcher.first("\(Self.prefix)/west/availability", after: seen, where: { $0.payload == "offline" }) != nil)
+        #expect(!watcher.messages.dropFirst(seen).contains { ($0.topic == "\(Self.prefix)/east/availability" || $0.topic == "\(Self.prefix)/availability") && $0.payload == "offline" })
+        // Its file, closed by the loss, is announced as west's.
+        let lastFile = try #require(watcher.first("\(Self.prefix)/west/last_file", where: { $0.json?["source"] as? String == "west" }))
+        #expect(lastFile.json?["name"] as? String == "w")
+        try westServer.restart()
+        #expect(watcher.first("\(Self.prefix)/west/availability", after: seen, where: { $0.payload == "online" }) != nil)
+        #expect(daemon.terminate() == 0)
+    }
+
     @Test func splitOverMQTTContinuesInANewFileWithoutLosingAFrame() throws {
         let broker = try MosquittoBroker()
         let server = try PulseServer()

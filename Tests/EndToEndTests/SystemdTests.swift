@@ -191,11 +191,11 @@ struct SystemdTests {
         // the key reader trapped on the empty key.
         ("[recording]\n[{\"format\": 1}]\n", "recd.toml:2: a table header must be a name in brackets"),
         ("[[ =]]\n", "recd.toml:1: an array of tables' header must be a name in double brackets, like [[source]]"),
-        // Sources (issue 53): a bad key named by its source; MQTT is for a station of one.
+        // Sources (issue 53): a bad key named by its source; a device is one source's.
         ("[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[source.recording]\nformat = \"wma\"\n",
          "recd.toml:5: source \"east\": recording.format: must be one of"),
-        ("[mqtt]\nenabled = true\n[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[[source]]\nname = \"west\"\ndevice = \"hw:2\"\n",
-         "recd.toml:2: mqtt.enabled: MQTT serves a station of one source in this version"),
+        ("[[source]]\nname = \"east\"\ndevice = \"hw:1\"\n[[source]]\nname = \"west\"\ndevice = \"hw:1\"\n",
+         "recd.toml:6: source \"west\": device: source \"east\" records 'hw:1' already; a device is one source"),
         ("'' = ''\n", "recd.toml:1: an empty key ('' = …) is not a setting"),
         ("a =8000-11-22T[tt10:YY\n", "recd.toml:1: dates and times are not used"),
         ("sample_rate = [[[[[[}\n", "recd.toml:1: a value is missing"),
