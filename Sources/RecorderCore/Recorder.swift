@@ -69,10 +69,13 @@ public final class Recorder: Sendable {
     /// recording starts them). A reload during a recording does not change its timers.
     public var publishingPeriods: (currentTime: Double, levels: Double) { controller.periods.withLock { $0 } }
 
-    /// - Parameter clock: where the system clock's synchronization is read besides the kernel.
+    /// - Parameters:
+    ///   - clock: where the system clock's synchronization is read besides the kernel.
+    ///   - station: on a station of several sources, what every source's recorder shares for
+    ///     retention over the whole disk; nil for a station of one.
     public init(configuration: RecorderConfiguration, clock: SystemClockSources = SystemClockSources(),
-                logger: Logger = Logger(label: "recd.recorder")) {
-        controller = RecorderController(configuration: configuration, clock: clock, logger: logger)
+                station: StationRecordings? = nil, logger: Logger = Logger(label: "recd.recorder")) {
+        controller = RecorderController(configuration: configuration, clock: clock, station: station, logger: logger)
         let published = controller.published
         state = published.state
         currentTime = published.currentTime

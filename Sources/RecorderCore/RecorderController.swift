@@ -158,7 +158,7 @@ final class RecorderController: @unchecked Sendable {
         var deviceClockDriftPPM: Double?
     }
 
-    init(configuration: RecorderConfiguration, clock: SystemClockSources, logger: Logger) {
+    init(configuration: RecorderConfiguration, clock: SystemClockSources, station: StationRecordings?, logger: Logger) {
         let configurationState = NIOLockedValueBox(configuration)
         let published = RecorderOutputs()
         self.configurationState = configurationState
@@ -166,7 +166,7 @@ final class RecorderController: @unchecked Sendable {
         self.periods = NIOLockedValueBox((configuration.timeInterval, configuration.levelsInterval))
         self.logger = logger
         self.storageGuard = StorageGuard(configuration: configurationState, activeSession: activeSession,
-                                         published: published, logger: logger)
+                                         published: published, station: station, logger: logger)
         let clockMonitor = SystemClockMonitor(sources: clock, publishing: published.clock, logger: logger)
         self.clockMonitor = clockMonitor
         self.redater = FileRedater(published: published, isSynchronized: { clockMonitor.isSynchronized }, logger: logger)

@@ -82,6 +82,59 @@ public enum RetentionPlan {
         return due
     }
 
+    /// A station of several sources' files due (each source's listing a group), fairly: files
+    /// past `maximumAge` from every source, as one source's would be; then, while a size limit
+    /// holds (`maximumTotalBytes` over all of them, `keepFree`, `needFree`), the oldest of the
+    /// source that holds the most bytes, so that a busy source never deletes a quiet one's
+    /// recordings before its own. One group is `due(_:…)` exactly.
+    public static func due(groups: [[RecordingLibrary.Entry]], settings: RetentionSettings, space: FileSystemSpace,
+                           now: Date = Date(), needFree: Int64? = nil) -> [(entry: RecordingLibrary.Entry, reason: RetentionReason)] {
+        if groups.count == 1 { return due(groups[0], settings: settings, space: space, now: now, needFree: needFree) }
+        var queues = groups.map { oldestFirst($0) }
+        var totals = groups.map { $0.reduce(Int64(0)) { $0 + $1.size } }
+        var free = space.freeBytes
+        var due: [(entry: RecordingLibrary.Entry, reason: RetentionReason)] = []
+        if let maximumAge = settings.maximumAge {
+            let oldest = now.addingTimeInterval(-maximumAge)
+            for index in queues.indices {
+                // Oldest first, up to the first file the clock vouches is younger; a start the
+                // clock did not vouch for is no age (see `due(_:…)`).
+                var kept: [RecordingLibrary.Entry] = []
+                var younger = false
+                for entry in queues[index] {
+                    if !younger, entry.startClock != .unsynchronized, entry.retentionStart < oldest {
+                        due.append((entry, .maximumAge))
+                        totals[index] -= entry.size
+                        free += entry.size
+                    } else {
+                        if entry.startClock != .unsynchronized { younger = true }
+                        kept.append(entry)
+                    }
+                }
+                queues[index] = kept
+            }
+        }
+        let keepFree = settings.keepFree?.bytes(ofTotal: space.totalBytes)
+        while true {
+            let reason: RetentionReason
+            if let maximum = settings.maximumTotalBytes, totals.reduce(0, +) > maximum {
+                reason = .maximumTotalSize
+            } else if let keepFree, free < keepFree {
+                reason = .keepFree
+            } else if let needFree, free < needFree {
+                reason = .minimumFree
+            } else {
+                break
+            }
+            guard let index = queues.indices.filter({ !queues[$0].isEmpty }).max(by: { totals[$0] < totals[$1] }) else { break }
+            let entry = queues[index].removeFirst()
+            due.append((entry, reason))
+            totals[index] -= entry.size
+            free += entry.size
+        }
+        return due
+    }
+
     /// What `status` shows: every file due now, or else the oldest (the next to go).
     public static func outlook(_ entries: [RecordingLibrary.Entry], settings: RetentionSettings,
                                space: FileSystemSpace, now: Date = Date()) -> [RetentionCandidate] {
@@ -97,7 +150,7 @@ public enum RetentionPlan {
         entries.sorted { ($0.retentionStart, $0.file) < ($1.retentionStart, $1.file) }
     }
 
-    private static func candidate(_ entry: RecordingLibrary.Entry, reason: RetentionReason?,
+    static func candidate(_ entry: RecordingLibrary.Entry, reason: RetentionReason?,
                                   settings: RetentionSettings) -> RetentionCandidate {
         RetentionCandidate(file: entry.file, size: entry.size, startedAt: entry.retentionStart, reason: reason,
                            dueAt: settings.maximumAge.map { entry.retentionStart.addingTimeInterval($0) })

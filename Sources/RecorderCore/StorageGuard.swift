@@ -102,6 +102,9 @@ final class StorageGuard: @unchecked Sendable {
     private var stateObservation: ObservationToken?
     /// Whether the timer ticks at the recording's interval (on `queue`).
     private var tickingForRecording = false
+    /// The station's other sources' folders, which retention weighs together with this one's;
+    /// nil for a station of one.
+    private let station: StationRecordings?
 
     /// Between recordings free space only feeds `storage` and the low-space warning (nothing is
     /// written, and a start measures it anyway): measured this often, or at `check_interval` if
@@ -109,12 +112,19 @@ final class StorageGuard: @unchecked Sendable {
     static let idleCheckInterval: Double = 10
 
     init(configuration: NIOLockedValueBox<RecorderConfiguration>, activeSession: NIOLockedValueBox<RecordingConsumer?>,
-         published: RecorderOutputs, logger: Logger) {
+         published: RecorderOutputs, station: StationRecordings? = nil, logger: Logger) {
         self.configurationBox = configuration
         self.activeSession = activeSession
         self.published = published
+        self.station = station
         self.logger = logger
         let configuration = configuration.withLock { $0 }
+        station?.join(StationRecordings.Member(
+            directory: configuration.recordingsDirectory,
+            active: { Self.activeFile(published) },
+            deleted: { published.retentionDeletion.send($0) },
+            changed: { [weak self] in self?.requestRetentionPass() },
+            logger: logger))
         monitor.withLock { $0.beginGrace(configuration.retention) }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         Self.schedule(timer, interval: Self.interval(configuration, recording: false))
@@ -288,12 +298,13 @@ final class StorageGuard: @unchecked Sendable {
     /// pass at a time. Returns the free space afterwards.
     @discardableResult
     private func applyRetention(_ configuration: RecorderConfiguration, needFree: Int64? = nil) -> FileSystemSpace? {
-        retentionLock.withLock { () -> FileSystemSpace? in
+        if configuration.retention.isEnabled, let station, case let members = station.all, members.count > 1 {
+            return station.passLock.withLock { stationPass(configuration, members, needFree: needFree) }
+        }
+        return retentionLock.withLock { () -> FileSystemSpace? in
             let directory = configuration.recordingsDirectory
             let library = RecordingLibrary(directory: directory)
-            // The recording being written is a .part, which no listing holds; its final name is
-            // excluded too while the .part exists (a name taken meanwhile by someone else).
-            let active = published.recording.value.flatMap { access($0.partialPath, F_OK) == 0 ? $0.path : nil }
+            let active = Self.activeFile(published)
             guard var space = FileSystemSpace.measure(directory) else { return nil }
             let retention = configuration.retention
             guard retention.isEnabled else {
@@ -346,6 +357,66 @@ final class StorageGuard: @unchecked Sendable {
             }
             return space
         }
+    }
+
+    /// The final path of the recording being written while its .part exists: a .part is in no
+    /// listing, and its final name is excluded too (a name taken meanwhile by someone else).
+    private static func activeFile(_ published: RecorderOutputs) -> String? {
+        published.recording.value.flatMap { access($0.partialPath, F_OK) == 0 ? $0.path : nil }
+    }
+
+    /// A retention pass over the whole station (several sources, `StationRecordings`): every
+    /// source's folder listed, what is due deleted from whichever holds it and announced as
+    /// that source's. This source's totals and outlook are its own folder's. Under the
+    /// station's pass lock.
+    private func stationPass(_ configuration: RecorderConfiguration, _ members: [StationRecordings.Member],
+                             needFree: Int64?) -> FileSystemSpace? {
+        let directory = configuration.recordingsDirectory
+        guard var space = FileSystemSpace.measure(directory) else { return nil }
+        let retention = configuration.retention
+        var groups = members.map { RecordingLibrary(directory: $0.directory).retainable(excluding: $0.active()) }
+        let own = members.firstIndex { $0.directory == directory } ?? 0
+        let isOwn = { (entry: RecordingLibrary.Entry) in members[own].owns(entry.path) }
+        // A grace is each source's (they begin together): each announces its own files.
+        let graceUntil = currentGrace()
+        if let graceUntil {
+            announceHeld(RetentionPlan.due(groups: groups, settings: retention, space: space).filter { isOwn($0.entry) }, until: graceUntil)
+        }
+        let limits = graceUntil == nil ? retention : RetentionSettings(interval: retention.interval, grace: 0)
+        var changed = Set<Int>()
+        for (entry, reason) in RetentionPlan.due(groups: groups, settings: limits, space: space, needFree: needFree) {
+            guard let index = members.firstIndex(where: { $0.owns(entry.path) }) else { continue }
+            let member = members[index]
+            if let failure = RecordingLibrary.deleteForRetention(entry.path) {
+                member.logger.warning("retention could not delete recording", metadata: [
+                    "recording.path": "\(entry.path)", "error.message": "\(Errno(rawValue: failure))"])
+                continue
+            }
+            groups[index].removeAll { $0.path == entry.path }
+            space = FileSystemSpace.measure(directory) ?? space
+            member.logger.notice("retention deleted recording", metadata: [
+                "recording.file": "\(entry.file)", "recording.size": "\(entry.size)",
+                "recording.started": "\(entry.retentionStart.formatted(.iso8601))",
+                "retention.reason": "\(reason.rawValue)", "storage.free": "\(space.freeBytes)"])
+            member.deleted(RetentionDeletion(file: entry.file, path: entry.path, size: entry.size, startedAt: entry.retentionStart,
+                                             reason: reason, freeBytes: space.freeBytes, deletedAt: Date()))
+            if index != own { changed.insert(index) }
+        }
+        for index in changed { members[index].changed() }
+        let due = RetentionPlan.due(groups: groups, settings: retention, space: space).filter { isOwn($0.entry) }
+        let outlook = due.isEmpty
+            ? RetentionPlan.oldestFirst(groups[own]).prefix(1).map { RetentionPlan.candidate($0, reason: nil, settings: retention) }
+            : due.map { RetentionPlan.candidate($0.entry, reason: $0.reason, settings: retention) }
+        let held = Self.held(outlook, until: currentGrace())
+        let scanned = CaptureEngine.uptime()
+        monitor.withLock { monitor in
+            monitor.lastScan = scanned
+            monitor.scanRequested = false
+            monitor.recordingsBytes = groups[own].reduce(0) { $0 + $1.size }
+            monitor.recordingsCount = groups[own].count
+            monitor.outlook = held
+        }
+        return space
     }
 
     /// `start` with less than the minimum free: retention may delete first; otherwise refused.

@@ -144,13 +144,15 @@ struct Recd: AsyncParsableCommand {
         defer { withExtendedLifetime(directoryLocks) {} }
         let clock = SystemClockSources(environment: ProcessInfo.processInfo.environment,
                                        timedated: { Systemd.timedatedSaysNTPSynchronized() })
+        // Retention and the disk's guard weigh every source's folder together.
+        let stationRecordings = sources.count > 1 ? StationRecordings() : nil
         let station = Station(sources: sources.map { source in
             var sourceLogger = Logger(label: "recd.recorder")
             if sources.count > 1 { sourceLogger[metadataKey: "source"] = "\(source.name)" }
             let recorderConfiguration = configuration.recorderConfiguration(for: source)
             _ = RecordingLibrary(directory: recorderConfiguration.recordingsDirectory).recoverPartialFiles(logger: sourceLogger)
             return Station.Source(name: source.name, recorder: Recorder(configuration: recorderConfiguration, clock: clock,
-                                                                        logger: sourceLogger))
+                                                                        station: stationRecordings, logger: sourceLogger))
         })
 
         // Socket activation: the socket named "control" (recd.socket's FileDescriptorName), or

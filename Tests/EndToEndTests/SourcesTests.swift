@@ -98,6 +98,59 @@ struct SourcesTests {
         #expect(daemon.terminate() == 0)
     }
 
+    /// Retention is the station's, and fair: over both folders together, the source holding
+    /// the most gives its oldest first. West's one file is the oldest of all, east's three come
+    /// after; a limit that four files break by two goes to east's two oldest, never to west's
+    /// (oldest-first over the station would have deleted it first). Each deletion is
+    /// announced as its own source's.
+    @Test func retentionOverTheStationDeletesTheOldestOfTheSourceHoldingTheMost() throws {
+        let input = writeCounterInput(inputs, seconds: 6)
+        let westPath = inputs.file("west.raw")
+        Signal.write(input.samples, to: westPath)
+        // 1 s of 48 kHz stereo 16-bit WAV is 192 000 bytes (and a header): four files are
+        // about 768 kB, two of them about 384 kB.
+        let daemon = try Daemon(device: nil, config: """
+            [recording]
+            format = "wav"
+            [retention]
+            max_total_size = "450 kB"
+            grace = 0
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.file(input.path))"
+            [[source]]
+            name = "west"
+            device = "\(TestDevices.file(westPath))"
+            """)
+        let watcher = try daemon.connect()
+        _ = try watcher.exchange(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topics":["retention"]}}"#)
+        func record(_ source: String, _ name: String) throws {
+            let client = try daemon.connect()
+            client.source = source
+            let _: Recording = try client.call(.start, StartParams(name: name, duration: 1))
+            guard waitUntil(timeout: 30, { (try? client.call(.status, as: StatusResult.self))?.state.name == .finished }) else {
+                throw TestFailure("\(source) \(name) did not finish: \(daemon.log.suffix(2000))")
+            }
+        }
+        try record("west", "w1")
+        for name in ["e1", "e2", "e3"] { try record("east", name) }
+        func files(_ source: String) -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: daemon.recordings + "/" + source)) ?? []).filter { !$0.hasPrefix(".") }.sorted()
+        }
+        let settled = waitUntil(timeout: 30) { files("east") == ["e3.wav"] }
+        #expect(settled && files("west") == ["w1.wav"], "east \(files("east")), west \(files("west"))\n\(daemon.log.suffix(3000))")
+        // Announced on the subscription as east's, each once, for the station's size limit.
+        var deleted: [(String?, String?)] = []
+        while deleted.count < 2, let line = try? watcher.nextObject(timeout: 10) {
+            let params = line["params"] as? [String: Any]
+            guard let value = params?["value"] as? [String: Any] else { continue }
+            deleted.append((params?["source"] as? String, value["file"] as? String))
+            #expect(value["reason"] as? String == "maximumTotalSize")
+        }
+        #expect(deleted.map(\.0) == ["east", "east"] && deleted.map(\.1) == ["e1.wav", "e2.wav"], "\(deleted)")
+        #expect(daemon.terminate() == 0)
+    }
+
     /// Two paced devices, autostart: west's server is down at boot, so west waits while east
     /// records; west records once its server is back; then east's is lost and east waits while
     /// west records on. SIGTERM finalizes both sources' files, every one playable.

@@ -91,7 +91,41 @@ struct RetentionPlanTests {
         #expect(due.map(\.file) == ["a.wav", "b.wav"])
         #expect(RetentionPlan.outlook(entries, settings: RetentionSettings(), space: space, now: now).isEmpty)
     }
+
+    /// A station of several sources (issue 53): age is each file's, wherever it is; the size
+    /// and space limits take the oldest of the source holding the most, so a busy source gives
+    /// before a quiet one whose files are older; one group is the plain plan exactly.
+    @Test func aStationsSourcesGiveFairlyTheOneHoldingTheMostFirst() {
+        func at(_ folder: String, _ file: String, hoursAgo: Double, size: Int64) -> RecordingLibrary.Entry {
+            var made = entry(file, hoursAgo: hoursAgo, size: size)
+            made.path = "/rec/\(folder)/" + file
+            return made
+        }
+        let quiet = [at("west", "w1.wav", hoursAgo: 30, size: 1000)]
+        let busy = (1...4).map { at("east", "e\($0).wav", hoursAgo: Double(10 - $0), size: 1000) }
+        let space = FileSystemSpace(freeBytes: 1 << 30, totalBytes: 2 << 30)
+        let size = RetentionPlan.due(groups: [busy, quiet], settings: RetentionSettings(maximumTotalBytes: 2500), space: space, now: now)
+        // 5000 bytes to 2500: east (4000) gives e1, e2 (then 2000 vs 1000), and once more e3
+        // (east still holds the most) to reach 2000.
+        #expect(size.map(\.entry.file) == ["e1.wav", "e2.wav", "e3.wav"] && size.allSatisfy { $0.reason == .maximumTotalSize })
+        // Over the free space: the same order, counting what each deletion frees.
+        let free = RetentionPlan.due(groups: [quiet, busy], settings: RetentionSettings(keepFree: .bytes(3500)),
+                                     space: FileSystemSpace(freeBytes: 1000, totalBytes: 1 << 20), now: now)
+        #expect(free.map(\.entry.file) == ["e1.wav", "e2.wav", "e3.wav"] && free.allSatisfy { $0.reason == .keepFree })
+        // Age: each source's files past it, the quiet one's too; an unsynchronized start is no age.
+        var unsynchronized = at("west", "w0.wav", hoursAgo: 80, size: 1000)
+        unsynchronized.startClock = .unsynchronized
+        let aged = RetentionPlan.due(groups: [busy, [unsynchronized] + quiet], settings: RetentionSettings(maximumAge: 8.5 * 3600),
+                                     space: space, now: now)
+        #expect(Set(aged.map(\.entry.file)) == ["e1.wav", "w1.wav"] && aged.allSatisfy { $0.reason == .maximumAge })
+        // One group: exactly the plan of one folder.
+        let one = RetentionPlan.due(groups: [busy + quiet], settings: RetentionSettings(maximumTotalBytes: 2500), space: space, now: now)
+        #expect(one.map(\.entry.file) == RetentionPlan.due(busy + quiet, settings: RetentionSettings(maximumTotalBytes: 2500),
+                                                            space: space, now: now).map(\.entry.file))
+        #expect(one.first?.entry.file == "w1.wav", "oldest first in one folder")
+    }
 }
+
 
 /// The totals `status` shows with retention off, counted by name and size without reading
 /// a header, against the listing that reads every file.
