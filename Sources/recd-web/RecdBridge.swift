@@ -78,11 +78,12 @@ struct RecdBridge: Sendable {
     /// A tap's chunks as recd writes them (the 40-byte header, then the samples), the answer
     /// first as a line of JSON. A listener who falls more than ~0.5 s behind loses chunks;
     /// the next chunk's header then says how many frames are missing.
-    func tap(_ params: TapParams) -> AsyncThrowingStream<TapChunk, any Error> {
+    /// `source`: the station's source to tap (nil: the only one).
+    func tap(_ params: TapParams, source: String? = nil) -> AsyncThrowingStream<TapChunk, any Error> {
         let socketPath = socketPath
         return AsyncThrowingStream(bufferingPolicy: .bufferingNewest(64)) { continuation in
             let reader: TapReader
-            do throws(ClientError) { reader = try TapReader(path: socketPath, params: params) } catch {
+            do throws(ClientError) { reader = try TapReader(path: socketPath, params: params, source: source) } catch {
                 continuation.finish(throwing: Self.httpError(error))
                 return
             }

@@ -121,7 +121,9 @@ struct RecdWeb: AsyncParsableCommand {
                         socketPath: socket ?? configuration.socketPath,
                         recordingsDirectory: recordingsDir ?? configuration.recordingsDirectory,
                         schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude,
-                        rtsp: configuration.rtsp),
+                        rtsp: configuration.rtsp,
+                        sourceSchedules: configuration.declaredSources.count > 1
+                            ? Dictionary(uniqueKeysWithValues: configuration.sources.map { ($0.name, $0.configuration.schedule) }) : [:]),
                 serverKind)
     }
 }

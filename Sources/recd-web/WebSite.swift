@@ -23,12 +23,17 @@ struct WebSite: Sendable {
     let longitude: Double?
     /// recd-rtsp's [rtsp], for the stream's URL on the page.
     let rtsp: RTSPSettings
+    /// On a station of several sources, each one's schedule by name (the day's windows of the
+    /// source the page shows); empty for a station of one.
+    let sourceSchedules: [String: ScheduledRecording?]
     let viewers: ViewerCount
     let spectrograms = Spectrograms()
 
     init(access: WebAccess, socketPath: String, recordingsDirectory: String,
-         schedule: ScheduledRecording?, latitude: Double?, longitude: Double?, rtsp: RTSPSettings = RTSPSettings()) {
+         schedule: ScheduledRecording?, latitude: Double?, longitude: Double?, rtsp: RTSPSettings = RTSPSettings(),
+         sourceSchedules: [String: ScheduledRecording?] = [:]) {
         self.access = access
+        self.sourceSchedules = sourceSchedules
         self.rtsp = rtsp
         self.socketPath = socketPath
         self.recordingsDirectory = recordingsDirectory
@@ -82,26 +87,31 @@ struct WebSite: Sendable {
             return response
         }
 
+        // `?source=NAME`: the source a station of several shows (recd answers for it); none:
+        // the station's status, or the only source's.
         router.get("/api/status") { request, _ in
             try access.require(.observe, request)
-            return Self.json(line: try await recd.call(.status))
+            return Self.json(line: try await recd.call(.status, paramsJSON: Self.sourceParams(try Self.source(of: request))))
         }
         router.get("/api/recordings") { request, _ in
             try access.require(.observe, request)
-            return Self.json(line: try await recd.call(.recordingsList))
+            return Self.json(line: try await recd.call(.recordingsList, paramsJSON: Self.sourceParams(try Self.source(of: request))))
         }
         let rtsp = rtsp
         router.get("/api/stream") { request, _ in
             try access.require(.observe, request)
-            return try Self.json(StreamAnswer(port: rtsp.port, path: "/" + rtsp.path, codec: rtsp.codec.rawValue, access: rtsp.access.rawValue))
+            // recd-rtsp's path for a source of several is its name (doc/rtsp.md).
+            let path = try Self.source(of: request).map { "/" + $0 } ?? "/" + rtsp.path
+            return try Self.json(StreamAnswer(port: rtsp.port, path: path, codec: rtsp.codec.rawValue, access: rtsp.access.rawValue))
         }
         router.get("/api/devices") { request, _ in
             try access.require(.observe, request)
             return Self.json(line: try await recd.call(.devicesList))
         }
-        let schedule = schedule, latitude = latitude, longitude = longitude
+        let schedule = schedule, latitude = latitude, longitude = longitude, sourceSchedules = sourceSchedules
         router.get("/api/day") { request, _ in
             try access.require(.observe, request)
+            let schedule = try Self.source(of: request).flatMap { sourceSchedules[$0] } ?? schedule
             let day: CalendarDay
             if let text = request.uri.queryParameters.get("date") {
                 guard let parsed = Self.calendarDay(text) else {
@@ -186,10 +196,14 @@ struct WebSite: Sendable {
             // The spectrum first: a notification that comes before the next subscription's answer
             // is not passed on (RecdConnection keeps it aside), and a column may go where a state
             // change may not.
+            // On a station of several sources the page names the one it shows: its spectrum
+            // only, and every source's other topics (each line names its source), for the
+            // switcher's state and meter per source.
             let topics = ["state", "currentTime", "error", "levels", "recording", "segment", "warning", "listening", "trigger", "redated"]
+            let source = try Self.source(of: context.request)
             var subscriptions: [[UInt8]] = []
             if context.request.uri.queryParameters.get("spectrum") == "1" {
-                subscriptions.append(Array(#"{"topics":["spectrum"],"interval":0.05}"#.utf8))
+                subscriptions.append(Array(("{\"topics\":[\"spectrum\"],\"interval\":0.05" + (source.map { ",\"source\":\"\($0)\"" } ?? "") + "}").utf8))
             }
             subscriptions.append(Array(("{\"topics\":[" + topics.map { "\"\($0)\"" }.joined(separator: ",") + "],\"interval\":0.1}").utf8))
             let lines = recd.subscription(paramsJSON: subscriptions, batch: 0.1)
@@ -209,7 +223,7 @@ struct WebSite: Sendable {
             defer { viewers.leave() }
             // One channel at the browser's own rate: the browser plays it without resampling.
             let rate = context.request.uri.queryParameters.get("rate").flatMap { Int($0) } ?? 48000
-            let chunks = recd.tap(TapParams(rate: rate, channels: 1, encoding: .f32le))
+            let chunks = recd.tap(TapParams(rate: rate, channels: 1, encoding: .f32le), source: try Self.source(of: context.request))
             try await Self.relay(until: inbound) {
                 var buffer = ByteBufferAllocator().buffer(capacity: 8192)
                 for try await chunk in chunks {
@@ -229,6 +243,17 @@ struct WebSite: Sendable {
             }
         })
     }
+
+    /// The source a request names (`?source=`), checked as recd.toml checks a name (it goes
+    /// into the JSON recd reads as it is); nil when it names none.
+    static func source(of request: Request) throws -> String? {
+        guard let name = request.uri.queryParameters.get("source") else { return nil }
+        if let refusal = DaemonConfiguration.sourceNameRefusal(String(name)) { throw HTTPError(.badRequest, message: refusal) }
+        return String(name)
+    }
+
+    /// `{"source":…}` for a method that takes one; nil without a source.
+    static func sourceParams(_ name: String?) -> [UInt8]? { name.map { Array("{\"source\":\"\($0)\"}".utf8) } }
 
     /// Whether a WebSocket may go on: its role (with the same-origin check: a page on another
     /// site may open a WebSocket here, and the browser would send the cookie if it were not

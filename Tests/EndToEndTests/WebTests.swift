@@ -519,6 +519,45 @@ struct WebTests {
         try line.write(toFile: screenshots + "/\(browser).json", atomically: true, encoding: .utf8)
     }
 
+    /// A station of two sources in a browser (Tests/web/sources_check.py): the switcher, a
+    /// state and meter per source, and the shown source's controls, spectrum, stream and files.
+    func sourcesCheck(_ browser: String) throws {
+        let lock = open("/tmp/recd-browser-tests.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o666)
+        defer { if lock >= 0 { close(lock) } }
+        if lock >= 0 { _ = flock(lock, LOCK_EX) }
+        let eastServer = try PulseServer(), westServer = try PulseServer()
+        try eastServer.tone()
+        try westServer.tone()
+        _ = try westServer.sine(frequency: 3000)
+        let daemon = try Daemon(device: nil, config: """
+            [listen]
+            enabled = true
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.paced(eastServer))"
+            [[source]]
+            name = "west"
+            device = "\(TestDevices.paced(westServer))"
+            """)
+        let web = try WebServer(daemon: daemon)
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let python = root + "/.build/web-venv/bin/python"
+        try #require(FileManager.default.isExecutableFile(atPath: python), "no \(python): make deps makes it")
+        let command = [python, root + "/Tests/web/sources_check.py", "--browser", browser, "--url", web.url, "--token", Self.ownerToken,
+                       "--screenshots", root + "/.build/web-screenshots"]
+        let result = browser == "webkit"
+            ? try run("/usr/bin/xvfb-run", ["-a", "-s", "-screen 0 1280x1024x24"] + command, timeout: 300)
+            : try run("/usr/bin/env", command, timeout: 300)
+        let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }.map(String.init) ?? ""
+        #expect(result.status == 0 && !line.isEmpty && !line.contains(#""failure""#), "\(browser): \(line)\n\(result.stderr.suffix(3000))\n\(web.log.suffix(2000))")
+    }
+
+    @Test func twoSourcesInChromium() throws { try sourcesCheck("chromium") }
+
+    @Test func twoSourcesInWebKit() throws { try sourcesCheck("webkit") }
+
+    @Test func twoSourcesInFirefox() throws { try sourcesCheck("firefox") }
+
     /// A real Prometheus (Debian's) scrapes recd-web's /metrics every second with the observe
     /// token, and its query API follows a recording, a trigger event and a lost device.
     @Test func prometheusFollowsTheStation() throws {

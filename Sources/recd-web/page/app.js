@@ -11,7 +11,20 @@ const page = window.recdPage = {
   // delay: how far behind the input the last chunk will be heard (seconds).
   audio: { chunks: 0, frames: 0, lostFrames: 0, rms: 0, delay: null, playing: false, error: null },
   recordings: [], day: null, errors: [], triggerEvents: [],
+  // A station of several sources: their names, the one shown (?source= in the address), and
+  // each one's state and loudest level for the switcher. One source: none of this.
+  sources: [], source: null, sourceViews: {},
 };
+
+// The path with the source shown, for what recd answers per source.
+function withSource(path) {
+  return page.source ? path + (path.includes('?') ? '&' : '?') + 'source=' + encodeURIComponent(page.source) : path;
+}
+
+// A recording's URL under `prefix`: its path in the source's folder on a station of several.
+function fileURL(prefix, file) {
+  return prefix + ((page.source ? page.source + '/' : '') + file).split('/').map(encodeURIComponent).join('/');
+}
 
 async function api(path, options = {}) {
   const response = await fetch(path, Object.assign({ credentials: 'same-origin' }, options));
@@ -47,14 +60,90 @@ async function loadSession() {
   $('devices').hidden = !can('observe');
   $('hear-row').hidden = !can('listen');
   if (!can('observe')) { $('state').textContent = 'sign in to see the station'; return; }
+  // The station's status first: several sources make a switcher, and pick the one shown.
+  try {
+    const station = (await api('/api/status')).result;
+    page.sources = station.sources ? station.sources.map((source) => source.source) : [];
+    const asked = new URLSearchParams(location.search).get('source');
+    page.source = page.sources.length ? (page.sources.includes(asked) ? asked : page.sources[0]) : null;
+    drawSources();
+  } catch (error) { say(error.message); }
+  showSource();
+  loadDevices();
+}
+
+// Everything shown for the source: its live view, its day, its stream's URL.
+function showSource() {
   connectLive();
   loadDay();
-  loadDevices();
   loadStream();
-  api('/api/status').then((status) => {
+  api(withSource('/api/status')).then((status) => {
     page.recordingsDirectory = status.result.recordingsDirectory;
     showClock(status.result.clock);
   }).catch(() => {});
+}
+
+// MARK: Sources: a button per source with its state and level; the one shown is pressed.
+
+function drawSources() {
+  const nav = $('sources');
+  nav.hidden = page.sources.length === 0;
+  nav.replaceChildren(...page.sources.map((name) => {
+    const button = document.createElement('button');
+    button.dataset.source = name;
+    button.setAttribute('aria-pressed', String(name === page.source));
+    const label = document.createElement('span');
+    label.className = 'name';
+    label.textContent = name;
+    const state = document.createElement('span');
+    state.className = 'state';
+    const level = document.createElement('span');
+    level.className = 'level';
+    level.setAttribute('role', 'meter');
+    level.setAttribute('aria-label', name + ' level');
+    level.setAttribute('aria-valuemin', String(meterFloor));
+    level.setAttribute('aria-valuemax', '0');
+    level.appendChild(document.createElement('span'));
+    button.append(label, state, level);
+    button.addEventListener('click', () => selectSource(name));
+    return button;
+  }));
+  for (const name of page.sources) showSourceView(name);
+}
+
+function selectSource(name) {
+  if (name === page.source) return;
+  page.source = name;
+  history.replaceState(null, '', '?source=' + encodeURIComponent(name));
+  for (const button of $('sources').children) button.setAttribute('aria-pressed', String(button.dataset.source === name));
+  disconnect();
+  page.state = null;
+  page.levels = null;
+  page.trigger = null;
+  $('recordings').replaceChildren();
+  $('meters').replaceChildren();
+  showSource();
+}
+
+// A notification for one of the sources: its button's state and level.
+function updateSourceView(name, topic, value) {
+  const view = page.sourceViews[name] || (page.sourceViews[name] = { state: null, peak: null });
+  if (topic === 'state') view.state = value.name;
+  else if (topic === 'levels') view.peak = value.channels.length ? Math.max(...value.channels.map((channel) => channel.peak)) : null;
+  else return;
+  showSourceView(name);
+}
+
+function showSourceView(name) {
+  const button = $('sources').querySelector(`button[data-source="${name}"]`);
+  const view = page.sourceViews[name];
+  if (!button || !view) return;
+  button.querySelector('.state').textContent = view.state || '';
+  button.querySelector('.state').className = 'state ' + (view.state || '');
+  const level = button.querySelector('.level');
+  const fraction = view.peak === null ? 0 : Math.max(0, Math.min(1, (view.peak - meterFloor) / -meterFloor));
+  level.firstChild.style.width = (fraction * 100).toFixed(1) + '%';
+  level.setAttribute('aria-valuenow', view.peak === null ? String(meterFloor) : view.peak.toFixed(1));
 }
 
 // The sound cards and the ids that keep naming them (devices.list): which one recd.toml names,
@@ -84,7 +173,7 @@ $('devices-refresh').addEventListener('click', loadDevices);
 // recd-rtsp's URL with this page's host name, to copy into BirdNET-Go (doc/rtsp.md).
 async function loadStream() {
   try {
-    const stream = await api('/api/stream');
+    const stream = await api(withSource('/api/stream'));
     const credentials = stream.access === 'token' ? 'birdnet:TOKEN@' : '';
     const host = location.hostname.includes(':') ? `[${location.hostname}]` : location.hostname;
     $('stream-url').textContent = `rtsp://${credentials}${host}:${stream.port}${stream.path}`;
@@ -118,15 +207,23 @@ let live = null, liveRetry = 0, triggerPoll = null;
 function connectLive() {
   if (live || document.hidden || !page.roles.includes('observe')) return;
   const scheme = location.protocol === 'https:' ? 'wss://' : 'ws://';
-  live = new WebSocket(scheme + location.host + '/api/live?spectrum=1');
-  // A message is one or more of recd's lines (doc/web.md).
+  live = new WebSocket(scheme + location.host + withSource('/api/live?spectrum=1'));
+  // A message is one or more of recd's lines (doc/web.md). On a station of several sources
+  // each names its source: every one feeds the switcher, the shown one the page.
+  const receive = (update) => {
+    if (update.source !== undefined) {
+      updateSourceView(update.source, update.topic, update.value);
+      if (update.source !== page.source) return;
+    }
+    apply(update.topic, update.value);
+  };
   live.onmessage = (event) => {
     for (const line of event.data.split('\n')) {
       const message = JSON.parse(line);
       if (message.result && message.result.snapshot) {
-        for (const entry of message.result.snapshot) apply(entry.topic, entry.value);
+        for (const entry of message.result.snapshot) receive(entry);
       } else if (message.method === 'changed') {
-        apply(message.params.topic, message.params.value);
+        receive(message.params);
       }
     }
     liveRetry = 0;
@@ -205,7 +302,7 @@ function showTime() {
 // The trigger's floor and levels are in status, not in a topic: asked for once a second
 // while a sound-activated recording runs and the page is open.
 async function pollTrigger() {
-  try { page.trigger = (await api('/api/status')).result.trigger || null; drawMeters(); } catch (_) { /* next time */ }
+  try { page.trigger = (await api(withSource('/api/status'))).result.trigger || null; drawMeters(); } catch (_) { /* next time */ }
 }
 
 // MARK: Meters
@@ -292,7 +389,7 @@ function startHearing() {
   const AudioContextType = window.AudioContext || window.webkitAudioContext;
   const audio = new AudioContextType();
   const scheme = location.protocol === 'https:' ? 'wss://' : 'ws://';
-  const socket = new WebSocket(scheme + location.host + '/api/audio?rate=' + audio.sampleRate);
+  const socket = new WebSocket(scheme + location.host + withSource('/api/audio?rate=' + audio.sampleRate));
   socket.binaryType = 'arraybuffer';
   hearing = { audio, socket, next: 0 };
   page.audio.playing = true;
@@ -354,7 +451,8 @@ for (const button of document.querySelectorAll('#controls button')) {
   button.addEventListener('click', async () => {
     try {
       await api('/api/control/' + button.dataset.method, {
-        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: button.dataset.params || '{}',
+        method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify(Object.assign(JSON.parse(button.dataset.params || '{}'), page.source ? { source: page.source } : {})),
       });
       say('');
     } catch (error) { say(error.message); }
@@ -374,8 +472,8 @@ $('date').addEventListener('change', () => { followToday = false; loadDay(); });
 async function loadDay() {
   const date = followToday ? '' : $('date').value;
   try {
-    const [day, list, status] = await Promise.all([api('/api/day' + (date ? '?date=' + date : '')), api('/api/recordings'),
-                                                   api('/api/status')]);
+    const [day, list, status] = await Promise.all([api(withSource('/api/day' + (date ? '?date=' + date : ''))),
+                                                   api(withSource('/api/recordings')), api(withSource('/api/status'))]);
     showClock(status.result.clock);
     if (followToday) $('date').value = day.day;
     page.day = day;
@@ -450,7 +548,7 @@ function drawDay(day, files) {
     const item = document.createElement('li');
     item.dataset.file = file.file;
     item.dataset.listen = String(canListen);
-    const url = '/recordings/' + file.file.split('/').map(encodeURIComponent).join('/');
+    const url = fileURL('/recordings/', file.file);
     const title = document.createElement('div');
     title.textContent = `${time(fileStart(file))} ${file.file} · ${formatDuration(file.duration)} · ${file.format}`;
     if (file.startClock === 'unsynchronized' || file.startClock === 'redated') {
@@ -491,8 +589,7 @@ async function showFileSpectrogram(item, file) {
   canvas.width = Math.min(1200, Math.max(100, Math.round(item.clientWidth || 600)));
   item.appendChild(canvas);
   try {
-    const path = file.file.split('/').map(encodeURIComponent).join('/');
-    const spectrogram = await api('/api/spectrogram/' + path + '?columns=' + canvas.width);
+    const spectrogram = await api(fileURL('/api/spectrogram/', file.file) + '?columns=' + canvas.width);
     const levels = Uint8Array.from(atob(spectrogram.levels), (c) => c.charCodeAt(0));
     const context = canvas.getContext('2d');
     canvas.width = spectrogram.columns;

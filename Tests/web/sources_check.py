@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""The page of a station of two sources (issue 53) in a real browser: the switcher, a state and
+a meter per source, and everything the page shows and does following the source it shows.
+recd runs `east` and `west` on two paced PulseAudio devices, both listening from boot; both
+play a 440 Hz tone, west's also a 3 kHz sine. Prints one JSON object; exits 1 with the reason
+on the first check that fails (browser_check.py's helpers and conventions).
+
+    sources_check.py --browser chromium|webkit|firefox --url http://127.0.0.1:PORT --token TOKEN
+                     --screenshots DIR
+"""
+import argparse
+import json
+import os
+import time
+
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.common.by import By
+
+from browser_check import RESULT, canvas_column, fail, open_browser, run_script, wait_for
+
+
+def click(driver, selector):
+    driver.find_element(By.CSS_SELECTOR, selector).click()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--browser", default="chromium", choices=["chromium", "webkit", "firefox"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--token", required=True)
+    parser.add_argument("--screenshots", required=True)
+    arguments = parser.parse_args()
+    RESULT["browser"] = arguments.browser
+    os.makedirs(arguments.screenshots, exist_ok=True)
+    driver = open_browser(arguments.browser, 1280, 1000)
+    try:
+        driver.get(arguments.url + "/")
+        wait_for(driver, "window.recdPage && recdPage.sources.join() === 'east,west' && recdPage.source === 'east'", 15,
+                 "the station's two sources, the first shown")
+        driver.find_element(By.ID, "token").send_keys(arguments.token)
+        click(driver, "#login button")
+        wait_for(driver, "recdPage.roles.includes('control')", 10, "signing in")
+        # A button per source, the shown one pressed, each with its state and a moving meter.
+        pressed = run_script(driver, "return Array.from(document.querySelectorAll('#sources button'))"
+                                     ".map(b => [b.dataset.source, b.getAttribute('aria-pressed')])")
+        RESULT["buttons"] = pressed
+        if pressed != [["east", "true"], ["west", "false"]]:
+            fail(f"the switcher's buttons are {pressed}")
+        views, _ = wait_for(driver, "['east', 'west'].every(s => recdPage.sourceViews[s] && recdPage.sourceViews[s].state === 'listening'"
+                            " && typeof recdPage.sourceViews[s].peak === 'number' && recdPage.sourceViews[s].peak > -30) && recdPage.sourceViews", 15, "both sources listening, both meters up")
+        RESULT["sourceViews"] = views
+        bars = run_script(driver, "return Array.from(document.querySelectorAll('#sources .level span')).map(s => parseFloat(s.style.width))")
+        if len(bars) != 2 or any(bar < 50 for bar in bars):
+            fail(f"the sources' meters are drawn at {bars} % for tones at -12 dBFS (the scale is -60…0 dBFS)")
+        wait_for(driver, "document.getElementById('stream-url').textContent.endsWith(':8554/east')", 10, "east's RTSP URL")
+
+        # Record on the shown source (east): east records, west goes on listening.
+        click(driver, "#controls button[data-method=start]:not([data-params])")
+        wait_for(driver, "recdPage.state && recdPage.state.name === 'recording' && recdPage.sourceViews.east.state === 'recording'", 10,
+                 "east recording after Record")
+        time.sleep(0.3)
+        if run_script(driver, "return recdPage.sourceViews.west.state") != "listening":
+            fail("Record on east changed west's state")
+
+        # West: its own state, spectrum (with its 3 kHz) and stream; the address says so.
+        click(driver, "#sources button[data-source=west]")
+        wait_for(driver, "recdPage.source === 'west' && location.search === '?source=west' && recdPage.state"
+                         " && recdPage.state.name === 'listening'", 10, "west shown after its button")
+        wait_for(driver, "document.getElementById('stream-url').textContent.endsWith(':8554/west')", 10, "west's RTSP URL")
+        height = run_script(driver, "return document.getElementById('spectrogram').height")
+        start = run_script(driver, "return recdPage.spectrum.columns")
+        wait_for(driver, f"recdPage.spectrum.columns > {start + 20}", 15, "west's spectrum columns")
+        rate, size = run_script(driver, "return [recdPage.spectrum.sampleRate, recdPage.spectrum.size]")
+        expected_row = height - 1 - (round(3000 * size / rate) * height) // (size // 2 + 1)
+        rows = canvas_column(driver, "spectrogram", -1)
+        upper = rows[:height - 20]  # above the 440 Hz tone's rows
+        brightest = max(range(len(upper)), key=lambda row: upper[row])
+        RESULT["westSpectrumRow"] = [brightest, expected_row]
+        if abs(brightest - expected_row) > 1 or upper[brightest] <= 300:
+            fail(f"west's spectrogram has no 3 kHz: brightest row {brightest} ({upper[brightest]}), expected {expected_row}")
+        driver.save_screenshot(os.path.join(arguments.screenshots, f"{arguments.browser}-sources.png"))
+
+        # Back to east: stop it; its file is listed with a player under east's folder.
+        click(driver, "#sources button[data-source=east]")
+        wait_for(driver, "recdPage.source === 'east' && recdPage.state && recdPage.state.name === 'recording'", 10,
+                 "east shown again, recording")
+        click(driver, "#controls button[data-method=stop]")
+        wait_for(driver, "recdPage.sourceViews.east.state === 'listening'", 10, "east listening again after Stop")
+        source, _ = wait_for(driver, "(document.querySelector('#recordings audio') || {}).src", 15, "east's recording listed")
+        RESULT["player"] = source
+        if "/recordings/east/" not in source:
+            fail(f"east's recording plays from {source}")
+        status = run_script(driver, "return fetch(document.querySelector('#recordings audio').src, {headers: {Range: 'bytes=0-3'}})"
+                                    ".then(r => r.status)", "east's recording over HTTP")
+        if status != 206:
+            fail(f"east's recording answered {status}")
+        if run_script(driver, "return recdPage.sourceViews.west.state") != "listening":
+            fail("west's state changed while east recorded and stopped")
+        RESULT["errors"] = run_script(driver, "return recdPage.errors")
+    except WebDriverException as error:
+        fail(f"the browser: {error.msg}")
+    except Exception as error:  # Marionette's own errors, and its lost connection (OSError)
+        if type(error).__module__.startswith("marionette_driver") or isinstance(error, OSError):
+            fail(f"the browser: {error}")
+        raise
+    finally:
+        driver.quit()
+    print(json.dumps(RESULT))
+
+
+if __name__ == "__main__":
+    main()
