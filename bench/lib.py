@@ -200,7 +200,8 @@ class RecdClient:
 
 
 class Recd:
-    """recd as a child process with its own config, socket and recordings directory."""
+    """recd as a child process with its own config, socket and recordings directory. A None
+    `device`: the configuration names the devices ([[source]])."""
 
     def __init__(self, bindir, workdir, device, config_text, env, name="recd", wrapper=()):
         self.bindir = bindir
@@ -212,7 +213,7 @@ class Recd:
             f.write(config_text)
         self.argv = list(wrapper) + [
             os.path.join(bindir, "recd"), "--user", "--config", self.config, "--socket", self.socket,
-            "--recordings-dir", self.recordings, "--device", device]
+            "--recordings-dir", self.recordings] + (["--device", device] if device else [])
         self.env = env
         self.proc = None
 

@@ -53,6 +53,7 @@ tap = load("tap.json")
 trigger = load("trigger.json")
 sdcard = load("sdcard.json")
 rtsp = load("rtsp.json")
+sources = load("sources.json")
 tree = env_file("tree.env")
 default_tone = []
 if os.path.exists(os.path.join(results_dir, "first_frame_default_tone.jsonl")):
@@ -305,6 +306,28 @@ if rtsp:
         "(UDP for VLC: its server answers a TCP SETUP 461), "
         "their bytes counted, their CPU not; CPU-time clocks of the servers' processes")
 
+
+if sources:
+    cases = sources["cases"]
+    one = cases["one recd, 1 source"]
+    for letter, count in (("a", 2), ("b", 4)):
+        station, separate = cases[f"one recd, {count} sources"], cases[f"{count} recds, one source each"]
+        targets.append((f"15{letter}", f"CPU per hour of each source beyond the first ({count} sources, FLAC 48 kHz stereo each, "
+                        "paced devices): one recd against a recd per source", "≤ the first",
+                        f"{num(station['cpu_each_further_source'], 1)} s/h",
+                        f"the first (a station of one): {num(one['cpu_s_per_hour'], 1)} s/h; {count} sources in one recd "
+                        f"{num(station['cpu_s_per_hour'], 1)} s/h, {count} recds {num(separate['cpu_s_per_hour'], 1)} s/h; "
+                        f"files whole {station['files_ok'] and separate['files_ok']}",
+                        ratio(station["cpu_each_further_source"] / one["cpu_s_per_hour"]) if one["cpu_s_per_hour"] else "–",
+                        station["further_source_within_first"] and station["files_ok"]))
+        targets.append((f"15{letter}m", f"memory of each source beyond the first ({count} sources): resident (anonymous)", "report",
+                        f"{num(mib(station['rss_each_further_source_kib']), 1)} MiB ({num(mib(station['rss_anon_each_further_source_kib']), 1)} MiB)",
+                        f"a station of one {num(mib(one['rss_kib']), 1)} MiB ({num(mib(one['rss_anon_kib']), 1)}); {count} recds "
+                        f"{num(mib(separate['rss_kib']), 1)} MiB ({num(mib(separate['rss_anon_kib']), 1)})", "–", True))
+    how["15a"] = how["15b"] = how["15am"] = how["15bm"] = (
+        f"`bench/sources.py`, {num(sources['seconds'], 0)} s per case: a null sink per source on the bench's PulseAudio server, "
+        "each with a sine (`benchsource:SINK=srcN.monitor`); `[autostart]` FLAC in every case; CPU-time clocks of every recd over the "
+        "window once every source records; VmRSS and RssAnon at the window's end; each file's frames read by `soxi -s`")
 
 if trigger:
     tc = trigger["cpu"]

@@ -19,7 +19,8 @@
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
 # BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10), BENCH_LISTEN_SPECTRUM (1: a client follows the spectrum meanwhile),
-# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard replug rtsp profile; default all).
+# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard replug rtsp sources profile; default all).
+# BENCH_SOURCES_SECONDS (60): each case's window in the sources step (one recd of 1, 2 and 4 sources; 2 and 4 recds of one).
 # BENCH_RTSP_SECONDS (60): each case's window in the RTSP step (12 cases: recd + recd-rtsp and VLC, L16 and Opus, 0, 1 and 8 players).
 # BENCH_REPLUG_ROUNDS (20): replugs per mode in the replug step (it runs the end-to-end test
 # binary, RECD_TEST_XCTEST, against the release binaries).
@@ -35,7 +36,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${BENCH_OUT:-$root/bench/out/$run_id}
-steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard replug rtsp profile} "
+steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard replug rtsp sources profile} "
 step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
@@ -113,6 +114,7 @@ pcm.benchfile  { type file  slave.pcm "null"  file "/dev/null"  infile "$work/in
 pcm.benchlong  { type file  slave.pcm "null"  file "/dev/null"  infile "$work/silence.raw"  format "raw" }
 pcm.benchshort { type file  slave.pcm "null"  file "/dev/null"  infile "$work/short.raw"  format "raw" }
 pcm.benchpaced { type pulse  server "unix:$work/pulse/native"  device "benchsink.monitor" }
+pcm.benchsource { @args [ SINK ]  @args.SINK { type string }  type pulse  server "unix:$work/pulse/native"  device \$SINK }
 EOF
 cp "$work/alsa.conf" "$results/alsa.conf"
 export ALSA_CONFIG_PATH=/usr/share/alsa/alsa.conf:$work/alsa.conf
@@ -139,7 +141,7 @@ step control && section "2. Control round trip ($calls status calls; $cold_runs 
 step memory && section "4. Memory ($memory_hours h of audio from the unpaced device)" \
     python3 memory.py "$bin" "$work" benchlong benchshort "$memory_hours" 900 3 "$results/memory.json"
 
-if step start || step listening || step tap || step trigger || step fanout || step web || step rtsp; then
+if step start || step listening || step tap || step trigger || step fanout || step web || step rtsp || step sources; then
 say "A private PulseAudio server with a null sink"
 mkdir -p "$work/pulse"
 cat >"$work/pulse/pa.conf" <<EOF
@@ -210,6 +212,11 @@ step replug && section "12. Replug: the device open again after a USB microphone
 # The live input as RTSP: recd + recd-rtsp against VLC's RTSP server on the same device.
 step rtsp && section "13. RTSP: serving the input with 0, 1 and 8 players, L16 and Opus, against VLC (${BENCH_RTSP_SECONDS:-60} s per case)" \
     python3 rtsp.py "$bin" "$work" benchpaced "${BENCH_RTSP_SECONDS:-60}" "$results/rtsp.json"
+
+# Several microphones in one station: what each source beyond the first costs, against a recd
+# per microphone.
+step sources && section "15. Sources: one recd of 1, 2 and 4 sources against 2 and 4 recds of one (${BENCH_SOURCES_SECONDS:-60} s per case)" \
+    python3 sources.py "$bin" "$work" "${BENCH_SOURCES_SECONDS:-60}" "$results/sources.json"
 
 if [ "$profile" = 1 ] && step profile; then
     section "Profiles (callgrind)" \

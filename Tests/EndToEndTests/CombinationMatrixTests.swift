@@ -42,6 +42,61 @@ struct CombinationMatrixTests {
         try expectOnlyListedFiles(daemon, cell: cell)
     }
 
+    /// A station of two sources (issue 53), from a fresh daemon: both begin at once in the
+    /// format, with 1 s segments; each source's files, in its folder, are its own device's
+    /// audio exactly (lossless) and read back by FFmpeg, and nothing else is on disk.
+    @Test("two sources at once, with segments", arguments: formats)
+    func twoSourcesAtOnce(format: AudioFileFormat) throws {
+        let cell = "\(format.rawValue) × two sources"
+        let east = writeCounterInput(inputs, seconds: 5)
+        let westSamples = east.samples.map { ~$0 }
+        let westPath = inputs.file("west.raw")
+        Signal.write(westSamples, to: westPath)
+        let daemon = try Daemon(device: nil, config: """
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.file(east.path))"
+            [[source]]
+            name = "west"
+            device = "\(TestDevices.file(westPath))"
+            """)
+        // Both sent before either is answered: the two first recordings of the format race.
+        let connections = try ["east", "west"].map { _ in try daemon.connect() }
+        for (connection, source) in zip(connections, ["east", "west"]) {
+            try connection.send(#"{"jsonrpc":"2.0","id":1,"method":"start","params":{"source":"\#(source)","name":"two","format":"\#(format.rawValue)","sampleRate":48000,"channels":2,"duration":2.5,"segmentLength":1}}"# + "\n")
+        }
+        for (connection, source) in zip(connections, ["east", "west"]) {
+            let answer = try connection.nextObject(timeout: 30)
+            #expect(answer["result"] != nil, "\(cell): \(source): \(answer)")
+        }
+        for (source, input) in [("east", east.samples), ("west", westSamples)] {
+            let client = try daemon.connect()
+            client.source = source
+            guard waitUntil(timeout: 60, { (try? client.call(.status, as: StatusResult.self)).map { !$0.state.isActive && $0.recording != nil } ?? false }) else {
+                Issue.record("\(cell): \(source) never ended\n\(daemon.log.suffix(3000))")
+                continue
+            }
+            let ended: StatusResult = try client.call(.status)
+            #expect(ended.state.name == .finished, "\(cell): \(source): \(String(describing: ended.error))")
+            let list: RecordingsListResult = try client.call(.recordingsList)
+            let files = list.recordings.sorted { ($0.segment ?? 0) < ($1.segment ?? 0) }
+            #expect(files.map(\.frames) == [48000, 48000, 24000], "\(cell): \(source): \(files.map(\.file))")
+            #expect(files.allSatisfy { $0.path.hasPrefix(daemon.recordings + "/" + source + "/") }, "\(cell): \(source): \(files.map(\.path))")
+            let samples = try readBack(files, format: format, cell: cell + " (" + source + ")")
+            expectInput(samples, input, format: format, frames: 120_000, cell: cell + " (" + source + ")")
+            var onDisk: [String] = []
+            let enumerator = FileManager.default.enumerator(atPath: daemon.recordings + "/" + source)
+            while let path = enumerator?.nextObject() as? String {
+                if (path as NSString).lastPathComponent.hasPrefix(".") {
+                    if enumerator?.fileAttributes?[.type] as? FileAttributeType == .typeDirectory { enumerator?.skipDescendants() }
+                    continue
+                }
+                if enumerator?.fileAttributes?[.type] as? FileAttributeType == .typeRegular { onDisk.append(path) }
+            }
+            #expect(onDisk.sorted() == files.map(\.file).sorted(), "\(cell): \(source): on disk \(onDisk)")
+        }
+    }
+
     @Test("a start at a later time", arguments: formats)
     func startAtALaterTime(format: AudioFileFormat) throws {
         let cell = "\(format.rawValue) × start at a later time"

@@ -204,21 +204,79 @@ struct SourcesTests {
         // East is lost: it waits; west records on, uninterrupted.
         let westBefore = try #require(status(west))
         eastServer.kill()
-        _ = try waitFor(east, "waiting for its device") { $0.state.name == .waitingForDevice }
+        let eastLost = try waitFor(east, "waiting for its device") { $0.state.name == .waitingForDevice }
         let westAfter = try waitFor(west, "recording on") { $0.state.name == .recording && $0.currentTime >= westBefore.currentTime + 1 }
         // (West's recording began waiting for its device: that wait is its gap, before any audio.)
         #expect(westAfter.statistics.gaps.count == westBefore.statistics.gaps.count
                 && westAfter.recording?.segment?.index == westBefore.recording?.segment?.index, "\(westAfter.statistics.gaps)")
+        // East comes back, in a new segment of its recording; west never paused.
+        try eastServer.restart()
+        try eastServer.tone()
+        let eastBack = try waitFor(east, "recording again") {
+            $0.state.name == .recording && ($0.recording?.segment?.index ?? 0) == 2 && $0.currentTime >= eastLost.currentTime + 0.5
+        }
+        #expect(eastBack.recording?.id == eastRecording.recording?.id)
+        #expect(try #require(status(west)).statistics.gaps.count == westBefore.statistics.gaps.count)
         #expect(daemon.terminate() == 0, "\(daemon.log.suffix(3000))")
-        // Every file finalized and playable: east's one (ended by the loss), west's one.
+        // Every file finalized and playable: east's two (before and after the loss), west's one.
         for source in ["east", "west"] {
             let folder = daemon.recordings + "/" + source
             let files = try FileManager.default.contentsOfDirectory(atPath: folder).filter { !$0.hasPrefix(".") }
-            #expect(files.count == 1 && files.allSatisfy { $0.hasSuffix(".flac") }, "\(source): \(files)")
+            #expect(files.count == (source == "east" ? 2 : 1) && files.allSatisfy { $0.hasSuffix(".flac") }, "\(source): \(files)")
             for file in files {
                 let info = try SoundFileReader(path: folder + "/" + file).info
                 #expect(info.frames >= 24000, "\(source)/\(file): \(info.frames) frames")
             }
         }
+    }
+
+    /// A trigger on one source only: west is armed and opens an event on its 3 kHz burst; east
+    /// records every frame, and its file is one, uncut.
+    @Test func aTriggerOnOneSourceOnly() throws {
+        let eastServer = try PulseServer(), westServer = try PulseServer()
+        try eastServer.tone()
+        try westServer.tone()
+        let daemon = try Daemon(device: nil, config: """
+            [recording]
+            format = "wav"
+            [autostart]
+            enabled = true
+            [trigger]
+            high_pass = 2000
+            threshold = -40
+            hang = 0.5
+            [[source]]
+            name = "east"
+            device = "\(TestDevices.paced(eastServer))"
+            [[source]]
+            name = "west"
+            device = "\(TestDevices.paced(westServer))"
+            [source.trigger]
+            enabled = true
+            """)
+        let east = try daemon.connect(), west = try daemon.connect()
+        east.source = "east"
+        west.source = "west"
+        let armed = waitUntil(timeout: 30) { (try? west.call(.status, as: StatusResult.self))?.trigger?.state == "armed" }
+        #expect(armed, "\(daemon.log.suffix(2000))")
+        let recording = waitUntil(timeout: 30) { (try? east.call(.status, as: StatusResult.self))?.state.name == .recording }
+        let eastStatus: StatusResult = try east.call(.status)
+        #expect(recording && eastStatus.trigger == nil && eastStatus.recording?.trigger == nil, "\(eastStatus.state)")
+        let watcher = try daemon.connect()
+        _ = try watcher.exchange(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topics":["trigger"]}}"#)
+        let burst = try westServer.sine(frequency: 3000)
+        var opened: [String: Any]?
+        let deadline = Date().addingTimeInterval(30)
+        while opened == nil, Date() < deadline, let line = try? watcher.nextObject(timeout: 30) {
+            let params = line["params"] as? [String: Any]
+            if (params?["value"] as? [String: Any])?["kind"] as? String == "opened" { opened = params }
+        }
+        try westServer.unload(burst)
+        #expect(opened?["source"] as? String == "west", "\(String(describing: opened))")
+        let event = try #require((opened?["value"] as? [String: Any])?["path"] as? String)
+        #expect(event.hasPrefix(daemon.recordings + "/west/"), "\(event)")
+        let eastAfter: StatusResult = try east.call(.status)
+        #expect(eastAfter.recording?.segment?.index == 1 && eastAfter.statistics.gaps.isEmpty, "east is one file, uncut")
+        #expect(daemon.terminate() == 0)
     }
 }
