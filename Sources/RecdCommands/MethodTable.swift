@@ -320,7 +320,7 @@ public enum MethodTable {
         let figures = recorder.currentFigures()
         return StatusResult(
             state: state, currentTime: figures.time, error: recorder.error.value,
-            levels: recorder.levels.value, recording: recorder.recording.value,
+            levels: recorder.currentLevels(), recording: recorder.recording.value,
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
             statistics: figures.statistics, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,

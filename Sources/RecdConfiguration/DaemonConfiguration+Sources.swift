@@ -9,9 +9,10 @@ public struct SourceConfiguration: Equatable, Sendable {
     /// The file and line of its `[[source]]` header; nil for the implicit source.
     public var file: String?
     public var line: Int?
-    /// What a source has of its own (device, `[capture]`, `[recording]`, `[segments]`,
-    /// `[autostart]`, `[listen]`, `[trigger]`, `[schedule]`) is this source's here; the rest
-    /// is the station's, read from the station (`DaemonConfiguration.recorderConfiguration(for:)`).
+    /// The station's configuration as the file set it before this `[[source]]`, with the
+    /// source's own keys (device, `[capture]`, `[recording]`, `[segments]`, `[autostart]`,
+    /// `[listen]`, `[trigger]`, `[schedule]`) read over it: what its recorder runs with
+    /// (`DaemonConfiguration.recorderConfiguration(for:)`).
     public var configuration: DaemonConfiguration
 }
 
@@ -93,35 +94,23 @@ extension DaemonConfiguration {
     /// Tables that are the station's: named in a `[[source]]`, they are an error that says so.
     static let stationTables: Set<String> = ["server", "metering", "storage", "retention", "mqtt", "hooks", "web", "rtsp"]
 
-    /// The recorder of `source`: its own keys from the source, the station's from the station
-    /// (paths, metering, storage and retention, the machine's roots).
+    /// The recorder of `source`: its configuration (the station's, read before its
+    /// `[[source]]`, with its own keys over them), in its folder of the station's recordings
+    /// directory as it stands now (the command line's `--recordings-dir` sets it after the
+    /// file is read).
     public func recorderConfiguration(for source: SourceConfiguration) -> RecorderConfiguration {
-        var configuration = self
-        configuration.adoptSourceKeys(from: source.configuration)
+        var configuration = source.configuration
         configuration.recordingsDirectory = recordingsDirectory(for: source.name)
         return configuration.recorderConfiguration.named(source.name)
-    }
-
-    /// Takes what a source has of its own from `source` (the list `applySourceKeys` reads).
-    public mutating func adoptSourceKeys(from source: DaemonConfiguration) {
-        (device, deviceFile, deviceLine) = (source.device, source.deviceFile, source.deviceLine)
-        recording = source.recording
-        (periodTime, bufferTime, writeBuffer, syncInterval) = (source.periodTime, source.bufferTime, source.writeBuffer, source.syncInterval)
-        (captureSampleRate, captureChannels, stopTimeout) = (source.captureSampleRate, source.captureChannels, source.stopTimeout)
-        (waitForDevice, retryIntervalMax, silenceWarningAfter) = (source.waitForDevice, source.retryIntervalMax, source.silenceWarningAfter)
-        segments = source.segments
-        (autostart, autostartName) = (source.autostart, source.autostartName)
-        (listenAtStart, preRoll) = (source.listenAtStart, source.preRoll)
-        (trigger, triggerEnabled) = (source.trigger, source.triggerEnabled)
-        (schedule, latitude, longitude) = (source.schedule, source.latitude, source.longitude)
     }
 
     /// A station of one `[[source]]` runs it as the implicit source would be run: its keys
     /// become the configuration's own. Several stay as they are: each runs with
     /// `recorderConfiguration(for:)`, in a folder of its own.
     public mutating func adoptTheOnlySource() {
-        guard declaredSources.count == 1 else { return }
-        adoptSourceKeys(from: declaredSources[0].configuration)
+        guard declaredSources.count == 1, case let only = declaredSources[0] else { return }
+        self = only.configuration
+        declaredSources = [only]
     }
 
     /// Where `source` writes: the recordings directory for a station of one, else its folder in it.

@@ -179,25 +179,46 @@ struct ListeningTests {
     }
 
     /// Levels cost nothing while nobody wants them: listening with no subscriber measures
-    /// nothing (no meter on the capture thread, no timer, nothing encoded), so `status` has
-    /// none; a client that subscribes gets them within a tick, and once it leaves they stop
-    /// again. The same for a recording's.
-    @Test func levelsAreMeasuredOnlyWhileSomeoneSubscribes() throws {
+    /// nothing as it goes (no meter on the capture thread, no timer, nothing published); a
+    /// poll measures at the call instead (issue 53, AVAudioRecorder's `updateMeters()`):
+    /// `status` has the input's levels from the pre-roll ring while listening and from the
+    /// recording's meter while recording. A subscriber gets them published within a tick, and
+    /// once it leaves the publishing stops again.
+    @Test func levelsArePublishedOnlyWhileSomeoneSubscribesAndAPollMeasuresThem() throws {
         let server = try PulseServer()
         try server.tone()
         let daemon = try Daemon(device: TestDevices.paced(server), config: "[recording]\nformat = \"wav\"\n")
         let _: ListenResult = try daemon.connect().call(.listen, ListenParams(preRoll: 1))
         _ = try #require(daemon.waitForStatus { ($0.listening?.preRollHeld ?? 0) >= 0.5 })
         usleep(300_000)  // six levels ticks, had there been a timer
-        #expect(try #require(daemon.waitForStatus { _ in true }).levels.channels.isEmpty, "levels measured for nobody")
+        // Nothing published for nobody: the topic's value is still listening's first (silence).
+        let peek = try daemon.connect()
+        let first: SubscribeResult = try peek.call(.subscribe, SubscribeParams(topics: [.levels]))
+        #expect(first.snapshot.first?.value == .levels(.none) && (first.snapshot.first?.seq ?? 99) <= 3, "levels published for nobody: \(first.snapshot)")
+        let _: UnsubscribeResult = try peek.call(.unsubscribe, UnsubscribeParams(subscription: first.subscription))
+        // A poll measures: the tone peaks at -12 dBFS.
+        let tone = { (status: StatusResult) in status.levels.channels.count == 2 && status.levels.channels.allSatisfy { abs($0.peak + 12) < 1 } }
+        #expect(daemon.waitForStatus(tone) != nil, "a poll while listening: \(String(describing: daemon.waitForStatus { _ in true }?.levels))")
         for recording in [false, true] {
-            if recording { let _: Recording = try daemon.connect().call(.start, StartParams(name: "quiet")) }
+            if recording {
+                let _: Recording = try daemon.connect().call(.start, StartParams(name: "quiet"))
+                #expect(daemon.waitForStatus { $0.state.name == .recording && tone($0) } != nil, "a poll while recording")
+            }
             let client = try daemon.connect()
             let subscription: SubscribeResult = try client.call(.subscribe, SubscribeParams(topics: [.levels]))
-            let measured = daemon.waitForStatus { $0.levels.channels.count == 2 && $0.levels.channels.allSatisfy { $0.peak > -30 } }
-            #expect(measured != nil, "no levels for a subscriber (recording: \(recording))")
+            let published = waitUntil(timeout: 10) {
+                guard let line = try? client.nextObject(timeout: 1), let params = line["params"] as? [String: Any] else { return false }
+                return ((params["value"] as? [String: Any])?["channels"] as? [Any])?.count == 2
+            }
+            #expect(published, "no levels published for a subscriber (recording: \(recording))")
             let _: UnsubscribeResult = try client.call(.unsubscribe, UnsubscribeParams(subscription: subscription.subscription))
-            #expect(daemon.waitForStatus { $0.levels.channels.isEmpty } != nil, "levels go on for nobody (recording: \(recording))")
+            // Once it leaves, the publishing stops: the topic's last value says so (silence).
+            let stopped = waitUntil(timeout: 10) {
+                guard let peek = try? daemon.connect(), let seen: SubscribeResult = try? peek.call(.subscribe, SubscribeParams(topics: [.levels]))
+                else { return false }
+                return seen.snapshot.first?.value == .levels(.none)
+            }
+            #expect(stopped, "levels go on for nobody (recording: \(recording))")
         }
         let _: Recording = try daemon.connect().call(.stop)
     }

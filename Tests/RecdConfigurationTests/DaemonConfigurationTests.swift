@@ -224,7 +224,7 @@ struct SourceConfigurationTests: ReadsConfiguration {
     }
 
     /// Every key a source may set, set in a source, is what the same keys at the top level
-    /// make: nothing `applySourceKeys` reads is left behind by `adoptSourceKeys`.
+    /// make: nothing `applySourceKeys` reads is lost when the only source is adopted.
     @Test func aSourcesOwnKeysAreTheTopLevelsKeysWhenAdopted() throws {
         let tables = """
             [recording]

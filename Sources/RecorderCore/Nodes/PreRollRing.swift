@@ -8,8 +8,9 @@ import Synchronization
 /// The most recent input, in the device's format, kept while listening: what a `start`
 /// puts at the beginning of its file (pre-roll). Allocated once, at its full size.
 final class PreRollRing: CaptureConsumer, @unchecked Sendable {
-    // @unchecked: `storage`, `writeIndex` and `endPosition` are used on the capture thread
-    // only; `heldFrames` is atomic for status.
+    // @unchecked: `storage`, `writeIndex` and `endPosition` are written on the capture thread
+    // only, under `writing`, and read there freely; another thread reads them only under
+    // `writing` (`levels`). `heldFrames` is atomic for status.
 
     let capacityFrames: Int
     let bytesPerFrame: Int
@@ -20,6 +21,11 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
     private var endPosition: Int64 = 0
     /// Frames held now (at most `capacityFrames`).
     let heldFrames = Atomic<Int>(0)
+    /// Taken by the capture thread while it writes (8 times a second) and by `levels`.
+    private let writing = NIOLock()
+    let sampleFormat: SampleFormat
+    let channels: Int
+    let sampleRate: Int
 
     /// Memory the ring takes, in bytes.
     var bytes: Int { capacityFrames * bytesPerFrame }
@@ -27,6 +33,9 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
     init(seconds: Double, configuration: PCMConfiguration) {
         capacityFrames = Swift.max(0, Int((seconds * Double(configuration.sampleRate)).rounded()))
         bytesPerFrame = configuration.bytesPerFrame
+        sampleFormat = configuration.sampleFormat
+        channels = configuration.channels
+        sampleRate = configuration.sampleRate
         storage = .allocate(byteCount: Swift.max(1, capacityFrames * bytesPerFrame), alignment: 16)
         // Touch every page now: the ring's memory is resident from the start, as stated.
         storage.initializeMemory(as: UInt8.self, repeating: 0, count: Swift.max(1, capacityFrames * bytesPerFrame))
@@ -36,6 +45,11 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
 
     func receive(_ chunk: CaptureChunk) -> Bool {
         guard capacityFrames > 0 else { return true }
+        writing.withLock { write(chunk) }
+        return true
+    }
+
+    private func write(_ chunk: CaptureChunk) {
         if chunk.position != endPosition { heldFrames.store(0, ordering: .relaxed) }  // not contiguous (a new engine)
         var source = chunk.samples
         var frames = chunk.frames
@@ -51,7 +65,20 @@ final class PreRollRing: CaptureConsumer, @unchecked Sendable {
         writeIndex = (writeIndex + frames) % capacityFrames
         endPosition = chunk.position + Int64(chunk.frames)
         heldFrames.store(Swift.min(capacityFrames, heldFrames.load(ordering: .relaxed) + chunk.frames), ordering: .relaxed)
-        return true
+    }
+
+    /// Any thread: the levels of the newest `seconds` held, measured now (a `status` while
+    /// nobody meters the input); nil when nothing is held.
+    func levels(ofNewest seconds: Double) -> Levels? {
+        writing.withLock { () -> Levels? in
+            let frames = Swift.min(heldFrames.load(ordering: .relaxed), Int(seconds * Double(sampleRate)))
+            guard frames > 0 else { return nil }
+            let meter = LevelMeter(channels: channels)
+            read(from: endPosition - Int64(frames), upTo: endPosition) { samples, count, _ in
+                meter.measure(samples, frames: count, format: sampleFormat)
+            }
+            return meter.takeLevels()
+        }
     }
 
     func engineFailed(_ error: RecorderError) {}

@@ -99,6 +99,23 @@ extension RecorderController {
         }
     }
 
+    /// `status`'s levels. While someone meters the input (a subscriber, MQTT), the levels
+    /// published; otherwise measured at the call, as AVAudioRecorder's `updateMeters()` does,
+    /// from what is already there: a recording's meter (its file's levels since the last
+    /// call), or listening's newest 0.1 s in the pre-roll ring. Nobody pays when nobody asks.
+    /// Any thread.
+    func currentLevels() -> Levels {
+        guard configuration.meteringEnabled, !levelsAreWanted else { return published.levels.value }
+        if let session = activeSession.withLock({ $0 }), session.started, !session.hasEnded, let meter = session.meter {
+            return meter.takeLevels()
+        }
+        if published.listening.value?.wait == nil, let ring = listeningParts.withLock({ $0.ring }),
+           let levels = ring.levels(ofNewest: 0.1) {
+            return levels
+        }
+        return published.levels.value
+    }
+
     /// Listening's figures now (pre-roll held, frames captured); nil when not listening. Any
     /// thread, without waiting for the recorder's queue.
     func currentListeningStatus() -> ListeningStatus? {

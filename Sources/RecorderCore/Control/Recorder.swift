@@ -222,6 +222,11 @@ public final class Recorder: Sendable {
     public func currentFigures() -> (time: Double, statistics: CaptureStatistics) { controller.currentFigures() }
     public func currentTimeNow() -> Double { controller.currentFigures().time }
 
+    /// The input's levels for a poll (`status`): the published ones while someone meters;
+    /// otherwise measured now from the audio already held (the recording's meter since the
+    /// last poll, or listening's newest 0.1 s). Any thread.
+    public func currentLevels() -> Levels { controller.currentLevels() }
+
     /// `source` wants the spectrum, or no longer does. Any thread. Wanting it does not open
     /// the device: columns come while recd listens or records.
     public func setSpectrumWanted(_ wanted: Bool, by source: String) { controller.setSpectrumWanted(wanted, by: source) }
