@@ -142,6 +142,10 @@ SUMMARY_ROWS = [
     ("9d", "detection: `opened` notification − the onset's capture time / − the player's write, p50 and p99", "report"),
     ("13a", "CPU serving the input as RTSP L16 with 0 / 1 / 8 players: recd + recd-rtsp against VLC's server", "≤ VLC; 0 players ~0"),
     ("13b", "CPU serving the input as RTSP Opus 64 kbit/s with 0 / 1 / 8 players: recd + recd-rtsp against VLC's server", "≤ VLC; 0 players ~0"),
+    ("15a", "CPU per hour of each source beyond the first (2 sources): one recd against a recd per source", "≤ the first"),
+    ("15am", "memory of each source beyond the first (2 sources): resident (anonymous)", "report"),
+    ("15b", "CPU per hour of each source beyond the first (4 sources): one recd against a recd per source", "≤ the first"),
+    ("15bm", "memory of each source beyond the first (4 sources): resident (anonymous)", "report"),
 ]
 
 
