@@ -48,18 +48,8 @@ struct CombinationMatrixTests {
     @Test("two sources at once, with segments", arguments: formats)
     func twoSourcesAtOnce(format: AudioFileFormat) throws {
         let cell = "\(format.rawValue) × two sources"
-        let east = writeCounterInput(inputs, seconds: 5)
-        let westSamples = east.samples.map { ~$0 }
-        let westPath = inputs.file("west.raw")
-        Signal.write(westSamples, to: westPath)
-        let daemon = try Daemon(device: nil, config: """
-            [[source]]
-            name = "east"
-            device = "\(TestDevices.file(east.path))"
-            [[source]]
-            name = "west"
-            device = "\(TestDevices.file(westPath))"
-            """)
+        let (east, west) = writeTwoSourceInputs(inputs, seconds: 5)
+        let daemon = try Daemon(device: nil, config: sourceTables(["east": TestDevices.file(east.path), "west": TestDevices.file(west.path)]))
         // Both sent before either is answered: the two first recordings of the format race.
         let connections = try ["east", "west"].map { _ in try daemon.connect() }
         for (connection, source) in zip(connections, ["east", "west"]) {
@@ -69,7 +59,7 @@ struct CombinationMatrixTests {
             let answer = try connection.nextObject(timeout: 30)
             #expect(answer["result"] != nil, "\(cell): \(source): \(answer)")
         }
-        for (source, input) in [("east", east.samples), ("west", westSamples)] {
+        for (source, input) in [("east", east.samples), ("west", west.samples)] {
             let client = try daemon.connect()
             client.source = source
             guard waitUntil(timeout: 60, { (try? client.call(.status, as: StatusResult.self)).map { !$0.state.isActive && $0.recording != nil } ?? false }) else {

@@ -243,6 +243,21 @@ final class NotifyListener {
     }
 }
 
+/// `[[source]]` tables naming each device (ALSA name) by its source's name, in order: a station
+/// of several sources (issue 53). Text after them is the last source's (`[source.recording]`).
+func sourceTables(_ devices: KeyValuePairs<String, String>) -> String {
+    devices.map { "[[source]]\nname = \"\($0.key)\"\ndevice = \"\($0.value)\"\n" }.joined()
+}
+
+/// Inputs for two sources on the file devices: east's the counter pattern, west's its
+/// complement (no frame of west's is east's).
+func writeTwoSourceInputs(_ directory: TemporaryDirectory, seconds: Int) -> (east: (path: String, samples: [Int16]), west: (path: String, samples: [Int16])) {
+    let east = writeCounterInput(directory, seconds: seconds)
+    let west = (path: directory.file("west-\(seconds).raw"), samples: east.samples.map { ~$0 })
+    Signal.write(west.samples, to: west.path)
+    return (east, west)
+}
+
 /// Raw interleaved 16-bit stereo counter pattern for the file devices.
 func writeCounterInput(_ directory: TemporaryDirectory, seconds: Int) -> (path: String, samples: [Int16]) {
     let samples = Signal.counter16(frames: seconds * 48000, channels: 2)

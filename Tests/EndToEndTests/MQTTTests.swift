@@ -178,12 +178,7 @@ struct MQTTTests {
         try westServer.tone()
         let daemon = try Daemon(device: nil, config: Self.config(port: broker.port, control: true) + """
 
-            [[source]]
-            name = "east"
-            device = "\(TestDevices.paced(eastServer))"
-            [[source]]
-            name = "west"
-            device = "\(TestDevices.paced(westServer))"
+            \(sourceTables(["east": TestDevices.paced(eastServer), "west": TestDevices.paced(westServer)]))
             """)
         let watcher = try watch(broker)
         let station = try #require(watcher.first("homeassistant/device/\(Self.objectID)/config")?.json)

@@ -196,12 +196,7 @@ struct RTSPTests {
         try westServer.tone()
         _ = try westServer.sine(frequency: 880)
         let sources = """
-            [[source]]
-            name = "east"
-            device = "\(TestDevices.paced(eastServer))"
-            [[source]]
-            name = "west"
-            device = "\(TestDevices.paced(westServer))"
+            \(sourceTables(["east": TestDevices.paced(eastServer), "west": TestDevices.paced(westServer)]))
 
             """
         let daemon = try Daemon(device: nil, config: sources)

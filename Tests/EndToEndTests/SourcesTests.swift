@@ -17,20 +17,11 @@ struct SourcesTests {
     /// first second, in its folder and its own format; the socket, recctl and the metrics name
     /// the sources.
     @Test func twoSourcesRecordSideBySideEachItsOwnDeviceIntoItsOwnFolder() throws {
-        let east = writeCounterInput(inputs, seconds: 3)
-        // West's audio: the counter reversed, so that no frame of it is east's.
-        let westSamples = east.samples.map { ~$0 }
-        let westPath = inputs.file("west.raw")
-        Signal.write(westSamples, to: westPath)
+        let (east, west) = writeTwoSourceInputs(inputs, seconds: 3)
         let daemon = try Daemon(device: nil, config: """
             [recording]
             format = "wav"
-            [[source]]
-            name = "east"
-            device = "\(TestDevices.file(east.path))"
-            [[source]]
-            name = "west"
-            device = "\(TestDevices.file(westPath))"
+            \(sourceTables(["east": TestDevices.file(east.path), "west": TestDevices.file(west.path)]))
             [source.recording]
             format = "flac"
             """)
@@ -75,7 +66,7 @@ struct SourcesTests {
         #expect(seen == ["east"])
 
         // Each file in its source's folder, its own format, exactly its own device's audio.
-        for (path, expected) in [(daemon.recordings + "/east/e-take.wav", east.samples), (daemon.recordings + "/west/w-take.flac", westSamples)] {
+        for (path, expected) in [(daemon.recordings + "/east/e-take.wav", east.samples), (daemon.recordings + "/west/w-take.flac", west.samples)] {
             let samples = try SoundFileReader(path: path).readAllInt16()
             #expect(samples.count == 48000 * 2, "\(path)")
             #expect(samples == Array(expected.prefix(48000 * 2)), "\(path): not its device's first second")
@@ -85,8 +76,8 @@ struct SourcesTests {
         let environment = ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"]
         let status = try run(Binaries.recctl, ["status"], environment: environment, timeout: 30)
         #expect(status.status == 0 && status.stdout.contains("source east") && status.stdout.contains("source west"), "\(status)")
-        let west = try run(Binaries.recctl, ["status", "--source", "west", "--json"], environment: environment, timeout: 30)
-        let westStatus = try WireCoding.decoder().decode(StatusResult.self, from: Data(west.stdout.utf8))
+        let westRun = try run(Binaries.recctl, ["status", "--source", "west", "--json"], environment: environment, timeout: 30)
+        let westStatus = try WireCoding.decoder().decode(StatusResult.self, from: Data(westRun.stdout.utf8))
         #expect(westStatus.source == "west" && westStatus.recording?.name == "w-take")
         let listed = try run(Binaries.recctl, ["ls", "--source", "west"], environment: environment, timeout: 30)
         #expect(listed.stdout.contains("w-take") && !listed.stdout.contains("e-take"), "\(listed)")
@@ -104,9 +95,7 @@ struct SourcesTests {
     /// (oldest-first over the station would have deleted it first). Each deletion is
     /// announced as its own source's.
     @Test func retentionOverTheStationDeletesTheOldestOfTheSourceHoldingTheMost() throws {
-        let input = writeCounterInput(inputs, seconds: 6)
-        let westPath = inputs.file("west.raw")
-        Signal.write(input.samples, to: westPath)
+        let (east, west) = writeTwoSourceInputs(inputs, seconds: 6)
         // 1 s of 48 kHz stereo 16-bit WAV is 192 000 bytes (and a header): four files are
         // about 768 kB, two of them about 384 kB.
         let daemon = try Daemon(device: nil, config: """
@@ -115,12 +104,7 @@ struct SourcesTests {
             [retention]
             max_total_size = "450 kB"
             grace = 0
-            [[source]]
-            name = "east"
-            device = "\(TestDevices.file(input.path))"
-            [[source]]
-            name = "west"
-            device = "\(TestDevices.file(westPath))"
+            \(sourceTables(["east": TestDevices.file(east.path), "west": TestDevices.file(west.path)]))
             """)
         let watcher = try daemon.connect()
         _ = try watcher.exchange(#"{"jsonrpc":"2.0","id":1,"method":"subscribe","params":{"topics":["retention"]}}"#)
@@ -167,12 +151,7 @@ struct SourcesTests {
             enabled = true
             [capture]
             retry_interval_max = 1
-            [[source]]
-            name = "east"
-            device = "\(TestDevices.paced(eastServer))"
-            [[source]]
-            name = "west"
-            device = "\(TestDevices.paced(westServer))"
+            \(sourceTables(["east": TestDevices.paced(eastServer), "west": TestDevices.paced(westServer)]))
             """, environment: ["NOTIFY_SOCKET": notify!.path])
         let east = try daemon.connect(), west = try daemon.connect()
         east.source = "east"
@@ -245,12 +224,7 @@ struct SourcesTests {
             high_pass = 2000
             threshold = -40
             hang = 0.5
-            [[source]]
-            name = "east"
-            device = "\(TestDevices.paced(eastServer))"
-            [[source]]
-            name = "west"
-            device = "\(TestDevices.paced(westServer))"
+            \(sourceTables(["east": TestDevices.paced(eastServer), "west": TestDevices.paced(westServer)]))
             [source.trigger]
             enabled = true
             """)

@@ -532,12 +532,7 @@ struct WebTests {
         let daemon = try Daemon(device: nil, config: """
             [listen]
             enabled = true
-            [[source]]
-            name = "east"
-            device = "\(TestDevices.paced(eastServer))"
-            [[source]]
-            name = "west"
-            device = "\(TestDevices.paced(westServer))"
+            \(sourceTables(["east": TestDevices.paced(eastServer), "west": TestDevices.paced(westServer)]))
             """)
         let web = try WebServer(daemon: daemon)
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path

@@ -57,6 +57,16 @@ def wait_for(driver, script, timeout, what):
         time.sleep(0.02)
 
 
+def browser_failures(error):
+    """Fails with what a browser error says: Selenium's, Marionette's own, or a lost connection
+    (OSError); anything else is raised again."""
+    if isinstance(error, WebDriverException):
+        fail(f"the browser: {error.msg}")
+    if type(error).__module__.startswith("marionette_driver") or isinstance(error, OSError):
+        fail(f"the browser: {error}")
+    raise error
+
+
 def pactl(server, *arguments):
     environment = dict(os.environ, PULSE_SERVER=server)
     return subprocess.run(["pactl", *arguments], env=environment, check=True, capture_output=True, text=True).stdout.strip()
@@ -366,12 +376,8 @@ def main():
         time.sleep(0.5)
         driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-desktop.png"))
         RESULT["errors"] = run_script(driver, "return recdPage.errors")
-    except WebDriverException as error:
-        fail(f"the browser: {error.msg}")
-    except Exception as error:  # Marionette's own errors, and its lost connection (OSError)
-        if type(error).__module__.startswith("marionette_driver") or isinstance(error, OSError):
-            fail(f"the browser: {error}")
-        raise
+    except Exception as error:
+        browser_failures(error)
     finally:
         driver.quit()
     # The page is gone: recd computes no spectrum for nobody (it is still listening).

@@ -13,10 +13,9 @@ import json
 import os
 import time
 
-from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 
-from browser_check import RESULT, canvas_column, fail, open_browser, run_script, wait_for
+from browser_check import RESULT, browser_failures, canvas_column, fail, open_browser, run_script, wait_for
 
 
 def click(driver, selector):
@@ -97,12 +96,8 @@ def main():
         if run_script(driver, "return recdPage.sourceViews.west.state") != "listening":
             fail("west's state changed while east recorded and stopped")
         RESULT["errors"] = run_script(driver, "return recdPage.errors")
-    except WebDriverException as error:
-        fail(f"the browser: {error.msg}")
-    except Exception as error:  # Marionette's own errors, and its lost connection (OSError)
-        if type(error).__module__.startswith("marionette_driver") or isinstance(error, OSError):
-            fail(f"the browser: {error}")
-        raise
+    except Exception as error:
+        browser_failures(error)
     finally:
         driver.quit()
     print(json.dumps(RESULT))
