@@ -105,9 +105,12 @@ let package = Package(
             "RecorderModel", "ALSA", "CLinux",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ]),
+        // The spectrum as recd computes it, live (the spectrum node) and over a file (recd-web's
+        // spectrograms): power spectra by FFmpeg's FFT, files read by libsndfile and FFmpeg.
+        .target(name: "SignalProcessing", dependencies: ["MPEG4", "Sndfile", "RecorderModel"]),
         // Observed<T>, Recorder (the control plane) and the graph's nodes.
         .target(name: "RecorderCore", dependencies: [
-            "AudioGraph", "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux", "MPEG4", "SoundCards",
+            "AudioGraph", "RecorderModel", "ALSA", "Sndfile", "Soxr", "CLinux", "MPEG4", "SoundCards", "SignalProcessing",
             .product(name: "Logging", package: "swift-log"),
             // A pthread lock for Observed: ThreadSanitizer cannot see Synchronization.Mutex's
             // futex on Linux and reports every access it guards as a race.
@@ -194,7 +197,7 @@ let package = Package(
         // The web page and /metrics: a client of recd's socket in a process of its own, so that
         // recd stays off the network (doc/web.md).
         .executableTarget(name: "recd-web", dependencies: [
-            "RecdClient", "RecdProtocol", "RecorderModel", "RecorderCore", "AudioGraph", "RecdConfiguration", "CBuildInfo", "Systemd",
+            "RecdClient", "RecdProtocol", "RecorderModel", "SignalProcessing", "AudioGraph", "RecdConfiguration", "CBuildInfo", "Systemd",
             "CCommandLine",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -234,7 +237,7 @@ let package = Package(
         // Real test devices (ALSA file plugin, a private PulseAudio server), shared by the tests.
         .target(name: "RecdTestSupport", path: "Tests/RecdTestSupport", swiftSettings: optimizedTestCode),
         .testTarget(name: "RecorderCoreTests", dependencies: [
-            "AudioGraph", "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "SoundCards", "RecdTestSupport",
+            "AudioGraph", "RecorderCore", "RecorderModel", "ALSA", "Sndfile", "Soxr", "MPEG4", "SoundCards", "RecdTestSupport", "SignalProcessing",
             .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
         ]),

@@ -5,7 +5,6 @@ import Hummingbird
 import NIOConcurrencyHelpers
 import RecdClient
 import RecdProtocol
-import RecorderCore
 
 /// recd-web's side of recd's socket. Each request and each open page has a connection of its
 /// own, read by a blocking thread (RecdClient), never on Swift's cooperative pool; recd decides

@@ -9,8 +9,8 @@ import NIOCore
 import RecdClient
 import RecdConfiguration
 import RecdProtocol
-import RecorderCore
 import RecorderModel
+import SignalProcessing
 
 /// Every route of the page, and the role each needs (doc/web.md has the table).
 struct WebSite: Sendable {

@@ -1,7 +1,7 @@
 import Foundation
 import Glibc
-@testable import RecorderCore
 import RecorderModel
+import SignalProcessing
 import RecdTestSupport
 import Testing
 

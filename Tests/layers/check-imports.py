@@ -23,5 +23,15 @@ for target in package["targets"]:
         problems.append(f"{target['name']} imports {', '.join(sorted(undeclared))} without declaring it in Package.swift")
     if unused:
         problems.append(f"{target['name']} declares {', '.join(sorted(unused))} in Package.swift but imports none of it")
-print("\n".join(problems) or f"every one of {len(package['targets'])} targets declares exactly what it imports")
+# Edges that must not exist (doc/architecture.md, "Modules and what each may import"): the page
+# is a client of recd's socket, not a recorder (its spectrograms are SignalProcessing's), and the
+# data plane knows nothing of the control plane.
+FORBIDDEN = {("recd-web", "RecorderCore"), ("AudioGraph", "RecorderCore"), ("SignalProcessing", "RecorderCore"),
+             ("recd-rtsp", "RecorderCore")}
+for target in package["targets"]:
+    declared = set(target.get("target_dependencies", [])) | set(target.get("product_dependencies", []))
+    for source, forbidden in FORBIDDEN:
+        if target["name"] == source and forbidden in declared:
+            problems.append(f"{source} depends on {forbidden}: an edge the layers forbid")
+print("\n".join(problems) or f"every one of {len(package['targets'])} targets declares exactly what it imports, and no forbidden edge")
 sys.exit(1 if problems else 0)

@@ -4,40 +4,6 @@ import Glibc
 import NIOConcurrencyHelpers
 import RecorderModel
 
-/// Recording by the clock or the sun: inside a window recd records (every frame, or armed
-/// with a trigger); outside it only listens or closes the device. A window opening starts a
-/// recording as `start` would; one closing stops the recording it started (finalized as by
-/// `stop`). A recording a client started is left alone either way.
-public struct ScheduledRecording: Sendable, Equatable {
-    public enum Outside: String, Sendable, Codable, CaseIterable {
-        /// The device closes between windows.
-        case close
-        /// recd listens between windows (levels, pre-roll).
-        case listen
-    }
-
-    public var schedule: Schedule
-    /// Armed in the windows with this trigger; nil: every frame is recorded.
-    public var trigger: TriggerSettings?
-    /// The recordings' name (nil: recording-<date>).
-    public var name: String?
-    public var outside: Outside
-    /// Seconds after recd starts for which a window does not open while the system clock is
-    /// not synchronized (a Raspberry Pi before NTP: its windows would open by the time saved
-    /// at its last shutdown). Once the clock is synchronized, or this has passed, windows
-    /// follow the clock as it is. 0: they always do (an offline station must record).
-    public var waitForClock: Double
-
-    public init(schedule: Schedule, trigger: TriggerSettings? = nil, name: String? = nil, outside: Outside = .close,
-                waitForClock: Double = 0) {
-        self.schedule = schedule
-        self.trigger = trigger
-        self.name = name
-        self.outside = outside
-        self.waitForClock = waitForClock
-    }
-}
-
 /// The schedule's part of the recorder (control queue, but for `status`'s copy).
 struct ScheduleRun {
     var plan: ScheduledRecording?

@@ -4,6 +4,7 @@ import FoundationEssentials
 import Glibc
 import MPEG4
 import RecorderModel
+import SignalProcessing
 
 /// The input's spectrum, one column per `period`: the channels mixed to one, Hann windows of
 /// `size` frames every `size / 2` frames, their power averaged over the period (so a burst
