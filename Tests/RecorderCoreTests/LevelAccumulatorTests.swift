@@ -124,7 +124,7 @@ struct LevelAccumulatorTests {
 }
 
 /// The meter's answer to "was this chunk digital silence?" against the byte scan the capture
-/// thread made as a second pass before (`RecordingConsumer.isDigitalSilence`, still used without
+/// thread made as a second pass before (`SegmentWriter.isDigitalSilence`, still used without
 /// a meter and for other sample formats).
 @Suite("Level meter: digital silence")
 struct LevelMeterSilenceTests {
@@ -134,7 +134,7 @@ struct LevelMeterSilenceTests {
     }
 
     static func scanSaysSilent(_ samples: [Int16]) -> Bool {
-        samples.withUnsafeBytes { RecordingConsumer.isDigitalSilence($0.baseAddress!, bytes: $0.count) }
+        samples.withUnsafeBytes { SegmentWriter.isDigitalSilence($0.baseAddress!, bytes: $0.count) }
     }
 
     @Test(arguments: [1, 2, 3, 4, 6, 8])

@@ -27,8 +27,6 @@ extension RecorderController {
         var plan = plan
         let since = Date()
         plan.gapStart = since
-        self.state.plan = plan
-        state.current = recording
         ledger.withLock { $0 = SessionLedger(gaps: [Gap(start: since, position: 0, error: error)]) }
         published.error.send(nil)
         published.clearSilenceWarning()
@@ -37,7 +35,7 @@ extension RecorderController {
         published.recording.send(recording)
         logger.warning("capture device missing; waiting for it", metadata: [
             "recording.id": "\(id)", "error.message": "\(error.message)"])
-        scheduleRetry(recording, error: error, since: since, attempts: 1)
+        scheduleRetry(RecordingRun(recording: recording, plan: plan), error: error, since: since, attempts: 1)
         return recording
     }
 
@@ -55,9 +53,9 @@ extension RecorderController {
     }
 
     /// Publishes the wait and arms the next attempt.
-    func scheduleRetry(_ recording: Recording, error: RecorderError, since: Date, attempts: Int) {
-        let wait = armRetry(error: error, since: since, attempts: attempts, configuration: state.plan?.configuration) { $0.retryDevice() }
-        published.state.send(.waitingForDevice(recording, wait))
+    func scheduleRetry(_ run: RecordingRun, error: RecorderError, since: Date, attempts: Int) {
+        let wait = armRetry(error: error, since: since, attempts: attempts, configuration: run.plan.configuration) { $0.retryDevice() }
+        enterWaiting(run, wait)
     }
 
     /// Arms the next attempt (replacing any), which runs `attempt` on the control queue.
@@ -158,7 +156,9 @@ extension RecorderController {
     /// One attempt to open the device again; on success, capture continues in a new segment.
     func retryDevice() {
         cancelRetry()
-        guard case .waitingForDevice(var recording, let wait) = published.state.value, var plan = state.plan else { return }
+        guard case .waiting(let run, let wait) = state.phase else { return }
+        var recording = run.recording
+        var plan = run.plan
         let engine: CaptureEngine
         do throws(ALSAError) {
             engine = try openEngine(plan.configuration, state.listenPlan == nil ? plan.settings : plan.configuration.defaultSettings)
@@ -168,7 +168,7 @@ extension RecorderController {
                 _ = end(recording, failure: failure)
                 return
             }
-            scheduleRetry(recording, error: failure, since: wait.since, attempts: wait.attempts + 1)
+            scheduleRetry(run, error: failure, since: wait.since, attempts: wait.attempts + 1)
             return
         }
         let now = Date()
@@ -215,16 +215,12 @@ extension RecorderController {
                 recording.segment = segment
                 recording.path = segment.path
             }
-            self.state.plan = plan
             if recording.startedAt == nil { recording.startedAt = now }
-            self.state.session = session
-            activeSession.withLock { $0 = session }
-            state.current = recording
             published.levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
             logger.notice("capture device is back; recording continues", metadata: [
                 "recording.id": "\(recording.id)", "segment.path": "\(segment.path)",
                 "gap.seconds": "\(gap.map { String(printf: "%.3f", $0.duration) } ?? "")"])
-            _ = startCapture(session, recording: recording, preRoll: false)
+            _ = startCapture(session, run: RecordingRun(recording: recording, plan: plan), preRoll: false)
         } catch {
             _ = end(recording, failure: error)
         }
@@ -233,7 +229,7 @@ extension RecorderController {
     /// `stop` while waiting: the recording ends with what its segments hold.
     func endWaiting() -> Recording {
         cancelRetry()
-        guard var recording = state.current else { return published.state.value.recording! }
+        guard var recording = state.current else { return published.state.value.recording! }  // a run waits: never
         let now = Date()
         ledger.withLock { ledger in
             if !ledger.gaps.isEmpty, ledger.gaps[ledger.gaps.count - 1].end == nil { ledger.gaps[ledger.gaps.count - 1].end = now }

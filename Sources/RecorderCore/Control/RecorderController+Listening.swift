@@ -50,7 +50,7 @@ extension RecorderController {
             state.listenPlan = ListenPlan(preRoll: preRoll, since: Date(), configuration: configuration, requested: requested)
             if let engine = state.engine {
                 attachListening(to: engine)
-            } else if case .waitingForDevice(_, let wait) = published.state.value {
+            } else if case .waiting(_, let wait) = state.phase {
                 // The recording's attempts open the device for both; if it ends first,
                 // listening goes on waiting with attempts of its own.
                 state.listenPlan?.wait = wait
@@ -68,10 +68,10 @@ extension RecorderController {
                 }
             }
             startListeningTimer(configuration)
-            if !published.state.value.isActive {
+            if !state.isActive {
                 published.levels.send(levelsAreWanted ? Levels(channels: Array(repeating: .silence, count: state.engine?.configuration.channels ?? 0), clipCount: 0)
                                             : .none)
-                published.state.send(.listening)
+                listeningChanged()
             }
             publishListening()
             logger.info("listening", metadata: ["device.name": "\(configuration.device)", "preRoll.seconds": "\(preRoll)"])
@@ -106,7 +106,7 @@ extension RecorderController {
     /// Any thread.
     func currentLevels() -> Levels {
         guard configuration.meteringEnabled, !levelsAreWanted else { return published.levels.value }
-        if let session = activeSession.withLock({ $0 }), session.started, !session.hasEnded, let meter = session.meter {
+        if let session = activeSession.withLock({ $0 }), session.started, !session.hasEnded, let meter = session.writer.meter {
             return meter.takeLevels()
         }
         if published.listening.value?.wait == nil, let ring = listeningParts.withLock({ $0.ring }),
@@ -140,11 +140,11 @@ extension RecorderController {
         }
         listeningParts.withLock { $0 = (nil, nil) }
         endTaps(error: nil)
-        if case .waitingForDevice = published.state.value {} else if !published.state.value.isActive { cancelRetry() }
+        if !state.isActive { cancelRetry() }
         published.listening.send(nil)
-        if case .listening = published.state.value {
+        if case .idle = state.phase {
             published.levels.send(.none)
-            published.state.send(.idle)
+            listeningChanged()
         }
         closeEngineIfUnused()
     }
@@ -253,7 +253,7 @@ extension RecorderController {
         endSpectrum()
         guard let listenPlan = state.listenPlan else { return }
         let since = Date()
-        if case .waitingForDevice = published.state.value {
+        if case .waiting = state.phase {
             self.state.listenPlan?.wait = DeviceWait(error: failure, since: since, retryAt: since, attempts: 0)
             publishListening()
             return
@@ -310,13 +310,12 @@ extension RecorderController {
             scheduleListeningRetry(error: wait?.error ?? RecorderError(.deviceLost, "the capture device is not open"),
                                    since: wait?.since ?? Date(), attempts: wait?.attempts ?? 0)
         }
-        if case .listening = published.state.value {} else { published.state.send(.listening) }
     }
 
     /// Closes the device when neither a recording nor listening needs it.
     func closeEngineIfUnused() {
         guard state.listenPlan == nil, state.session == nil, let engine = state.engine else { return }
-        if case .waitingForDevice = published.state.value { return }
+        if case .waiting = state.phase { return }
         endSpectrum(detachingFrom: engine)
         engine.close(timeout: configuration.stopTimeout)
         self.state.engine = nil

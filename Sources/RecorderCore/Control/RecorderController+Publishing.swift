@@ -16,8 +16,7 @@ extension RecorderController {
     // MARK: Timers
 
     func startTimers(for session: RecordingConsumer, rate: Int) {
-        let configuration = self.configuration
-        let meter = levelsAreWanted ? session.meter : nil
+        let meter = levelsAreWanted ? session.writer.meter : nil
         recordingPublishes.store(meter != nil, ordering: .releasing)
         let levels = published.levels
         let levelsPeriod = self.levelsPeriod
@@ -122,12 +121,10 @@ extension RecorderController {
             startListeningTimer(configuration)
         }
         // Paused too: its timers run on (the time stands still), and resume keeps them.
-        switch published.state.value {
-        case .recording(let recording), .paused(let recording):
-            if let session = state.session {
-                stopTimers()
-                startTimers(for: session, rate: recording.sampleRate)
-            }
+        switch state.phase {
+        case .recording(let run, let session), .paused(let run, let session):
+            stopTimers()
+            startTimers(for: session, rate: run.recording.sampleRate)
         default: break
         }
         if !levelsAreWanted { published.levels.send(.none) }
@@ -156,11 +153,6 @@ extension RecorderController {
         tickingSession.withLock { $0 = nil }
     }
 
-    func cancelStartTimer() {
-        state.startTimer?.cancel()
-        state.startTimer = nil
-    }
-
     /// Publishes the recording's time and statistics: the ended capture sessions' totals plus
     /// this one's counters. Also raises and clears the digital-silence warning.
     func publishTime(of session: RecordingConsumer, rate: Int) {
@@ -172,10 +164,10 @@ extension RecorderController {
 
     /// The recording's time and statistics: the ended capture sessions' totals plus this one's counters.
     static func figures(totals: SessionLedger, session: RecordingConsumer, rate: Int) -> (time: Double, statistics: CaptureStatistics) {
-        (Double(totals.frames + session.framesWritten.load(ordering: .acquiring)) / Double(rate),
-         CaptureStatistics(xruns: totals.xruns + session.xruns.load(ordering: .relaxed),
-                           framesLost: totals.framesLost + session.framesLost.load(ordering: .relaxed),
-                           framesCaptured: totals.framesCaptured + session.framesCaptured.load(ordering: .relaxed),
+        (Double(totals.frames + session.writer.framesWritten.load(ordering: .acquiring)) / Double(rate),
+         CaptureStatistics(xruns: totals.xruns + session.writer.xruns.load(ordering: .relaxed),
+                           framesLost: totals.framesLost + session.writer.framesLost.load(ordering: .relaxed),
+                           framesCaptured: totals.framesCaptured + session.writer.framesCaptured.load(ordering: .relaxed),
                            segmentsClosed: totals.segmentsClosed, gaps: totals.gaps,
                            deviceClockDriftPPM: session.deviceClockDriftPPM ?? totals.deviceClockDriftPPM))
     }
@@ -193,7 +185,7 @@ extension RecorderController {
     func checkSilence(of session: RecordingConsumer) {
         guard let limit = configuration.silenceWarningAfter, limit > 0, session.started,
               !session.isPaused.load(ordering: .relaxed) else { return }
-        let silentFor = Double(CaptureEngine.uptime() &- session.lastSignal.load(ordering: .relaxed)) / 1_000_000_000
+        let silentFor = Double(CaptureEngine.uptime() &- session.writer.lastSignal.load(ordering: .relaxed)) / 1_000_000_000
         let current = published.warning.value
         if silentFor >= limit, current == nil {
             let since = Date().addingTimeInterval(-silentFor)

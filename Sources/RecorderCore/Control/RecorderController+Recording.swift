@@ -25,9 +25,9 @@ extension RecorderController {
                                 operation: String = "prepare a recording", id: String? = nil, waitingAllowed: Bool = false,
                                 unattended: Bool = false, duration: Double? = nil,
                                 trigger: TriggerSettings? = nil) throws(RecorderError) -> Recording {
-        switch published.state.value {
-        case .idle, .listening, .finished, .failed: break
-        case .preparing where state.scheduledStart?.id == id && id != nil: break  // its time has come
+        switch state.phase {
+        case .idle, .finished, .failed: break
+        case .scheduled(let start, _) where start.id == id && id != nil: break  // its time has come
         default: throw .invalidState(operation, published.state.value)
         }
         if state.refusingRecordings { throw RecorderError(.invalidState, "cannot \(operation): recd is shutting down") }
@@ -116,10 +116,6 @@ extension RecorderController {
             quality: settings.quality, device: configuration.device,
             deviceFormat: DeviceFormat(pcmConfiguration), segment: writer == nil ? nil : segment, segmentSettings: segments)
         recording.trigger = trigger
-        self.state.plan = plan
-        self.state.session = session
-        activeSession.withLock { $0 = session }
-        state.current = recording
         ledger.withLock { $0 = SessionLedger() }
         published.error.send(nil)
         published.clearSilenceWarning()
@@ -127,7 +123,7 @@ extension RecorderController {
         published.statistics.send(CaptureStatistics())
         published.levels.send(Levels(channels: Array(repeating: .silence, count: files.channels), clipCount: 0))
         published.recording.send(recording)
-        published.state.send(.preparing(recording))
+        enterPrepared(RecordingRun(recording: recording, plan: plan), session: session)
         logger.info("recording prepared", metadata: [
             "recording.id": "\(recording.id)", "recording.path": "\(segment.path)", "device.name": "\(configuration.device)",
             "device.format": "\(pcmConfiguration.sampleFormat.rawValue)/\(pcmConfiguration.sampleRate)/\(pcmConfiguration.channels)",
@@ -182,8 +178,9 @@ extension RecorderController {
                       configuration: engine.configuration, counters: plan.triggerCounters, firstIndex: plan.nextIndex,
                       announce: { [weak self] event in self?.published.triggerEvent.send(event) })
         }
-        return try RecordingConsumer(
-            engine: engine, writer: writer, segment: segment, files: files,
+        let disk = try SegmentWriter(
+            configuration: engine.configuration, deviceName: engine.pcm.name, maximumChunkFrames: engine.maximumChunkFrames,
+            file: writer, segment: segment, files: files,
             clock: SegmentClock(settings: plan.segments, rate: files.sampleRate), gate: gate,
             segmentClosed: { [weak self, directory = files.directory] segment, failure in
                 self?.segmentClosed(segment, failure: failure, directory: directory)
@@ -192,7 +189,7 @@ extension RecorderController {
                 guard let self else { return }
                 control.async {
                     guard let session = self.state.session else { return }
-                    if let gap = session.currentSegment.withLock({ $0.gapBefore }) {
+                    if let gap = session.writer.currentSegment.withLock({ $0.gapBefore }) {
                         self.ledger.withLock { ledger in
                             if let last = ledger.gaps.indices.last, ledger.gaps[last].start == gap.start { ledger.gaps[last] = gap }
                         }
@@ -207,9 +204,10 @@ extension RecorderController {
             spaceGuard: storageGuard.makeSpaceGuard(plan.configuration, settings: plan.settings, fileRate: files.sampleRate,
                                        fileChannels: files.channels),
             sixteenBitFile: plan.settings.effectiveBitDepth == 16,
-            writeBuffer: plan.configuration.writeBuffer,
-            preRollRoom: plan.trigger == nil && state.listenPlan != nil ? Swift.max(plan.preRoll ?? 0, state.listenPlan?.preRoll ?? 0) : 0,
             gapFound: { [weak self] gap, frames in self?.gapFound(gap, frames: frames) })
+        return RecordingConsumer(
+            engine: engine, writer: disk, writeBuffer: plan.configuration.writeBuffer,
+            preRollRoom: plan.trigger == nil && state.listenPlan != nil ? Swift.max(plan.preRoll ?? 0, state.listenPlan?.preRoll ?? 0) : 0)
     }
 
     /// The recording's write buffer now; nil when nothing records. Any thread.
@@ -272,7 +270,7 @@ extension RecorderController {
     /// Publishes the segment the capture thread is writing now (after a boundary or split).
     func updateCurrentSegment(of session: RecordingConsumer) {
         guard session === self.state.session, var recording = state.current else { return }
-        let segment = session.currentSegment.withLock { $0 }
+        let segment = session.writer.currentSegment.withLock { $0 }
         guard recording.segment != segment else { return }
         recording.segment = segment
         recording.path = segment.path
@@ -283,29 +281,26 @@ extension RecorderController {
     }
 
     func recordOnQueue(duration: Double?, at date: Date?) throws(RecorderError) -> Recording {
-        guard case .preparing = published.state.value, let session = state.session, var recording = state.current else {
-            throw .invalidState("record", published.state.value)
-        }
+        guard case .prepared(let run, let session, _) = state.phase else { throw .invalidState("record", published.state.value) }
+        var recording = run.recording
         if let date, let refusal = Limits.refusal(at: date) { throw RecorderError(.invalidSettings, refusal) }
         if let duration {
             try Self.validate(duration: duration)
             let frames = Int64((duration * Double(recording.sampleRate)).rounded())
-            session.frameLimit = frames
+            session.writer.frameLimit = frames
             recording.frameLimit = frames
             state.plan?.frameLimit = frames
         }
         if let date, date > Date() {
             recording.scheduledAt = date
-            state.current = recording
             published.recording.send(recording)
-            published.state.send(.preparing(recording))
             let timer = DispatchSource.makeTimerSource(queue: control)
             let seconds = date.timeIntervalSince1970
             let wallTime = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - seconds.rounded(.down)) * 1_000_000_000))
             timer.schedule(wallDeadline: DispatchWallTime(timespec: wallTime), leeway: .milliseconds(1))
             timer.setEventHandler { [weak self, session] in self?.beginCapture(session) }
+            enterPrepared(startingAt: recording, timer: timer)
             timer.resume()
-            state.startTimer = timer
             logger.info("recording scheduled", metadata: ["recording.id": "\(recording.id)", "recording.at": "\(date)"])
             return recording
         }
@@ -315,11 +310,10 @@ extension RecorderController {
 
     @discardableResult
     func beginCapture(_ session: RecordingConsumer) -> Recording? {
-        guard session === self.state.session, !session.started, var recording = state.current else { return nil }
+        guard case .prepared(var run, let prepared, _) = state.phase, prepared === session, !session.started else { return nil }
         cancelStartTimer()
-        recording.startedAt = Date()
-        state.current = recording
-        recording = startCapture(session, recording: recording, preRoll: true)
+        run.recording.startedAt = Date()
+        let recording = startCapture(session, run: run, preRoll: true)
         logger.info("recording started", metadata: ["recording.id": "\(recording.id)", "recording.path": "\(recording.path)"])
         return recording
     }
@@ -332,19 +326,20 @@ extension RecorderController {
     /// Starts the capture thread and the publication timers, and publishes `recording` once the
     /// first file has its final name (a template with a time in it names the file after its
     /// first frame), so that `start` answers with the path the file will keep.
-    func startCapture(_ session: RecordingConsumer, recording: Recording, preRoll: Bool) -> Recording {
-        var recording = recording
+    func startCapture(_ session: RecordingConsumer, run: RecordingRun, preRoll: Bool) -> Recording {
+        var recording = run.recording
+        enterCapturing(run, session: session)
         let taken = NIOLockedValueBox<PreRoll?>(nil)
         var replay: (RecordingConsumer) -> Void = { _ in }
-        if preRoll, session.gate == nil, let listenPlan = state.listenPlan, let ring = listeningParts.withLock({ $0.ring }) {
+        if preRoll, session.writer.gate == nil, let listenPlan = state.listenPlan, let ring = listeningParts.withLock({ $0.ring }) {
             let wanted = state.plan?.preRoll ?? listenPlan.preRoll
             replay = { session in
                 let engine = session.engine
                 let deviceRate = Double(engine.configuration.sampleRate)
                 let frames = Swift.min(Int((wanted * deviceRate).rounded()), ring.heldFrames.load(ordering: .relaxed))
                 // The duration counts from the start: the pre-roll comes on top.
-                if let limit = session.frameLimit {
-                    session.frameLimit = limit + Int64((Double(frames) * Double(session.fileRate) / deviceRate).rounded())
+                if let limit = session.writer.frameLimit {
+                    session.writer.frameLimit = limit + Int64((Double(frames) * Double(session.writer.fileRate) / deviceRate).rounded())
                 }
                 let (got, first) = ring.replay(frames: frames, into: session, chunkFrames: engine.maximumChunkFrames,
                                                captureTime: engine.captureTime(ofPosition:),
@@ -367,12 +362,12 @@ extension RecorderController {
             return finalize(session, outcome: .failed(error)).0
         }
         recording.preRoll = taken.withLock { $0 }
-        if let limit = session.frameLimit, recording.frameLimit != nil {
+        if let limit = session.writer.frameLimit, recording.frameLimit != nil {
             recording.frameLimit = limit
             state.plan?.frameLimit = limit
         }
-        if session.awaitFirstFrame(timeout: Self.firstFrameWait), session.gate == nil {
-            let segment = session.currentSegment.withLock { $0 }
+        if session.awaitFirstFrame(timeout: Self.firstFrameWait), session.writer.gate == nil {
+            let segment = session.writer.currentSegment.withLock { $0 }
             recording.segment = segment
             recording.path = segment.path
             // With a pre-roll the recording began before the start: with the first pre-rolled frame.
@@ -382,7 +377,7 @@ extension RecorderController {
         attachSpectrum(to: session.engine)
         startTimers(for: session, rate: recording.sampleRate)
         published.recording.send(recording)
-        published.state.send(.recording(recording))
+        publishState()
         return recording
     }
 
@@ -399,15 +394,15 @@ extension RecorderController {
         // seconds before the loss was noticed (CaptureEngine.stallLimit): the gap begins there.
         let endedAt = deviceLost ? session.engine.lastProgressDate : Date()
         let waiting = mayWait && deviceLost && (state.plan?.configuration.waitForDevice ?? false)
-        var last = session.finalSegment(endedAt: endedAt, reason: waiting ? .deviceLost : .end)
+        var last = session.writer.finalSegment(endedAt: endedAt, reason: waiting ? .deviceLost : .end)
         var saveFailure: RecorderError?
         do throws(RecorderError) {
-            try session.closeFile()
+            try session.writer.closeFile()
         } catch {
             saveFailure = error
         }
         let earlier = ledger.withLock { $0.lastClosed }
-        if session.gate != nil, !session.hasOpenFile {
+        if session.writer.gate != nil, !session.writer.hasOpenFile {
             // A triggered recording between events: its files are closed and announced.
             if let earlier { last = earlier }
         } else if last.frames == 0, earlier != nil {
@@ -431,34 +426,33 @@ extension RecorderController {
                 $0.lastClosed = last
             }
             announce(last, directory: state.plan?.configuration.recordingsDirectory ?? configuration.recordingsDirectory)
-            if let event = session.eventEnded(in: last, reason: deviceLost ? "deviceLost" : "failed") { published.triggerEvent.send(event) }
+            if let event = session.writer.eventEnded(in: last, reason: deviceLost ? "deviceLost" : "failed") { published.triggerEvent.send(event) }
         }
         // The next capture session (after a gap) numbers its segments on from here.
-        state.plan?.nextIndex = session.gate?.nextIndex ?? session.currentSegment.withLock { $0.index } + 1
+        state.plan?.nextIndex = session.writer.gate?.nextIndex ?? session.writer.currentSegment.withLock { $0.index } + 1
         let totals = ledger.withLock { ledger in
-            ledger.frames += session.framesWritten.load(ordering: .acquiring)
-            ledger.xruns += session.xruns.load(ordering: .relaxed)
-            ledger.framesLost += session.framesLost.load(ordering: .relaxed)
-            ledger.framesCaptured += session.framesCaptured.load(ordering: .relaxed)
+            ledger.frames += session.writer.framesWritten.load(ordering: .acquiring)
+            ledger.xruns += session.writer.xruns.load(ordering: .relaxed)
+            ledger.framesLost += session.writer.framesLost.load(ordering: .relaxed)
+            ledger.framesCaptured += session.writer.framesCaptured.load(ordering: .relaxed)
             ledger.deviceClockDriftPPM = session.deviceClockDriftPPM ?? ledger.deviceClockDriftPPM
             return ledger
         }
         recording.frames = totals.frames
-        if session.gate == nil || earlier != nil || last.frames > 0 {
+        if session.writer.gate == nil || earlier != nil || last.frames > 0 {
             recording.segment = last
             recording.path = last.path
         }
         publishTotals(rate: recording.sampleRate)
-        clearSession()
-        if waiting, saveFailure == nil, let lost = failure {
-            state.current = recording
+        if waiting, saveFailure == nil, let lost = failure, var run = state.run {
+            run.recording = recording
+            run.plan.gapStart = endedAt
             published.recording.send(recording)
-            state.plan?.gapStart = endedAt
             ledger.withLock { $0.gaps.append(Gap(start: endedAt, position: $0.frames, error: lost)) }
             publishTotals(rate: recording.sampleRate)
             logger.warning("capture device lost; waiting for it", metadata: [
                 "recording.id": "\(recording.id)", "error.message": "\(lost.message)"])
-            scheduleRetry(recording, error: lost, since: endedAt, attempts: 0)
+            scheduleRetry(run, error: lost, since: endedAt, attempts: 0)
             return (recording, nil)
         }
         failure = saveFailure ?? failure
@@ -469,19 +463,16 @@ extension RecorderController {
     func end(_ recording: Recording, failure: RecorderError?) -> (Recording, RecorderError?) {
         var recording = recording
         recording.endedAt = Date()
-        state.plan = nil
-        state.current = nil
         published.clearSilenceWarning()
         published.recording.send(recording)
         if let failure {
             logger.error("recording failed", metadata: ["recording.id": "\(recording.id)", "error.code": "\(failure.code.rawValue)",
                                                         "error.message": "\(failure.message)"])
             published.error.send(failure)
-            published.state.send(.failed(recording, failure))
         } else {
             logger.info("recording finished", metadata: ["recording.id": "\(recording.id)", "recording.frames": "\(recording.frames)"])
-            published.state.send(.finished(recording))
         }
+        enterEnded(recording, failure: failure)
         returnToListeningOrClose()
         return (recording, failure)
     }
@@ -489,19 +480,11 @@ extension RecorderController {
     /// A prepared recording that will not start after all: close and delete its file.
     func discardPrepared() {
         guard let session = state.session, let recording = state.current else { return }
-        session.discardFile()
+        session.writer.discardFile()
         unlink(recording.partialPath)
-        clearSession()
-        state.plan = nil
         published.recording.send(nil)
-        published.state.send(state.listenPlan == nil ? .idle : .listening)
+        enterIdle()
         returnToListeningOrClose()
-    }
-
-    func clearSession() {
-        state.session = nil
-        state.current = nil
-        activeSession.withLock { $0 = nil }
     }
 
     /// Records a failure before anything was captured.
@@ -509,11 +492,8 @@ extension RecorderController {
         logger.error(endsRecording ? "recording could not begin" : "listening could not begin",
                      metadata: ["error.code": "\(failure.code.rawValue)", "error.message": "\(failure.message)"])
         published.error.send(failure)
-        if endsRecording {
-            published.state.send(.failed(nil, failure))
-            // Listening goes on: the device it holds stays open.
-            if state.listenPlan != nil { published.state.send(.listening) }
-        }
+        // Listening goes on: the device it holds stays open.
+        if endsRecording { enterEnded(nil, failure: failure) }
         return failure
     }
 
@@ -548,7 +528,7 @@ extension RecorderController {
     func currentTriggerStatus() -> TriggerStatus? {
         guard let recording = published.recording.value, let settings = recording.trigger, published.state.value.isActive else { return nil }
         let session = activeSession.withLock { $0 }
-        let trigger = session?.gate?.trigger
+        let trigger = session?.writer.gate?.trigger
         let counters = activeTrigger.withLock { $0 }
         let floor = trigger?.currentFloor
         let levels = trigger?.currentThresholds ?? settings.levels(floor: floor)

@@ -30,7 +30,7 @@ extension RecorderController {
                 if plan == nil { run.status = nil }
                 return run
             }
-            if plan == nil, previous.listens, state.listenPlan?.requested == true, !published.state.value.isActive {
+            if plan == nil, previous.listens, state.listenPlan?.requested == true, !state.isActive {
                 scheduling.withLock { $0.listens = false }
                 endListening()
             }
@@ -70,7 +70,7 @@ extension RecorderController {
                               metadata: ["schedule.wait_for_clock": "\(String(printf: "%.0f", held))"])
             }
         } else if status.active {
-            if !published.state.value.isActive {
+            if !state.isActive {
                 do throws(RecorderError) {
                     let recording = try startOnQueue(name: plan.name, settings: nil, trigger: plan.trigger, unattended: true)
                     scheduling.withLock { $0.recordingId = recording.id }
@@ -82,7 +82,7 @@ extension RecorderController {
                 }
             }
         } else {
-            if let ours, state.current?.id == ours, published.state.value.isActive {
+            if let ours, state.current?.id == ours {
                 do throws(RecorderError) {
                     _ = try stopOnQueue()
                     logger.notice("recording window closed", metadata: ["recording.id": "\(ours)"])

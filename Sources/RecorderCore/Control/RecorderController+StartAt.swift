@@ -15,7 +15,6 @@ struct ScheduledStart {
     let preRoll: Double?
     let trigger: TriggerSettings?
     let date: Date
-    var recording: Recording?
     var timer: DispatchSourceTimer?
 }
 
@@ -23,10 +22,7 @@ extension RecorderController {
     /// Takes `start` for later: checks what can be checked now (the settings, the name), publishes
     /// `preparing` with the time, and arms a wall-clock timer (a clock step moves it too).
     func scheduleStart(_ start: ScheduledStart) throws(RecorderError) -> Recording {
-        switch published.state.value {
-        case .idle, .listening, .finished, .failed: break
-        default: throw .invalidState("start", published.state.value)
-        }
+        if state.isActive { throw .invalidState("start", published.state.value) }
         if state.refusingRecordings { throw RecorderError(.invalidState, "cannot start: recd is shutting down") }
         let configuration = self.configuration
         let settings = start.settings ?? configuration.defaultSettings
@@ -41,7 +37,6 @@ extension RecorderController {
         recording.scheduledAt = start.date
         recording.trigger = start.trigger
         var start = start
-        start.recording = recording
         let timer = DispatchSource.makeTimerSource(queue: control)
         let seconds = start.date.timeIntervalSince1970
         timer.schedule(wallDeadline: DispatchWallTime(timespec: timespec(tv_sec: Int(seconds.rounded(.down)),
@@ -49,11 +44,10 @@ extension RecorderController {
                        leeway: .milliseconds(1))
         timer.setEventHandler { [weak self] in self?.beginScheduledStart() }
         start.timer = timer
-        state.scheduledStart = start
         published.error.send(nil)
         published.currentTime.send(0)
         published.recording.send(recording)
-        published.state.send(.preparing(recording))
+        enterScheduled(start, recording)
         timer.resume()
         logger.info("recording scheduled", metadata: ["recording.id": "\(start.id)", "recording.at": "\(start.date)"])
         return recording
@@ -63,26 +57,25 @@ extension RecorderController {
     /// A device missing then is waited for, and a name taken meanwhile is numbered (nobody is
     /// there to be asked); any other failure is the recorder's state and error.
     private func beginScheduledStart() {
-        guard let start = state.scheduledStart else { return }
+        guard case .scheduled(let start, let recording) = state.phase else { return }
         do throws(RecorderError) {
-            _ = try startOnQueue(name: start.recording?.name ?? start.name, settings: start.settings, duration: start.duration,
+            _ = try startOnQueue(name: recording.name, settings: start.settings, duration: start.duration,
                                  segments: start.segments, preRoll: start.preRoll, trigger: start.trigger,
                                  unattended: true, id: start.id)
         } catch {
             if published.error.value?.message != error.message { _ = fail(error) }
+            if case .scheduled = state.phase { enterEnded(nil, failure: error) }
         }
-        state.scheduledStart = nil
     }
 
     /// `stop` or `cancel` before the time: nothing was opened or created. Returns the recording
     /// that will not be (nil: no start was scheduled).
     func endScheduledStart() -> Recording? {
-        guard let start = state.scheduledStart, case .preparing = published.state.value else { return nil }
+        guard case .scheduled(let start, let recording) = state.phase else { return nil }
         start.timer?.cancel()
-        state.scheduledStart = nil
         published.recording.send(nil)
-        published.state.send(state.listenPlan == nil ? .idle : .listening)
+        enterIdle()
         logger.info("scheduled recording cancelled", metadata: ["recording.id": "\(start.id)", "recording.at": "\(start.date)"])
-        return start.recording
+        return recording
     }
 }

@@ -74,47 +74,9 @@ final class RecorderController: @unchecked Sendable {
     /// announces segments and the timer queue that publishes.
     let ledger = NIOLockedValueBox(SessionLedger())
 
-    /// Everything the executor changes, and only it: read and written on `control` alone.
-    /// What the recorder is doing is `published.state` (a `RecorderState`: idle, listening,
-    /// preparing, recording, paused, waitingForDevice, stopping, finished, failed); this is
-    /// what each of those holds.
+    /// Everything the executor changes, and only it: the recording's phase, the device, listening
+    /// (+Phases, where every change of phase is).
     var state = ControlState()
-
-    struct ControlState {
-        // The device
-        /// The capture engine: open while listening, recording or serving taps.
-        var engine: CaptureEngine?
-        /// The devices opened at least once: known to exist, so waited for when missing.
-        var openedDevices: Set<String> = []
-        /// The next attempt to open a missing or lost device (a recording's or listening's).
-        var retryTimer: DispatchSourceTimer?
-        /// Or, for a device on a card, the watch on /dev/snd and udev that makes the next attempt.
-        var cardWait: CardWait?
-        // A recording
-        /// Prepared, recording, paused or stopping: its capture session on the engine (nil
-        /// while it waits for its device).
-        var session: RecordingConsumer?
-        /// The recording as published (its segment, path, pre-roll), while one exists.
-        var current: Recording?
-        /// What every one of its segments is made with, across device losses.
-        var plan: SessionPlan?
-        /// Its elapsed-time and levels timers (on the timer queue).
-        var timers: [DispatchSourceTimer] = []
-        /// A prepared recording's `record(at:)`.
-        var startTimer: DispatchSourceTimer?
-        /// A `start` at a later time (`at`): nothing is opened or created until then.
-        var scheduledStart: ScheduledStart?
-        // Listening, taps, the spectrum
-        /// Listening's settings while it is on.
-        var listenPlan: ListenPlan?
-        /// Listening's levels timer.
-        var listenTimer: DispatchSourceTimer?
-        /// The spectrum's node and the engine it is on.
-        var spectrumNode: (node: SpectrumNode, engine: UInt64)?
-        // The daemon
-        /// Set once the daemon is shutting down: no recording may start after the last `stop`.
-        var refusingRecordings = false
-    }
 
     /// Listening, as asked: how much pre-roll, since when, and the device's wait.
     struct ListenPlan {
@@ -201,7 +163,7 @@ final class RecorderController: @unchecked Sendable {
     @discardableResult
     func record(forDuration duration: Double? = nil, at date: Date? = nil) throws(RecorderError) -> Recording {
         try onControl { () throws(RecorderError) in
-            if case .preparing = published.state.value {} else { try prepareOnQueue(name: nil, settings: nil, segments: nil) }
+            if case .prepared = state.phase {} else if !state.isActive { try prepareOnQueue(name: nil, settings: nil, segments: nil) }
             return try recordOnQueue(duration: duration, at: date)
         }
     }
@@ -248,7 +210,7 @@ final class RecorderController: @unchecked Sendable {
                                                   return trigger
                                               })
             state.plan?.preRoll = preRoll
-            if case .waitingForDevice = published.state.value { return prepared }
+            if case .waiting = state.phase { return prepared }
             do throws(RecorderError) {
                 return try recordOnQueue(duration: duration, at: date)
             } catch {
@@ -267,17 +229,15 @@ final class RecorderController: @unchecked Sendable {
     /// Stops capture; the file keeps what was recorded and `resume()` continues it.
     func pause() throws(RecorderError) {
         try onControl { () throws(RecorderError) in
-            guard case .recording(let recording) = published.state.value, let session = state.session else {
-                throw .invalidState("pause", published.state.value)
-            }
+            guard case .recording(let run, let session) = state.phase else { throw .invalidState("pause", published.state.value) }
             try session.pause()
             // A tick under way first: its time, sent together with its levels, is held back
             // until it ends, and would reach subscribers after `paused`.
             timerQueue.sync {}
-            publishTime(of: session, rate: recording.sampleRate)
+            publishTime(of: session, rate: run.recording.sampleRate)
             if session.isPaused.load(ordering: .acquiring) {
-                published.state.send(.paused(recording))
-                logger.info("recording paused", metadata: ["recording.id": "\(recording.id)"])
+                enterPaused()
+                logger.info("recording paused", metadata: ["recording.id": "\(run.recording.id)"])
             }
         }
     }
@@ -285,9 +245,7 @@ final class RecorderController: @unchecked Sendable {
     /// Continues a paused recording in the same file, without a gap.
     func resume() throws(RecorderError) {
         try onControl { () throws(RecorderError) in
-            guard case .paused(let recording) = published.state.value, let session = state.session else {
-                throw .invalidState("resume", published.state.value)
-            }
+            guard case .paused(let run, let session) = state.phase else { throw .invalidState("resume", published.state.value) }
             do throws(RecorderError) {
                 try session.resume()
             } catch {
@@ -300,8 +258,8 @@ final class RecorderController: @unchecked Sendable {
                 _ = finalize(session, outcome: .failed(error), mayWait: false)
                 throw error
             }
-            published.state.send(.recording(recording))
-            logger.info("recording resumed", metadata: ["recording.id": "\(recording.id)"])
+            enterResumed()
+            logger.info("recording resumed", metadata: ["recording.id": "\(run.recording.id)"])
         }
     }
 
@@ -311,7 +269,7 @@ final class RecorderController: @unchecked Sendable {
     @discardableResult
     func split() throws(RecorderError) -> Segment {
         try onControl { () throws(RecorderError) in
-            guard case .recording = published.state.value, let session = state.session else { throw .invalidState("split", published.state.value) }
+            guard case .recording(_, let session) = state.phase else { throw .invalidState("split", published.state.value) }
             guard let closed = session.split() else {
                 if session.hasEnded {
                     throw RecorderError(.invalidState, "cannot split: the recording has just ended (its duration was reached, or capture failed)")
@@ -333,14 +291,12 @@ final class RecorderController: @unchecked Sendable {
     /// `stop` on the control queue.
     func stopOnQueue() throws(RecorderError) -> Recording {
         do {
-            if case .waitingForDevice = published.state.value { return endWaiting() }
+            if case .waiting = state.phase { return endWaiting() }
             if let scheduled = endScheduledStart() { return scheduled }
-            guard let session = state.session, let recording = state.current, published.state.value.isActive else {
-                throw .invalidState("stop", published.state.value)
-            }
+            guard let session = state.session else { throw .invalidState("stop", published.state.value) }
             let outcome: CaptureOutcome
             if session.started {
-                published.state.send(.stopping(recording))
+                enterStopping()
                 outcome = session.stop(timeout: configuration.stopTimeout)
             } else {
                 cancelStartTimer()
@@ -355,32 +311,27 @@ final class RecorderController: @unchecked Sendable {
     /// Ends the recording and deletes its file.
     func cancel() throws(RecorderError) {
         try onControl { () throws(RecorderError) in
-            if case .waitingForDevice(let recording, _) = published.state.value {
+            if case .waiting(let run, _) = state.phase {
                 cancelRetry()
-                clearSession()
-                state.plan = nil
                 published.currentTime.send(0)
                 published.recording.send(nil)
-                published.state.send(state.listenPlan == nil ? .idle : .listening)
+                enterIdle()
                 returnToListeningOrClose()
+                let recording = run.recording
                 logger.info("recording cancelled", metadata: ["recording.id": "\(recording.id)"])
                 return
             }
             if endScheduledStart() != nil { return }
-            guard let session = state.session, let recording = state.current, published.state.value.isActive else {
-                throw .invalidState("cancel", published.state.value)
-            }
+            guard let session = state.session, let recording = state.current else { throw .invalidState("cancel", published.state.value) }
             if session.started { _ = session.stop(timeout: configuration.stopTimeout) } else { cancelStartTimer() }
             stopTimers()
-            session.discardFile()
+            session.writer.discardFile()
             // The segment being written goes; segments already closed were announced and stay.
-            unlink(session.currentSegment.withLock { $0.partialPath })
-            clearSession()
-            state.plan = nil
+            unlink(session.writer.currentSegment.withLock { $0.partialPath })
             published.clearSilenceWarning()
             published.currentTime.send(0)
             published.recording.send(nil)
-            published.state.send(state.listenPlan == nil ? .idle : .listening)
+            enterIdle()
             returnToListeningOrClose()
             logger.info("recording cancelled", metadata: ["recording.id": "\(recording.id)"])
         }

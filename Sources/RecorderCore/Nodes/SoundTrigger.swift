@@ -96,7 +96,7 @@ struct PercentileWindow {
 /// Decides when sound-activated events open and close, on the capture thread, in blocks of
 /// `TriggerSettings.blockSeconds`: band filter, the block's level over the chosen channels,
 /// the noise floor, then attack, hysteresis and hang. It only decides; the recording acts
-/// (`RecordingConsumer`'s gate). Its figures for `status` are atomics.
+/// (`SegmentWriter`'s gate). Its figures for `status` are atomics.
 final class SoundTrigger: @unchecked Sendable {
     // @unchecked: everything but the atomics is used on the capture thread only.
 

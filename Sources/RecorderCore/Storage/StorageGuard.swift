@@ -258,7 +258,7 @@ final class StorageGuard: @unchecked Sendable {
         // While recording, retention keeps two ticks' worth of the recording above the minimum,
         // so that the capture thread seldom has to wait for a deletion itself.
         var needFree: Int64?
-        if configuration.retention.isEnabled, minimum > 0, let spaceGuard = session?.spaceGuard {
+        if configuration.retention.isEnabled, minimum > 0, let spaceGuard = session?.writer.spaceGuard {
             let wanted = minimum + Int64(spaceGuard.bytesPerSecond * 2 * Swift.max(1, configuration.storage.checkInterval))
             if space.freeBytes < wanted {
                 needFree = wanted
@@ -266,7 +266,7 @@ final class StorageGuard: @unchecked Sendable {
             }
         }
         if scan { space = applyRetention(configuration, needFree: needFree) ?? space }
-        session?.refreshSpaceLimit()
+        session?.writer.refreshSpaceLimit()
         // What a closed file's encoder and buffers freed goes back to the system.
         let trim = monitor.withLock { monitor in
             let due = scan || Double(now &- monitor.lastTrim) / 1e9 >= ProcessMemory.trimInterval

@@ -22,17 +22,17 @@ final class TriggerCounters: Sendable {
     }
 }
 
-/// A triggered recording's side of its consumer (capture thread): the detector, a ring of the
+/// A triggered recording's side of its writer (on the worker): the detector, a ring of the
 /// device's last frames (the pre-roll, the attack and the block being decided), and the event
 /// open now. Frames reach an event's file from the ring, a block at a time, once the block is
 /// decided: an event ends exactly where the detector says, never a frame later.
 final class EventGate: @unchecked Sendable {
-    // @unchecked: used on the capture thread only, but for the atomics and immutable values.
+    // @unchecked: used on the worker only, but for the atomics and immutable values.
     let trigger: SoundTrigger
     let ring: PreRollRing
     let preRollFrames: Int64
     let counters: TriggerCounters
-    /// Runs for every event opened, closed or discarded (capture thread for `opened`, the
+    /// Runs for every event opened, closed or discarded (the worker for `opened`, the
     /// sync queue once the file is finalized for the others).
     let announce: @Sendable (TriggerEvent) -> Void
     /// The next event file's segment index.
@@ -64,21 +64,21 @@ final class EventGate: @unchecked Sendable {
         nextIndex = firstIndex
     }
 
-    /// A maximum length cut the open event at a segment boundary (capture thread): the next
+    /// A maximum length cut the open event at a segment boundary (worker): the next
     /// file is announced as opened now, the closed one (returned) once it is finalized.
-    func continued(_ closed: Segment, next: Segment, consumer: RecordingConsumer) -> (@Sendable (Segment) -> Void)? {
+    func continued(_ closed: Segment, next: Segment, writer: SegmentWriter) -> (@Sendable (Segment) -> Void)? {
         guard let previous = open else { return nil }
         var event = previous
         event.files += 1
         // The next file begins where the closed one ended (exactly, at the device's own rate).
-        let deviceFrames = Double(closed.frames) * Double(consumer.configuration.sampleRate) / Double(consumer.fileRate)
+        let deviceFrames = Double(closed.frames) * Double(writer.configuration.sampleRate) / Double(writer.fileRate)
         event.firstFrame = previous.firstFrame + Int64(deviceFrames.rounded())
         open = event
         nextIndex = next.index + 1
         let peak = trigger.eventPeak
         let announce = self.announce
-        let opened = consumer.event(.opened, event, segment: next, lastAbove: nil, peak: peak, reason: nil)
-        let closedEvent = consumer.event(.closed, previous, segment: closed, lastAbove: trigger.lastAbove, peak: peak,
+        let opened = writer.event(.opened, event, segment: next, lastAbove: nil, peak: peak, reason: nil)
+        let closedEvent = writer.event(.closed, previous, segment: closed, lastAbove: trigger.lastAbove, peak: peak,
                                          reason: "maximumLength")
         // In order: the closed file (once finalized), then the one that continues it.
         return { finished in
@@ -91,13 +91,13 @@ final class EventGate: @unchecked Sendable {
     }
 }
 
-extension RecordingConsumer {
+extension SegmentWriter {
     /// A triggered recording's chunk: every frame goes into the gate's ring and through the
     /// detector, a block at a time; an open event's frames go on from the ring to its file.
     ///
     /// After a gap (`lost`) an open event ends with the last frame before it (reason `gap`):
     /// no event's file is spliced across lost audio.
-    func receiveGated(_ chunk: CaptureChunk, gate: EventGate, lost: LostAudio?) -> Bool {
+    func processGated(_ chunk: CaptureChunk, gate: EventGate, lost: LostAudio?) -> CaptureOutcome? {
         if let lost {
             let rate = Double(configuration.sampleRate)
             let resumedAt = chunk.anchoredTime ?? chunk.captureTime
@@ -108,8 +108,7 @@ extension RecordingConsumer {
                     try catchUp(gate, to: endPosition, readUptime: chunk.readUptime)
                     try closeEvent(gate, end: endPosition, lastAbove: Swift.min(gate.trigger.lastAbove, endPosition), reason: "gap")
                 } catch {
-                    end(.failed(Self.writeFailure(error, device: deviceName)))
-                    return false
+                    return .failed(Self.writeFailure(error, device: deviceName))
                 }
             }
             gate.trigger.reset()
@@ -120,8 +119,7 @@ extension RecordingConsumer {
         framesCaptured.add(Int64(chunk.frames), ordering: .relaxed)
         markFirstFrameKnown()
         if let failure = finalizeFailure.withLock({ $0 }) {
-            end(.failed(failure))
-            return false
+            return .failed(failure)
         }
         // Levels and digital silence from the input, written or not.
         let bytesPerFrame = configuration.bytesPerFrame
@@ -155,8 +153,7 @@ extension RecordingConsumer {
                 }
             }
         } catch {
-            end(.failed(Self.writeFailure(error, device: deviceName)))
-            return false
+            return .failed(Self.writeFailure(error, device: deviceName))
         }
         if gate.open != nil {
             let now = CaptureEngine.uptime()
@@ -166,10 +163,9 @@ extension RecordingConsumer {
             }
         }
         if let outOfSpace = checkSpace() {
-            end(.failed(outOfSpace))
-            return false
+            return .failed(outOfSpace)
         }
-        return true
+        return nil
     }
 
     /// The error a failed write ends the recording with.
@@ -203,7 +199,7 @@ extension RecordingConsumer {
         let date = Date(timeIntervalSince1970: start)
         let (file, opened) = try files.create(index: gate.nextIndex, startedAt: date)
         let mark = stamp(file, startedAt: date)
-        writer = file
+        self.file = file
         segment = opened
         segment.unsynchronizedStart = mark
         segmentTarget = clock.frames(startingAt: date, follows: false)
@@ -225,7 +221,7 @@ extension RecordingConsumer {
     /// Closes the open event's file at the frames written (the converter's tail added) and
     /// finalizes it off this thread, or deletes it when its sound was shorter than the minimum.
     private func closeEvent(_ gate: EventGate, end: Int64, lastAbove: Int64, reason: String) throws {
-        guard let event = gate.open, let file = writer else { return }
+        guard let event = gate.open, let file else { return }
         if let converter {
             try converter.flush { samples, frames in try write(samples, frames: frames) }
             try converter.reset()
@@ -233,7 +229,7 @@ extension RecordingConsumer {
         let frames = segmentFramesWritten.load(ordering: .acquiring)
         let endedAt = Date(timeIntervalSince1970: anchor + Double(framesWritten.load(ordering: .relaxed) - anchorFrames) / Double(fileRate))
         let closed = finalSegment(endedAt: endedAt, reason: reason == "hang" ? .event : reason == "gap" ? .gap : .end)
-        writer = nil
+        self.file = nil
         gate.open = nil
         gate.counters.openOnset.store(Double.nan.bitPattern, ordering: .relaxed)
         segmentFramesWritten.store(0, ordering: .releasing)
@@ -265,7 +261,7 @@ extension RecordingConsumer {
         }
     }
 
-    /// At `stop` (capture thread, or the control thread once detached): the open event ends
+    /// At `stop` (worker): the open event ends
     /// with the last frame received.
     func finishGated(_ gate: EventGate) -> CaptureOutcome {
         guard gate.open != nil else { return .stopped }
@@ -280,11 +276,11 @@ extension RecordingConsumer {
     }
 
     /// A triggered recording with no event open has no file to finalize at its end.
-    var hasOpenFile: Bool { writer != nil }
+    var hasOpenFile: Bool { file != nil }
 
     /// After capture ended with an event open (the device went away, a write failed): the
     /// event's `closed`, for the file the recorder finalized as `finished`. Control queue, once
-    /// the capture thread has ended.
+    /// the worker has ended.
     func eventEnded(in finished: Segment, reason: String) -> TriggerEvent? {
         guard let gate, let open = gate.open else { return nil }
         gate.open = nil
