@@ -381,7 +381,7 @@ public enum MethodTable {
                       duration: entry.info.duration, frames: entry.info.frames, sampleRate: entry.info.sampleRate,
                       channels: entry.info.channels, size: entry.size, modified: entry.modified,
                       session: entry.segment?.recordingId, sessionName: entry.segment?.name, segment: entry.segment?.index,
-                      startedAt: entry.startedAt, startClock: entry.startClock)
+                      startedAt: entry.startedAt, startClock: entry.startClock, end: entry.segment?.endReason)
     }
 
     private static func required<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws(RPCError) -> T {

@@ -623,14 +623,19 @@ public struct RecordingFile: Codable, Sendable, Equatable {
     public var sessionName: String?
     public var segment: Int?
     public var startedAt: Date?
+    /// How the segment ended, as recd's session log has it (`event`: a sound-activated
+    /// recording's event); absent for files the log does not know.
+    public var end: SegmentEnd?
     /// What the file says of its start's clock: `unsynchronized` (begun before the system clock
     /// was synchronized, not re-dated), `redated`, `synchronized`; absent when it does not say.
     public var startClock: StartClock?
 
     public init(name: String, file: String, path: String, format: AudioFileFormat, duration: Double, frames: Int64,
                 sampleRate: Int, channels: Int, size: Int64, modified: Date, session: String? = nil,
-                sessionName: String? = nil, segment: Int? = nil, startedAt: Date? = nil, startClock: StartClock? = nil) {
+                sessionName: String? = nil, segment: Int? = nil, startedAt: Date? = nil, startClock: StartClock? = nil,
+                end: SegmentEnd? = nil) {
         self.startClock = startClock
+        self.end = end
         self.session = session
         self.sessionName = sessionName
         self.segment = segment

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Glibc
 import MPEG4
 import RecorderModel
 import Sndfile
@@ -19,6 +20,8 @@ public struct FileSpectrogram: Sendable, Equatable, Codable {
     public var step: Float
     /// Column after column, bin 0 (0 Hz) first: `columns × bins` bytes, base64 on the wire.
     public var levels: Data
+    /// The loudest sample of any channel, dBFS (-160 for digital silence).
+    public var peak: Float
 
     public static let floor: Float = -120
     public static let step: Float = 0.5
@@ -59,7 +62,7 @@ public struct FileSpectrogram: Sendable, Equatable, Codable {
                 levels[column * PowerSpectrum.bins + bin] = UInt8(Swift.max(0, Swift.min(255, step)))
             }
         }
-        try source.forEachMonoSample { sample in
+        let loudest = try source.forEachMonoSample { sample in
             ring[next] = sample
             next = next + 1 == size ? 0 : next + 1
             position += 1
@@ -75,7 +78,8 @@ public struct FileSpectrogram: Sendable, Equatable, Codable {
         }
         if spectrum.windows > 0 { finishColumn() }
         return FileSpectrogram(sampleRate: source.sampleRate, frames: total, size: size, columns: columns,
-                               bins: PowerSpectrum.bins, floor: floor, step: step, levels: levels)
+                               bins: PowerSpectrum.bins, floor: floor, step: step, levels: levels,
+                               peak: loudest > 0 ? Swift.max(-160, 20 * log10(loudest)) : -160)
     }
 }
 
@@ -112,15 +116,20 @@ private struct FrameSource {
     }
 
     /// Calls `body` with each frame's mean over the channels until it returns false or the
-    /// file ends.
-    func forEachMonoSample(_ body: (Float) -> Bool) throws(RecorderError) {
+    /// file ends. Returns the largest magnitude of any channel's sample read.
+    func forEachMonoSample(_ body: (Float) -> Bool) throws(RecorderError) -> Float {
         let channels = self.channels, scale = 1 / Float(channels)
         var samples: [Float] = []
+        var loudest: Float = 0
         func feed(_ count: Int) -> Bool {
             samples.withUnsafeBufferPointer { samples in
                 for frame in 0..<count {
                     var total: Float = 0
-                    for channel in 0..<channels { total += samples[frame * channels + channel] }
+                    for channel in 0..<channels {
+                        let sample = samples[frame * channels + channel]
+                        total += sample
+                        loudest = Swift.max(loudest, Swift.abs(sample))
+                    }
                     if !body(total * scale) { return false }
                 }
                 return true
@@ -131,18 +140,19 @@ private struct FrameSource {
             samples = Array(repeating: 0, count: chunk * channels)
             while true {
                 let got = samples.withUnsafeMutableBufferPointer { sndfile.readFloat(into: $0.baseAddress!, frames: chunk) }
-                if got == 0 || !feed(got) { return }
+                if got == 0 || !feed(got) { return loudest }
             }
         } else if let mpeg4 {
             do throws(MPEG4Error) {
                 while true {
                     samples.removeAll(keepingCapacity: true)
-                    guard try mpeg4.read(into: &samples) else { return }
-                    if !feed(samples.count / channels) { return }
+                    guard try mpeg4.read(into: &samples) else { return loudest }
+                    if !feed(samples.count / channels) { return loudest }
                 }
             } catch {
                 throw RecorderError(.unknown, "cannot decode \(path): \(error.message)")
             }
         }
+        return loudest
     }
 }

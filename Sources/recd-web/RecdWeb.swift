@@ -52,6 +52,12 @@ struct RecdWeb: AsyncParsableCommand {
         valueName: "path"))
     var unixSocket: String?
 
+    @Option(help: ArgumentHelp(
+        "Where the recordings' pictures are kept (at most 64 MiB).",
+        discussion: "Default: $CACHE_DIRECTORY (systemd's CacheDirectory=), else /var/cache/recd-web (--system) or $XDG_CACHE_HOME/recd-web (--user).",
+        valueName: "dir"))
+    var cacheDir: String?
+
     @Flag(help: "Use the system instance's paths. The default for root.")
     var system = false
 
@@ -101,6 +107,14 @@ struct RecdWeb: AsyncParsableCommand {
         try await app.runService()
     }
 
+    /// systemd's CacheDirectory= when it runs recd-web; else the instance's cache directory.
+    static func defaultCacheDirectory(mode: DaemonConfiguration.Mode, environment: [String: String]) -> String? {
+        if let given = environment["CACHE_DIRECTORY"], !given.isEmpty { return given.split(separator: ":").first.map(String.init) }
+        if mode == .system { return "/var/cache/recd-web" }
+        if let cache = environment["XDG_CACHE_HOME"], cache.hasPrefix("/") { return cache + "/recd-web" }
+        return environment["HOME"].map { $0 + "/.cache/recd-web" }
+    }
+
     /// recd's configuration, the options over it, the tokens, and TLS's files.
     func loadSite() throws -> (WebSite, WebServerKind) {
         let environment = ProcessInfo.processInfo.environment
@@ -123,7 +137,8 @@ struct RecdWeb: AsyncParsableCommand {
                         schedule: configuration.schedule, latitude: configuration.latitude, longitude: configuration.longitude,
                         rtsp: configuration.rtsp,
                         sourceSchedules: configuration.declaredSources.count > 1
-                            ? Dictionary(uniqueKeysWithValues: configuration.sources.map { ($0.name, $0.configuration.schedule) }) : [:]),
+                            ? Dictionary(uniqueKeysWithValues: configuration.sources.map { ($0.name, $0.configuration.schedule) }) : [:],
+                        pictureDirectory: cacheDir ?? Self.defaultCacheDirectory(mode: mode, environment: environment)),
                 serverKind)
     }
 }

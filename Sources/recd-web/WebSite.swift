@@ -27,12 +27,16 @@ struct WebSite: Sendable {
     /// source the page shows); empty for a station of one.
     let sourceSchedules: [String: ScheduledRecording?]
     let viewers: ViewerCount
-    let spectrograms = Spectrograms()
+    let spectrograms: Spectrograms
+    let pictures: Pictures
 
     init(access: WebAccess, socketPath: String, recordingsDirectory: String,
          schedule: ScheduledRecording?, latitude: Double?, longitude: Double?, rtsp: RTSPSettings = RTSPSettings(),
-         sourceSchedules: [String: ScheduledRecording?] = [:]) {
+         sourceSchedules: [String: ScheduledRecording?] = [:], pictureDirectory: String? = nil) {
         self.access = access
+        let spectrograms = Spectrograms()
+        self.spectrograms = spectrograms
+        pictures = Pictures(directory: pictureDirectory, spectrograms: spectrograms)
         self.sourceSchedules = sourceSchedules
         self.rtsp = rtsp
         self.socketPath = socketPath
@@ -181,6 +185,32 @@ struct WebSite: Sendable {
             }
             return try Self.json(try await spectrograms.spectrogram(of: file, columns: columns))
         }
+        // The picture of a recording (Pictures): `range` full, log or a frequency up to which
+        // (default 12000), `width` the plot's columns (default 800).
+        let pictures = pictures
+        router.get("/api/picture/**") { request, context in
+            try access.require(.listen, request)
+            let path = context.parameters.getCatchAll().joined(separator: "/")
+            guard let file = Self.recordingPath(path, in: recordingsDirectory) else {
+                throw HTTPError(.notFound, message: "not a recording: \(path)")
+            }
+            let rangeText = request.uri.queryParameters.get("range") ?? "12000"
+            guard let range = SpectrogramPicture.Range(String(rangeText)) else {
+                throw HTTPError(.badRequest, message: "'range' must be full, log or a frequency from 1000 to 96000 Hz, not \(rangeText)")
+            }
+            var width = 800
+            if let text = request.uri.queryParameters.get("width") {
+                guard let value = Int(text), (100...2000).contains(value) else {
+                    throw HTTPError(.badRequest, message: "'width' must be between 100 and 2000, not \(text)")
+                }
+                width = value
+            }
+            let picture = try await pictures.picture(of: file, range: range, width: width)
+            let info = String(decoding: try JSONEncoder().encode(picture.info), as: UTF8.self)
+            return Response(status: .ok, headers: [.contentType: "image/png", HTTPField.Name("Recd-Picture")!: info,
+                                                   .cacheControl: "private, no-cache"],
+                            body: .init(byteBuffer: ByteBuffer(bytes: picture.png)))
+        }
 
         let viewers = viewers
         // A refused upgrade would be a bare 400 (Hummingbird answers every refused upgrade so):
@@ -328,6 +358,14 @@ struct SessionAnswer: Encodable {
     var open: [String]
     /// Roles a token would add.
     var tokenRoles: [String]
+    /// The station's host name, for the page's title (several stations' tabs side by side).
+    var station = SessionAnswer.hostName
+
+    static let hostName: String = {
+        var name = [CChar](repeating: 0, count: 256)
+        guard gethostname(&name, name.count - 1) == 0 else { return "" }
+        return String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }()
 }
 
 struct LoginRequest: Decodable { var token: String }
@@ -386,6 +424,8 @@ final class Spectrograms: Sendable {
         let result: Result<FileSpectrogram, RecorderError> = await withCheckedContinuation { continuation in
             let computing = computing
             DedicatedThread.spawn(name: "recd-web-spectrogram") {
+                // Niced: a long file's decoding takes no core from recd's capture and disk threads.
+                _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)  // 0: this thread (Linux: nice is per thread)
                 computing.withLock {
                     do throws(RecorderError) {
                         continuation.resume(returning: .success(try FileSpectrogram.compute(path: path, columns: columns)))
@@ -422,7 +462,7 @@ final class ViewerCount: Sendable {
 struct SecurityHeaders<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var response = try await next(request, context)
-        response.headers[.contentSecurityPolicy] = "default-src 'self'; connect-src 'self' ws: wss:; media-src 'self' blob:; img-src 'self' data:; frame-ancestors 'none'"
+        response.headers[.contentSecurityPolicy] = "default-src 'self'; connect-src 'self' ws: wss:; media-src 'self' blob:; img-src 'self' data: blob:; frame-ancestors 'none'"
         response.headers[.xContentTypeOptions] = "nosniff"
         response.headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
         return response

@@ -45,7 +45,8 @@ struct WebTests {
             }
             process = try ChildProcess(Binaries.directory + "/recd-web",
                                        ["--user", "--config", directory.file("recd.toml"), "--socket", daemon.socket,
-                                        "--recordings-dir", daemon.recordings, "--tokens-file", directory.file("tokens")]
+                                        "--recordings-dir", daemon.recordings, "--tokens-file", directory.file("tokens"),
+                                        "--cache-dir", directory.file("pictures")]
                                        + (unixSocket.map { ["--unix-socket", $0] } ?? ["--port", "0"]),
                                        environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
                                        output: directory.file("web.log"))
@@ -501,7 +502,8 @@ struct WebTests {
             pre_roll = 0.5
             """
         let daemon = try Daemon(device: TestDevices.paced(server), config: config)
-        let web = try WebServer(daemon: daemon)
+        // The station's place, for the sun on the timeline (checked against astral).
+        let web = try WebServer(daemon: daemon, schedule: "[schedule]\nlatitude = 52.52\nlongitude = 13.40\n")
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
         let screenshots = root + "/.build/web-screenshots"
         let script = root + "/Tests/web/browser_check.py"

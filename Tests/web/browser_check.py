@@ -12,7 +12,9 @@ high_pass = 2000 (the tone is below the band) and threshold = -40, hang = 0.5, s
 3 kHz burst is one event.
 """
 import argparse
+import base64
 import json
+import math
 import os
 import struct
 import subprocess
@@ -97,6 +99,9 @@ class Firefox:
     def find_element(self, strategy, selector):
         return self.client.find_element(strategy, selector)
 
+    def find_elements(self, strategy, selector):
+        return self.client.find_elements(strategy, selector)
+
     def save_screenshot(self, path):
         with open(path, "wb") as file:
             file.write(self.client.screenshot(format="binary"))
@@ -111,7 +116,7 @@ class Firefox:
             self.client.cleanup()
 
 
-def open_browser(name, width, height):
+def open_browser(name, width, height, dark=False):
     if name == "firefox":
         return Firefox(width, height)
     if name == "chromium":
@@ -128,6 +133,8 @@ def open_browser(name, width, height):
         # Debian's WebKitGTK browser for automation (webkit2gtk-driver drives it; run under Xvfb).
         options.binary_location = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
         options.add_argument("--automation")
+        if dark:
+            options.add_argument("--dark-mode")
         driver = webdriver.WebKitGTK(executable_path="/usr/bin/WebKitWebDriver", options=options)
         driver.set_window_size(width, height)
     return driver
@@ -145,6 +152,31 @@ def spectrum_threads(pid):
     return names.count("recd-spectrum")
 
 
+def label_row(driver, hz):
+    """The canvas row (a float: rows are 1 apart) that the kHz ruler's label for `hz` points
+    at, from where the browser laid the label out beside the canvas; None if there is none."""
+    return run_script(driver, f"""
+        const canvas = document.getElementById('spectrogram');
+        const label = document.querySelector('#spectrum-axis span[data-hz="{hz}"]');
+        if (!label) return null;
+        const box = canvas.getBoundingClientRect(), at = label.getBoundingClientRect();
+        return ((at.top + at.height / 2) - box.top) * canvas.height / box.height;""", f"the {hz} Hz label")
+
+
+def brightest(rows):
+    """The middle of the brightest rows (a loud tone's neighbouring bins are as white as its own:
+    the scale ends at -20 dBFS) as a row coordinate (row r spans r to r + 1), and that brightness."""
+    most = max(rows)
+    loudest = [row for row, value in enumerate(rows) if value >= most - 10]
+    return (min(loudest) + max(loudest) + 1) / 2, most
+
+
+def brightest_row(driver, height, below):
+    """The brightest rows' middle in the spectrogram's newest column above row `below` (the
+    440 Hz tone is under it), and their brightness."""
+    return brightest(canvas_column(driver, "spectrogram", -1)[:below])
+
+
 def canvas_column(driver, element, x):
     """The brightness (r+g+b) of each row of column x of a canvas, top row first."""
     return run_script(driver, f"""
@@ -153,6 +185,104 @@ def canvas_column(driver, element, x):
         const rows = [];
         for (let i = 0; i < data.length; i += 4) rows.push(data[i] + data[i + 1] + data[i + 2]);
         return rows;""")
+
+
+# The contrast of every text on the page against what is behind it, from the rendered colours
+# (WCAG 2's relative luminance; AA: 4.5, 3 for large text). Disabled controls are exempt.
+CONTRAST_SCRIPT = """
+const channels = (text) => { const m = text.match(/rgba?\\(([^)]+)\\)/); if (!m) return [0, 0, 0, 0];
+  const v = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number); return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; };
+const luminance = (c) => { const l = c.slice(0, 3).map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+  return 0.2126 * l[0] + 0.7152 * l[1] + 0.0722 * l[2]; };
+const over = (top, bottom) => [0, 1, 2].map((i) => top[i] * top[3] + bottom[i] * (1 - top[3])).concat([1]);
+const behind = (element) => { const layers = [];
+  for (let e = element; e; e = e.parentElement) { const c = channels(getComputedStyle(e).backgroundColor); if (c[3] > 0) layers.push(c); if (c[3] >= 1) break; }
+  let colour = [255, 255, 255, 1]; for (const layer of layers.reverse()) colour = over(layer, colour); return colour; };
+const failures = []; let checked = 0;
+for (const element of document.querySelectorAll('body *')) {
+  if (element.closest('svg, canvas, option, [hidden]') || element.closest(':disabled')) continue;
+  const own = Array.from(element.childNodes).some((node) => node.nodeType === 3 && node.textContent.trim());
+  if (!own || element.getClientRects().length === 0) continue;
+  const style = getComputedStyle(element);
+  if (style.visibility === 'hidden' || Number(style.opacity) === 0) continue;
+  const ground = behind(element), ink = over(channels(style.color), ground);
+  const [light, dark] = [luminance(ink), luminance(ground)].sort((a, b) => b - a);
+  const ratio = (light + 0.05) / (dark + 0.05);
+  const size = parseFloat(style.fontSize), large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+  checked += 1;
+  if (ratio < (large ? 3 : 4.5)) failures.push(`${element.tagName.toLowerCase()}${element.id ? '#' + element.id : ''}.${element.className} "${element.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}:1`);
+}
+return [checked, failures, getComputedStyle(document.documentElement).backgroundColor];
+"""
+
+
+def accessible_name(driver, element):
+    """The element's accessible name as the engine's accessibility tree computes it (WebDriver's
+    Get Computed Label; Marionette's own for Firefox)."""
+    return element.computed_label if isinstance(driver, Firefox) else element.accessible_name
+
+
+def look(driver, browser, shots, theme):
+    """Screenshots of the page on a phone and a desktop in `theme`, each checked for contrast,
+    and every control's accessible name. Returns what was measured."""
+    measured = {}
+    for size, (width, height) in [("phone", (412, 915)), ("desktop", (1280, 1000))]:
+        driver.set_window_size(width, height)
+        run_script(driver, "window.scrollTo(0, 0); return true", "scrolling to the top")
+        time.sleep(0.5)
+        driver.save_screenshot(os.path.join(shots, f"{browser}-{size}-{theme}.png"))
+        checked, failures, background = run_script(driver, CONTRAST_SCRIPT, "the contrast check")
+        measured[size] = {"texts": checked}
+        if checked < 20 or failures:
+            fail(f"{theme} {size}: {len(failures)} of {checked} texts below WCAG AA contrast: {failures[:8]}")
+        measured["background"] = background
+    unnamed, named = [], 0
+    for element in driver.find_elements(By.CSS_SELECTOR, "button, select, input, a[href], audio, [tabindex], [role=img], [role=meter]"):
+        if not element.is_displayed():
+            continue
+        name = (accessible_name(driver, element) or "").strip()
+        if name:
+            named += 1
+        else:
+            unnamed.append(element.get_attribute("outerHTML")[:120])
+    measured["controlsNamed"] = named
+    if unnamed or named < 10:
+        fail(f"{theme}: {len(unnamed)} controls without an accessible name ({named} with one): {unnamed[:5]}")
+    return measured
+
+
+def check_sun(driver):
+    """The timeline's sunrise and sunset lines and civil twilight's edges where astral (an
+    independent implementation) puts them for the station's place on the day shown."""
+    day = run_script(driver, "return recdPage.day", "the day")
+    lines = run_script(driver, """return Object.fromEntries(Array.from(document.querySelectorAll('#timeline rect[data-sun]'))
+                                    .map(r => [r.dataset.sun, Number(r.getAttribute('x'))]))""", "the sun's lines")
+    # ScheduleTests' reference (Tests/reference/sun_times.py): astral's events for each UTC date.
+    year = day["day"].split("-")[0]
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference", "sun_times.py")
+    table = subprocess.run(["/usr/bin/python3", script, year, "52.52,13.4"], check=True, capture_output=True, text=True).stdout
+    line = next((line for line in table.splitlines() if f" {day['day']} " in line), None)
+    if line is None:
+        fail(f"astral has no {day['day']}")
+    reference = dict(zip(["dawn", "sunrise", "sunset", "dusk"], (float(value) for value in line.split()[2:])))
+    drawn = {}
+    for name in ["sunrise", "sunset"]:
+        if name not in lines:
+            fail(f"no {name} on the timeline: {lines}")
+        drawn[name] = day["start"] + lines[name] / 1440 * (day["end"] - day["start"])
+    edges = run_script(driver, """return Array.from(document.querySelectorAll('#timeline rect')).filter(r => r.querySelector('title')
+        && r.querySelector('title').textContent.startsWith('civil ')).map(r => [r.querySelector('title').textContent.split(' ')[1],
+        Number(r.getAttribute('x')), Number(r.getAttribute('width'))])""", "civil twilight")
+    for name, x, width in edges:
+        drawn["dawn" if name == "dawn" else "dusk"] = day["start"] + (x if name == "dawn" else x + width) / 1440 * (day["end"] - day["start"])
+    RESULT["sun"] = {}
+    for name, time_drawn in drawn.items():
+        expected = reference[name]
+        RESULT["sun"][name] = [round(time_drawn), round(expected)]
+        if abs(time_drawn - expected) > 90:
+            fail(f"the timeline draws {name} at {time_drawn:.0f}, astral says {expected:.0f}")
+    if len(drawn) != 4:
+        fail(f"the timeline shows {sorted(drawn)} of sunrise, sunset, dawn and dusk")
 
 
 def main():
@@ -245,22 +375,48 @@ def main():
         RESULT["spectrumColumns"] = [count - first_count, spanned]
         if abs((count - first_count) - spanned) > 1:
             fail(f"{count - first_count} spectrum columns drawn over {spanned} periods of capture: columns were lost")
-        rate, size = run_script(driver, "return [recdPage.spectrum.sampleRate, recdPage.spectrum.size]")
-        bins = size // 2 + 1
-        expected_row = height - 1 - (round(3000 * size / rate) * height) // bins
+        rate = run_script(driver, "return recdPage.spectrum.sampleRate")
+        # The kHz ruler says the range: 0 Hz at the bottom edge, the top label at the top edge
+        # (12 kHz, the page's first range, or half the rate when that is less).
+        for range_name, top in [("12000", min(12000, rate // 2)), ("full", rate // 2)]:
+            run_script(driver, f"const s = document.getElementById('spectrum-range'); s.value = '{range_name}';"
+                               "s.dispatchEvent(new Event('change')); return true")
+            wait_for(driver, f"recdPage.spectrum.range === '{range_name}' && document.querySelector('#spectrum-axis span[data-hz=\"{top}\"]')",
+                     10, f"the {range_name} ruler")
+            bottom_row, top_row = label_row(driver, 0), label_row(driver, top)
+            if abs(bottom_row - height) > 1 or abs(top_row) > 1:
+                fail(f"{range_name}: the ruler puts 0 Hz at row {bottom_row:.1f} and {top} Hz at {top_row:.1f} of {height}")
+        # A 3 kHz burst: the newest column's brightest row is where the ruler says 3 kHz is, within
+        # a row: at its label (0-12 kHz), between 2 and 4 kHz's (full, linear), between 2 and 5
+        # kHz's by the logarithm (log). Each range redraws the columns already shown.
         module = pactl(arguments.pulse_server, "load-module", "module-sine", "sink=testsink", "frequency=3000")
         played = time.monotonic()
-        while True:
-            rows = canvas_column(driver, "spectrogram", -1)
-            upper = rows[:height - 20]  # above the 440 Hz tone's rows
-            brightest = max(range(len(upper)), key=lambda row: upper[row])
-            if abs(brightest - expected_row) <= 1 and upper[brightest] > 300:
+        rows_seen = {}
+        for range_name in ["12000", "full", "log"]:
+            run_script(driver, f"const s = document.getElementById('spectrum-range'); s.value = '{range_name}';"
+                               "s.dispatchEvent(new Event('change')); return true")
+            wait_for(driver, f"recdPage.spectrum.range === '{range_name}'", 10, f"the {range_name} range")
+            if range_name == "12000":
+                expected = label_row(driver, 3000)
+            elif range_name == "full":
+                expected = (label_row(driver, 2000) + label_row(driver, 4000)) / 2
+            else:
+                low, high = label_row(driver, 2000), label_row(driver, 5000)
+                expected = low + (high - low) * math.log(3 / 2) / math.log(5 / 2)
+            # Above the 440 Hz tone's rows (where the ruler puts 1 kHz: 440 Hz is under it).
+            below = int(label_row(driver, 2000 if range_name == "full" else 1000))
+            while True:
+                row, brightness = brightest_row(driver, height, below)
+                if abs(row - expected) <= 1 and brightness > 300:
+                    rows_seen[range_name] = [row, round(expected, 2)]
+                    break
+                if time.monotonic() - played > 30:
+                    fail(f"{range_name}: no 3 kHz at the ruler's row {expected:.1f} within 30 s: brightest row {row} ({brightness})")
+                time.sleep(0.02)
+            if range_name == "12000":
                 RESULT["burstSeenAfter"] = round(time.monotonic() - played, 3)
-                RESULT["burstRow"] = [brightest, expected_row]
-                break
-            if time.monotonic() - played > 30:
-                fail(f"no 3 kHz in the spectrogram within 30 s: brightest row {brightest} ({upper[brightest]}), expected {expected_row}")
-            time.sleep(0.02)
+        RESULT["burstRows"] = rows_seen
+        run_script(driver, "const s = document.getElementById('spectrum-range'); s.value = '12000'; s.dispatchEvent(new Event('change')); return true")
         driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone-spectrum.png"))
         if spectrum_threads(arguments.recd_pid) != 1:
             fail(f"{spectrum_threads(arguments.recd_pid)} spectrum threads in recd while one page shows it")
@@ -348,33 +504,92 @@ def main():
         if worst > 1e-4:
             fail(f"the browser's decoding differs from ffmpeg's by {worst}")
 
-        # The event's spectrogram, computed by recd-web from the file: the burst at its row.
-        run_script(driver, f"document.querySelector('#recordings li[data-file={json.dumps(file)}] button.link').click()")
-        drawn, _ = wait_for(driver, "(document.querySelector('canvas.file-spectrogram') || {dataset: {}}).dataset.drawn", 20,
-                            "the event's spectrogram")
-        canvas = "document.querySelector('canvas.file-spectrogram')"
-        found = False
-        for column in range(int(drawn)):
-            rows = run_script(driver, f"""const c = {canvas}; const d = c.getContext('2d').getImageData({column}, 0, 1, c.height).data;
-                const rows = []; for (let i = 0; i < d.length; i += 4) rows.push(d[i] + d[i + 1] + d[i + 2]); return rows;""")
-            upper = rows[:height - 20]
-            brightest = max(range(len(upper)), key=lambda row: upper[row])
-            if abs(brightest - expected_row) <= 1 and upper[brightest] > 300:
-                found = True
-                break
-        RESULT["fileSpectrogramColumns"] = int(drawn)
-        if not found:
-            fail(f"the event's spectrogram ({drawn} columns) shows no 3 kHz at row {expected_row}")
+        # The event's picture, rendered by recd-web from the file: read back by ffmpeg (an
+        # independent PNG reader), the burst is the brightest row of the plot where its range
+        # puts 3 kHz, and the peak it states is the file's (ffmpeg's volumedetect).
+        item = f"document.querySelector('#recordings li[data-file={json.dumps(file)}]')"
+        # Pictures load as their items come into view: scrolled to, as a viewer would.
+        run_script(driver, f"{item}.scrollIntoView(); return true", "scrolling to the event")
+        deadline = time.monotonic() + 30
+        while not run_script(driver, f"return {item} && {item}.querySelector('img.file-picture').dataset.loaded", "the picture"):
+            if time.monotonic() > deadline:
+                answer = run_script(driver, f"""return fetch({item}.querySelector('a[download$=".png"]').href)
+                    .then(r => r.text().then(t => [r.status, t.slice(0, 300)]))""", "the picture's answer")
+                alt = run_script(driver, "return " + item + ".querySelector('img.file-picture').alt", "the image's text")
+                fail(f"the event's picture did not load within 30 s: its image says {alt!r}, recd-web {answer}")
+            time.sleep(0.05)
+        info = run_script(driver, f"return recdPage.pictures[{json.dumps(file)}]", "the picture's info")
+        encoded = run_script(driver, f"""return fetch({item}.querySelector('a[download$=".png"]').href).then(r => r.arrayBuffer())
+            .then(b => {{ const a = new Uint8Array(b); let s = ''; for (let i = 0; i < a.length; i += 1) s += String.fromCharCode(a[i]); return btoa(s); }})""",
+                             "the picture's bytes")
+        png = base64.b64decode(encoded)
+        if png[:8] != b"\x89PNG\r\n\x1a\n":
+            fail(f"the picture is not a PNG: {png[:16]!r}")
+        with open(os.path.join(shots, f"{arguments.browser}-event-picture.png"), "wb") as picture_file:
+            picture_file.write(png)
+        probe = json.loads(subprocess.run(["ffprobe", "-v", "error", "-show_streams", "-of", "json", "-"], input=png,
+                                          check=True, capture_output=True).stdout)["streams"][0]
+        if (probe["width"], probe["height"]) != (info["width"], info["height"]):
+            fail(f"the picture is {probe['width']}x{probe['height']}, its info says {info['width']}x{info['height']}")
+        pixels = subprocess.run(["ffmpeg", "-v", "error", "-i", "-", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"], input=png,
+                                check=True, capture_output=True).stdout
+        plot = info["plot"]
+        if plot["logarithmic"] or abs(plot["highFrequency"] - min(12000, rate / 2)) > 0.5:
+            fail(f"the picture's plot is not 0-12 kHz: {plot}")
+        width, plot_height = info["width"], plot["height"]
+        # Where the plot's scale puts 3 kHz (row r spans r to r + 1 from the plot's top).
+        expected_row = plot_height * (1 - 3000 / plot["highFrequency"])
+        tone_rows = []
+        for column in range(plot["width"]):
+            x = plot["x"] + column
+            # Above 1 kHz: the 440 Hz tone is under it.
+            rows = [sum(pixels[((plot["y"] + row) * width + x) * 3:((plot["y"] + row) * width + x) * 3 + 3])
+                    for row in range(int(plot_height * (1 - 1000 / plot["highFrequency"])))]
+            row, brightness = brightest(rows)
+            if brightness > 300:
+                tone_rows.append(row)
+        RESULT["pictureRows"] = [min(tone_rows, default=None), max(tone_rows, default=None), expected_row, len(tone_rows)]
+        if not tone_rows or any(abs(row - expected_row) > 1 for row in tone_rows):
+            fail(f"the event's picture has its loud columns at rows {sorted(set(tone_rows))}, 3 kHz is row {expected_row}")
+        detected = subprocess.run(["ffmpeg", "-v", "info", "-i", os.path.join(arguments.recordings, file), "-af", "volumedetect",
+                                   "-f", "null", "-"], capture_output=True, text=True).stderr
+        max_volume = float(detected.split("max_volume: ")[1].split(" dB")[0])
+        RESULT["picturePeak"] = [info["peak"], max_volume]
+        if abs(info["peak"] - max_volume) > 0.15:
+            fail(f"the picture says the file's peak is {info['peak']} dBFS, ffmpeg {max_volume}")
+        shown = run_script(driver, f"return {item}.querySelector('.peak').textContent", "the listed peak")
+        if f"{info['peak']:.1f}" not in shown:
+            fail(f"the list says '{shown}' for a peak of {info['peak']:.1f} dBFS")
 
         # Nothing came from anywhere but the station.
         foreign = run_script(driver, """return performance.getEntriesByType('resource').map(e => e.name)
-                                           .filter(n => !n.startsWith(location.origin) && !n.startsWith('data:'))""")
+                                           .filter(n => !n.startsWith(location.origin) && !n.startsWith('data:') && !n.startsWith('blob:' + location.origin))""")
         if foreign:
             fail(f"the page loaded from elsewhere: {foreign}")
-        driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-phone.png"))
-        driver.set_window_size(1280, 1000)
-        time.sleep(0.5)
-        driver.save_screenshot(os.path.join(shots, f"{arguments.browser}-desktop.png"))
+        check_sun(driver)
+        light = look(driver, arguments.browser, shots, "light")
+        if arguments.browser == "chromium":
+            driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+            dark = look(driver, arguments.browser, shots, "dark")
+        elif arguments.browser == "firefox":
+            driver.client.set_pref("layout.css.prefers-color-scheme.content-override", 0)
+            dark = look(driver, arguments.browser, shots, "dark")
+        else:
+            # WebKitGTK follows its GTK theme: a second MiniBrowser, in dark mode, signed in afresh.
+            dark_driver = open_browser(arguments.browser, 412, 915, dark=True)
+            try:
+                dark_driver.get(arguments.url + "/")
+                wait_for(dark_driver, "window.recdPage && recdPage.state && !document.getElementById('login').hidden", 15, "the dark page")
+                dark_driver.find_element(By.ID, "token").send_keys(arguments.token)
+                dark_driver.find_element(By.CSS_SELECTOR, "#login button").click()
+                wait_for(dark_driver, "recdPage.roles.includes('listen') && recdPage.levelsSeen > 0 && "
+                                      "document.querySelector('#recordings img.file-picture[data-loaded]')", 30, "the dark page signed in")
+                dark = look(dark_driver, arguments.browser, shots, "dark")
+            finally:
+                dark_driver.quit()
+        RESULT["themes"] = {"light": light, "dark": dark}
+        if light["background"] == dark["background"]:
+            fail(f"the dark theme has the light one's background {light['background']}")
         RESULT["errors"] = run_script(driver, "return recdPage.errors")
     except Exception as error:
         browser_failures(error)

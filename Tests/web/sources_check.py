@@ -15,7 +15,7 @@ import time
 
 from selenium.webdriver.common.by import By
 
-from browser_check import RESULT, browser_failures, canvas_column, fail, open_browser, run_script, wait_for
+from browser_check import RESULT, brightest_row, browser_failures, fail, label_row, open_browser, run_script, wait_for
 
 
 def click(driver, selector):
@@ -69,14 +69,12 @@ def main():
         height = run_script(driver, "return document.getElementById('spectrogram').height")
         start = run_script(driver, "return recdPage.spectrum.columns")
         wait_for(driver, f"recdPage.spectrum.columns > {start + 20}", 15, "west's spectrum columns")
-        rate, size = run_script(driver, "return [recdPage.spectrum.sampleRate, recdPage.spectrum.size]")
-        expected_row = height - 1 - (round(3000 * size / rate) * height) // (size // 2 + 1)
-        rows = canvas_column(driver, "spectrogram", -1)
-        upper = rows[:height - 20]  # above the 440 Hz tone's rows
-        brightest = max(range(len(upper)), key=lambda row: upper[row])
-        RESULT["westSpectrumRow"] = [brightest, expected_row]
-        if abs(brightest - expected_row) > 1 or upper[brightest] <= 300:
-            fail(f"west's spectrogram has no 3 kHz: brightest row {brightest} ({upper[brightest]}), expected {expected_row}")
+        # Where the kHz ruler puts 3 kHz, above the 440 Hz tone (under the 1 kHz label).
+        expected = label_row(driver, 3000)
+        row, brightness = brightest_row(driver, height, int(label_row(driver, 1000)))
+        RESULT["westSpectrumRow"] = [row, round(expected, 2)]
+        if abs(row - expected) > 1 or brightness <= 300:
+            fail(f"west's spectrogram has no 3 kHz: brightest rows around {row} ({brightness}), the ruler's 3 kHz at {expected:.1f}")
         driver.save_screenshot(os.path.join(arguments.screenshots, f"{arguments.browser}-sources.png"))
 
         # Back to east: stop it; its file is listed with a player under east's folder.

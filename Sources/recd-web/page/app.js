@@ -50,6 +50,8 @@ function say(text) {
 async function loadSession() {
   const session = await api('/api/session');
   page.roles = session.roles;
+  page.station = session.station || '';
+  $('station').textContent = page.station;
   const can = (role) => page.roles.includes(role);
   $('login').hidden = session.tokenRoles.every((role) => can(role));
   // Signed in: a role that needs a token is held.
@@ -292,11 +294,32 @@ function showState(state) {
   }
   if (!active) loadDaySoon();
   showTime();
+  showInTab();
+}
+
+// The tab says what the station does: its name and state in the title, and a favicon that is
+// a red dot while recording, a blue one while listening, a grey ring otherwise.
+function showInTab() {
+  const name = page.state ? page.state.name : 'connecting';
+  const where = [page.station, page.source].filter(Boolean).join(' · ') || 'recd';
+  document.title = `${where}: ${name}` + (page.state && page.state.name === 'recording' ? ' ' + formatDuration(page.currentTime).slice(0, 8) : '');
+  const colour = { recording: '#c0392b', preparing: '#c0392b', stopping: '#c0392b', listening: '#2c74a8',
+                   waitingForDevice: '#d68910', failed: '#d68910' }[name];
+  if (page.favicon === colour) return;
+  page.favicon = colour;
+  const canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 32;
+  const context = canvas.getContext('2d');
+  context.beginPath();
+  context.arc(16, 16, 12, 0, 2 * Math.PI);
+  if (colour) { context.fillStyle = colour; context.fill(); } else { context.lineWidth = 4; context.strokeStyle = '#808b96'; context.stroke(); }
+  $('favicon').href = canvas.toDataURL('image/png');
 }
 
 function showTime() {
   const active = page.state && ['recording', 'paused'].includes(page.state.name);
   $('time').textContent = active ? formatDuration(page.currentTime) : '';
+  if (active && Math.floor(page.currentTime) !== page.titleSecond) { page.titleSecond = Math.floor(page.currentTime); showInTab(); }
 }
 
 // The trigger's floor and levels are in status, not in a topic: asked for once a second
@@ -343,40 +366,146 @@ function drawMeters() {
   });
 }
 
-// MARK: Spectrogram: a column per 50 ms, frequency up (linear, 0 Hz at the bottom row, half
-// the rate at the top), -100 dBFS black to -20 dBFS white.
+// MARK: Spectrogram: a column per 50 ms, newest on the right, frequency up over the range the
+// viewer picks (the full band, 0–12 kHz where birds are, or a log scale), −100 dBFS black to
+// −20 dBFS white. The columns are kept, so that a change of range redraws what is on screen.
+
+const spectrumRanges = { full: null, '12000': 12000, log: 'log' };
+const spectrum = { columns: [], range: localStorage.getItem('recd.spectrumRange') || '12000' };
+if (!(spectrum.range in spectrumRanges)) spectrum.range = '12000';
+$('spectrum-range').value = spectrum.range;
+$('spectrum-range').addEventListener('change', () => {
+  spectrum.range = $('spectrum-range').value;
+  localStorage.setItem('recd.spectrumRange', spectrum.range);
+  redrawSpectrogram();
+});
+
+// The frequency scale of a picture `height` rows high, for a spectrum of `sampleRate`: `hz(y)` is
+// the frequency at height y (0 the bottom edge, `height` the top), `y(hz)` its inverse.
+function frequencyScale(range, sampleRate, height) {
+  const nyquist = sampleRate / 2;
+  if (range === 'log') {
+    const low = 50, high = nyquist;
+    return { low, high, log: true,
+             hz: (y) => low * Math.pow(high / low, y / height),
+             y: (hz) => Math.log(Math.max(hz, low) / low) / Math.log(high / low) * height };
+  }
+  const high = Math.min(nyquist, spectrumRanges[range] || nyquist);
+  return { low: 0, high, log: false, hz: (y) => high * y / height, y: (hz) => hz / high * height };
+}
+
+// The loudest bin under each row (a narrow sound is not averaged away): row 0 is the top.
+function rowLevels(dBFS, size, sampleRate, scale, height) {
+  const rows = new Float32Array(height);
+  const binHz = sampleRate / size;
+  for (let row = 0; row < height; row += 1) {
+    const from = scale.hz(height - 1 - row), to = scale.hz(height - row);
+    const low = Math.max(0, Math.min(dBFS.length - 1, Math.floor(from / binHz + 0.5)));
+    const high = Math.max(low + 1, Math.min(dBFS.length, Math.floor(to / binHz + 0.5)));
+    let dB = -160;
+    for (let bin = low; bin < high; bin += 1) dB = Math.max(dB, dBFS[bin]);
+    rows[row] = dB;
+  }
+  return rows;
+}
 
 function drawColumn(column) {
   const canvas = $('spectrogram');
+  spectrum.columns.push(column);
+  if (spectrum.columns.length > canvas.width) spectrum.columns.shift();
   const context = canvas.getContext('2d');
-  const height = canvas.height, width = canvas.width, bins = column.dBFS.length;
   context.drawImage(canvas, -1, 0);
-  const image = context.createImageData(1, height);
-  for (let row = 0; row < height; row += 1) {
-    // The bins this row covers (the loudest is shown, so a narrow sound is not averaged away).
-    const low = Math.floor((height - 1 - row) * bins / height);
-    const high = Math.max(low + 1, Math.floor((height - row) * bins / height));
-    let dB = -160;
-    for (let bin = low; bin < high; bin += 1) dB = Math.max(dB, column.dBFS[bin]);
-    const [r, g, b] = shade((dB + 100) / 80);
-    image.data.set([r, g, b, 255], row * 4);
-  }
-  context.putImageData(image, width - 1, 0);
+  paintColumn(context, column, canvas.width - 1, canvas.height);
   page.spectrum.columns += 1;
   // The last column's capture time: with `columns`, it tells a test whether any was lost.
   page.spectrum.lastTime = column.time;
-  page.spectrum.period = column.period;
-  page.spectrum.sampleRate = column.sampleRate;
+  if (page.spectrum.sampleRate !== column.sampleRate || page.spectrum.period !== column.period) {
+    page.spectrum.sampleRate = column.sampleRate;
+    page.spectrum.period = column.period;
+    drawSpectrumAxes();
+  }
   page.spectrum.size = column.size;
-  page.spectrum.height = height;
-  $('spectrum-scale').textContent = '0 – ' + (column.sampleRate / 2000).toFixed(1) + ' kHz';
+  page.spectrum.height = canvas.height;
 }
 
+function paintColumn(context, column, x, height) {
+  const scale = frequencyScale(spectrum.range, column.sampleRate, height);
+  const rows = rowLevels(column.dBFS, column.size, column.sampleRate, scale, height);
+  const image = context.createImageData(1, height);
+  for (let row = 0; row < height; row += 1) image.data.set([...shade((rows[row] + 100) / 80), 255], row * 4);
+  context.putImageData(image, x, 0);
+}
+
+function redrawSpectrogram() {
+  const canvas = $('spectrogram');
+  const context = canvas.getContext('2d');
+  context.fillStyle = '#000';
+  context.fillRect(0, 0, canvas.width, canvas.height);
+  const first = canvas.width - spectrum.columns.length;
+  spectrum.columns.forEach((column, index) => paintColumn(context, column, first + index, canvas.height));
+  drawSpectrumAxes();
+}
+
+// Frequencies worth a label on a scale: every kHz up to 12, every 2 or 4 above; on a log scale
+// 1-2-5 steps.
+function frequencyTicks(scale) {
+  if (scale.log) return [100, 200, 500, 1000, 2000, 5000, 10000, 20000].filter((hz) => hz >= scale.low && hz <= scale.high);
+  const step = scale.high <= 12000 ? 1000 : scale.high <= 24000 ? 2000 : 4000;
+  const ticks = [];
+  for (let hz = 0; hz <= scale.high + 1; hz += step) ticks.push(hz);
+  return ticks;
+}
+
+function kHz(hz) { return hz >= 1000 ? (hz / 1000) + ' kHz' : hz + ' Hz'; }
+
+// The kHz ruler beside the live spectrogram and the time ruler under it (seconds ago).
+function drawSpectrumAxes() {
+  const canvas = $('spectrogram');
+  const sampleRate = page.spectrum.sampleRate;
+  if (!sampleRate) return;
+  const scale = frequencyScale(spectrum.range, sampleRate, canvas.height);
+  page.spectrum.range = spectrum.range;
+  page.spectrum.maxFrequency = scale.high;
+  $('spectrum-axis').replaceChildren(...frequencyTicks(scale).map((hz) => {
+    const label = document.createElement('span');
+    label.dataset.hz = String(hz);
+    label.textContent = kHz(hz);
+    // As a fraction of the height, so that it stays right whatever size the canvas is shown at.
+    label.style.top = (100 * (1 - scale.y(hz) / canvas.height)).toFixed(3) + '%';
+    return label;
+  }));
+  const seconds = canvas.width * (page.spectrum.period || 0.05);
+  const step = seconds > 40 ? 10 : 5;
+  const times = [];
+  for (let ago = 0; ago <= seconds; ago += step) times.push(ago);
+  $('spectrum-time').replaceChildren(...times.map((ago) => {
+    const label = document.createElement('span');
+    label.textContent = ago === 0 ? 'now' : `−${ago} s`;
+    label.style.left = (100 * (1 - ago / seconds)).toFixed(3) + '%';
+    if (ago === 0) label.className = 'end';
+    return label;
+  }));
+}
+
+// The colour of a level on every spectrogram of the page and in recd-web's pictures
+// (SpectrogramPicture.shade): `value` 0 at −100 dBFS, 1 at −20 dBFS.
 function shade(value) {
   const v = Math.max(0, Math.min(1, value));
   return [Math.round(255 * Math.min(1, v * 1.6)), Math.round(255 * Math.max(0, v * 1.6 - 0.6)),
           Math.round(255 * (v < 0.4 ? v * 2 : Math.max(0, 1.6 - v * 2) + Math.max(0, v * 2.5 - 1.5)))];
 }
+
+// The dB legend under the spectrogram.
+(function drawScale() {
+  const canvas = $('spectrum-scale');
+  const context = canvas.getContext('2d');
+  const image = context.createImageData(canvas.width, canvas.height);
+  for (let x = 0; x < canvas.width; x += 1) {
+    const colour = [...shade(x / (canvas.width - 1)), 255];
+    for (let y = 0; y < canvas.height; y += 1) image.data.set(colour, (y * canvas.width + x) * 4);
+  }
+  context.putImageData(image, 0, 0);
+})();
 
 // MARK: Hearing the input: a tap at the browser's own rate, one channel, played about
 // 0.15–0.5 s behind.
@@ -492,7 +621,8 @@ function showClosedEvent(event) {
   if (!page.day || !directory || !event.path.startsWith(directory + '/')) return;
   const file = event.path.slice(directory.length + 1);
   if (page.recordings.some((known) => known.file === file)) return;
-  const entry = { file, startedAt: event.start, duration: event.duration, format: file.split('.').pop() };
+  const entry = { file, startedAt: event.start, duration: event.duration, format: file.split('.').pop(),
+                  end: event.reason === 'hang' ? 'event' : 'end' };
   const start = fileStart(entry);
   if (start >= page.day.end || start + entry.duration <= page.day.start) return;
   page.recordings.push(entry);
@@ -501,15 +631,60 @@ function showClosedEvent(event) {
 
 function fileStart(file) { return Date.parse(file.startedAt || file.modified) / 1000 - (file.startedAt ? 0 : file.duration); }
 
+// A sound-activated recording's event: its own file, ended by its sound (or cut by the
+// recording's end or a maximum length: then a file of a triggered session all the same).
+function isEvent(file) { return file.end === 'event'; }
+
+// The span shown: the whole day, or one hour of it (a tap on the timeline zooms to its hour).
+let zoomHour = null;
+function viewSpan(day) {
+  if (zoomHour === null) return [day.start, day.end];
+  const start = day.start + zoomHour * 3600;
+  return [start, Math.min(day.end, start + 3600)];
+}
+function zoom(hour) {
+  zoomHour = hour;
+  $('zoom-out').hidden = hour === null;
+  $('timeline').classList.toggle('zoomed', hour !== null);
+  if (page.day) drawDay(page.day, page.recordings);
+}
+$('zoom-out').addEventListener('click', () => zoom(null));
+$('timeline').addEventListener('click', (event) => {
+  if (!page.day) return;
+  if (zoomHour !== null) return zoom(null);
+  const box = $('timeline').getBoundingClientRect();
+  const fraction = (event.clientX - box.left) / box.width;
+  zoom(Math.max(0, Math.min(23, Math.floor(fraction * (page.day.end - page.day.start) / 3600))));
+});
+$('timeline').addEventListener('keydown', (event) => {
+  if (!page.day) return;
+  const hours = Math.round((page.day.end - page.day.start) / 3600);
+  if (event.key === 'Escape') zoom(null);
+  else if (event.key === 'Enter' || event.key === ' ') zoom(zoomHour === null ? new Date().getHours() % hours : null);
+  else if (event.key === 'ArrowRight' && zoomHour !== null) zoom(Math.min(hours - 1, zoomHour + 1));
+  else if (event.key === 'ArrowLeft' && zoomHour !== null) zoom(Math.max(0, zoomHour - 1));
+  else return;
+  event.preventDefault();
+});
+
+// A time of day on the 24-hour clock (a station's log reads so, and a ruler's labels stay short).
+function clock(seconds, withSeconds) {
+  return new Date(seconds * 1000).toLocaleTimeString([], Object.assign({ hour: '2-digit', minute: '2-digit', hourCycle: 'h23' },
+                                                                        withSeconds ? { second: '2-digit' } : {}));
+}
+
 function drawDay(day, files) {
   const svg = $('timeline');
-  const span = day.end - day.start;
-  const x = (time) => Math.max(0, Math.min(1440, (time - day.start) / span * 1440));
-  const rect = (from, to, y, height, fill, title) => {
+  const [viewStart, viewEnd] = viewSpan(day);
+  const span = viewEnd - viewStart;
+  const x = (time) => Math.max(0, Math.min(1440, (time - viewStart) / span * 1440));
+  const styles = getComputedStyle(document.documentElement);
+  const colour = (name) => styles.getPropertyValue(name).trim();
+  const rect = (from, to, y, height, fill, title, minimum = 1) => {
     const element = document.createElementNS('http://www.w3.org/2000/svg', 'rect');
     const left = x(from);
     element.setAttribute('x', left);
-    element.setAttribute('width', Math.max(1, x(to) - left));
+    element.setAttribute('width', Math.max(minimum, x(to) - left));
     element.setAttribute('y', y);
     element.setAttribute('height', height);
     element.setAttribute('fill', fill);
@@ -522,23 +697,59 @@ function drawDay(day, files) {
     return element;
   };
   svg.replaceChildren();
-  // Night, twilight, day.
+  // Night, civil twilight (dawn to sunrise, sunset to dusk), day; sunrise and sunset as lines.
   if (day.sunrise && day.sunset) {
-    rect(day.start, day.dawn || day.sunrise, 0, 60, '#2c3e5088');
-    if (day.dawn) rect(day.dawn, day.sunrise, 0, 60, '#5d6d7e66');
-    if (day.dusk) rect(day.sunset, day.dusk, 0, 60, '#5d6d7e66');
-    rect(day.dusk || day.sunset, day.end, 0, 60, '#2c3e5088');
+    rect(day.start, day.dawn || day.sunrise, 0, 80, colour('--night'));
+    if (day.dawn) rect(day.dawn, day.sunrise, 0, 80, colour('--twilight'), `civil dawn ${clock(day.dawn)}`);
+    if (day.dusk) rect(day.sunset, day.dusk, 0, 80, colour('--twilight'), `civil dusk ${clock(day.dusk)}`);
+    rect(day.dusk || day.sunset, day.end, 0, 80, colour('--night'));
+    for (const [name, time] of [['sunrise', day.sunrise], ['sunset', day.sunset]]) {
+      if (time < viewStart || time > viewEnd) continue;
+      const line = rect(time, time, 0, 80, '#f1c40f', `${name} ${clock(time)}`, 2);
+      line.dataset.sun = name;
+      line.dataset.time = String(time);
+    }
   }
-  for (const window of day.windows) rect(window.start, window.end, 0, 8, '#2e86c1', 'scheduled');
+  for (const window of day.windows) rect(window.start, window.end, 0, 8, colour('--window'), `scheduled ${clock(window.start)}–${clock(window.end)}`);
   for (const file of files) {
     const start = fileStart(file);
-    rect(start, start + file.duration, 14, 40, '#c0392b', file.file).dataset.file = file.file;
+    if (start + file.duration < viewStart || start > viewEnd) continue;
+    const title = `${clock(start, true)} ${file.file} · ${formatDuration(file.duration)}`;
+    if (isEvent(file)) {
+      // Marks sized by loudness: the file's peak, −60 dBFS to 0 over the band's height.
+      const peak = page.peaks[file.file];
+      const loudness = peak === undefined ? 0.3 : Math.max(0.1, Math.min(1, (peak + 60) / 60));
+      const mark = rect(start, start + file.duration, 80 - 26 * loudness, 26 * loudness, colour('--event'),
+                        title + (peak === undefined ? '' : ` · peak ${peak.toFixed(1)} dBFS`), 3);
+      mark.dataset.file = file.file;
+      mark.dataset.event = 'true';
+    } else {
+      rect(start, start + file.duration, 12, 36, colour('--file'), title, 2).dataset.file = file.file;
+    }
   }
-  for (let hour = 0; hour <= 24; hour += 6) rect(day.start + hour * 3600, day.start + hour * 3600, 56, 4, '#888');
-  const time = (seconds) => new Date(seconds * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
-  $('sun').textContent = day.sunrise && day.sunset ? `sunrise ${time(day.sunrise)} · sunset ${time(day.sunset)}` : '';
+  // The hours under it: every three of a day (six on a phone), every ten minutes of an hour.
+  const narrow = svg.clientWidth > 0 && svg.clientWidth < 600;
+  const step = zoomHour === null ? (narrow ? 6 : 3) * 3600 : (narrow ? 1200 : 600);
+  const hours = [];
+  for (let time = viewStart; time <= viewEnd + 1; time += step) hours.push(time);
+  $('hours').replaceChildren(...hours.map((time) => {
+    const label = document.createElement('span');
+    label.textContent = clock(time);
+    label.style.left = (100 * (time - viewStart) / span).toFixed(3) + '%';
+    return label;
+  }));
+  svg.setAttribute('aria-label', `recordings on ${day.day}` + (zoomHour === null ? '' : `, ${clock(viewStart)} to ${clock(viewEnd)}`)
+                   + `: ${files.length} files; press Enter to zoom to an hour, arrows to move, Escape for the whole day`);
+  $('sun').textContent = day.sunrise && day.sunset
+    ? `sunrise ${clock(day.sunrise)} · sunset ${clock(day.sunset)}` + (day.dawn ? ` · civil twilight from ${clock(day.dawn)} to ${clock(day.dusk)}` : '') : '';
+  drawList(files);
+  if (page.roles.includes('listen')) for (const file of files) if (isEvent(file)) loadPicture(file).catch(() => {});
+}
 
-  // Items already listed stay as they are: a refresh must not stop a player that plays.
+// The recordings of the day, newest first: each with its time, length, peak and format, its
+// picture (recd-web's, loaded as it scrolls into view), a player and the downloads. Items
+// already listed stay as they are: a refresh must not stop a player that plays.
+function drawList(files) {
   const list = $('recordings');
   const listed = new Map(Array.from(list.children).map((item) => [item.dataset.file, item]));
   const canListen = page.roles.includes('listen');
@@ -548,69 +759,115 @@ function drawDay(day, files) {
     const item = document.createElement('li');
     item.dataset.file = file.file;
     item.dataset.listen = String(canListen);
-    const url = fileURL('/recordings/', file.file);
     const title = document.createElement('div');
-    title.textContent = `${time(fileStart(file))} ${file.file} · ${formatDuration(file.duration)} · ${file.format}`;
+    title.className = 'title';
+    const when = document.createElement('strong');
+    when.textContent = clock(fileStart(file), true);
+    const what = document.createElement('span');
+    what.textContent = `${formatDuration(file.duration)} · ${file.format}` + (isEvent(file) ? ' · event' : '');
+    const peak = document.createElement('span');
+    peak.className = 'peak muted';
+    const name = document.createElement('span');
+    name.className = 'muted';
+    name.textContent = file.file;
+    title.append(when, what, peak, name);
     if (file.startClock === 'unsynchronized' || file.startClock === 'redated') {
       const mark = document.createElement('span');
-      mark.className = file.startClock === 'unsynchronized' ? 'unverified' : '';
-      mark.textContent = file.startClock === 'unsynchronized' ? ' · time unverified (clock not synchronized)' : ' · re-dated';
+      mark.className = file.startClock === 'unsynchronized' ? 'unverified' : 'muted';
+      mark.textContent = file.startClock === 'unsynchronized' ? 'time unverified (clock not synchronized)' : 're-dated';
       title.appendChild(mark);
     }
     item.appendChild(title);
     if (canListen) {
+      const url = fileURL('/recordings/', file.file);
+      const picture = document.createElement('div');
+      picture.className = 'spectrogram';
+      const image = document.createElement('img');
+      image.alt = `spectrogram of the recording at ${clock(fileStart(file), true)}`;
+      image.className = 'file-picture';
+      picture.append(image);
       const player = document.createElement('audio');
       player.controls = true;
       player.preload = 'none';
       player.src = url;
+      player.setAttribute('aria-label', `play the recording at ${clock(fileStart(file), true)}`);
+      const actions = document.createElement('div');
+      actions.className = 'actions';
       const download = document.createElement('a');
       download.href = url;
       download.download = file.file.split('/').pop();
-      download.textContent = 'download';
-      const show = document.createElement('button');
-      show.textContent = 'spectrogram';
-      show.className = 'link';
-      show.addEventListener('click', () => showFileSpectrogram(item, file));
-      item.append(player, download, ' ', show);
+      download.textContent = 'download audio';
+      const picturelink = document.createElement('a');
+      picturelink.href = pictureURL(file);
+      picturelink.download = file.file.split('/').pop().replace(/\.[^.]*$/, '') + '.png';
+      picturelink.textContent = 'download picture';
+      actions.append(download, picturelink);
+      item.append(picture, player, actions);
+      pictureObserver.observe(item);
     }
+    showPeak(item, file.file);
     return item;
   });
   list.replaceChildren(...items);
 }
 
-// A recorded file's spectrogram, computed by recd-web (doc/web.md): drawn as the live one,
-// a column per pixel across the file, 0 Hz at the bottom.
-async function showFileSpectrogram(item, file) {
-  let canvas = item.querySelector('canvas.file-spectrogram');
-  if (canvas) { canvas.remove(); return; }
-  canvas = document.createElement('canvas');
-  canvas.className = 'file-spectrogram';
-  canvas.height = 256;
-  canvas.width = Math.min(1200, Math.max(100, Math.round(item.clientWidth || 600)));
-  item.appendChild(canvas);
-  try {
-    const spectrogram = await api(fileURL('/api/spectrogram/', file.file) + '?columns=' + canvas.width);
-    const levels = Uint8Array.from(atob(spectrogram.levels), (c) => c.charCodeAt(0));
-    const context = canvas.getContext('2d');
-    canvas.width = spectrogram.columns;
-    const image = context.createImageData(spectrogram.columns, canvas.height);
-    const bins = spectrogram.bins, height = canvas.height;
-    for (let column = 0; column < spectrogram.columns; column += 1) {
-      for (let row = 0; row < height; row += 1) {
-        const low = Math.floor((height - 1 - row) * bins / height);
-        const high = Math.max(low + 1, Math.floor((height - row) * bins / height));
-        let level = 0;
-        for (let bin = low; bin < high; bin += 1) level = Math.max(level, levels[column * bins + bin]);
-        const dB = spectrogram.floor + level * spectrogram.step;
-        image.data.set([...shade((dB + 100) / 80), 255], (row * spectrogram.columns + column) * 4);
-      }
-    }
-    context.putImageData(image, 0, 0);
-    canvas.dataset.drawn = String(spectrogram.columns);
-    canvas.dataset.sampleRate = String(spectrogram.sampleRate);
-    canvas.dataset.size = String(spectrogram.size);
-  } catch (error) { say(error.message); canvas.remove(); }
+// Pictures (recd-web's PNG of a recording, with its rulers; doc/web.md): fetched once each,
+// with what they show (the `Recd-Picture` header: the file's peak, where the plot is).
+const pictures = new Map();
+page.peaks = {};
+page.pictures = {};
+
+function pictureURL(file) {
+  return fileURL('/api/picture/', file.file) + '?range=' + encodeURIComponent(spectrum.range);
 }
+
+function loadPicture(file) {
+  const url = pictureURL(file);
+  if (!pictures.has(url)) {
+    pictures.set(url, (async () => {
+      const response = await fetch(url, { credentials: 'same-origin' });
+      if (!response.ok) throw new Error(await response.text());
+      const info = JSON.parse(response.headers.get('Recd-Picture'));
+      const picture = { url: URL.createObjectURL(await response.blob()), info };
+      page.pictures[file.file] = info;
+      if (page.peaks[file.file] !== info.peak) {
+        page.peaks[file.file] = info.peak;
+        const item = $('recordings').querySelector(`li[data-file="${CSS.escape(file.file)}"]`);
+        if (item) showPeak(item, file.file);
+        if (isEvent(file)) redrawDaySoon();
+      }
+      return picture;
+    })());
+  }
+  return pictures.get(url);
+}
+
+function showPeak(item, name) {
+  const peak = page.peaks[name];
+  const element = item.querySelector('.peak');
+  if (element) element.textContent = peak === undefined ? '' : peak <= -160 ? 'silent' : `peak ${peak.toFixed(1)} dBFS`;
+}
+
+let redrawTimer = null;
+function redrawDaySoon() {
+  clearTimeout(redrawTimer);
+  redrawTimer = setTimeout(() => { if (page.day) drawDay(page.day, page.recordings); }, 200);
+}
+
+// A picture is fetched when its item comes into view, not for a whole day's list at once.
+const pictureObserver = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    if (!entry.isIntersecting) continue;
+    pictureObserver.unobserve(entry.target);
+    const file = page.recordings.find((known) => known.file === entry.target.dataset.file);
+    const image = entry.target.querySelector('img.file-picture');
+    if (!file || !image) continue;
+    loadPicture(file).then((picture) => {
+      image.src = picture.url;
+      image.dataset.loaded = 'true';
+    }).catch((error) => { image.alt = 'no picture: ' + error.message; });
+  }
+}, { rootMargin: '200px' });
 
 function formatDuration(seconds) {
   const whole = Math.floor(seconds);
