@@ -19,7 +19,8 @@
 # BENCH_AAC_REPS (3), BENCH_AAC_SECONDS (120), BENCH_MEMORY_HOURS (24), BENCH_START_RUNS (15), BENCH_PROFILE (1: run callgrind),
 # BENCH_KEEP (1: keep the work directory), BENCH_OUT (the run's directory: report.md and results/),
 # BENCH_LISTEN_SECONDS (300), BENCH_LISTEN_RUNS (10), BENCH_LISTEN_SPECTRUM (1: a client follows the spectrum meanwhile),
-# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard replug rtsp sources profile; default all).
+# BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard replug rtsp sources pictures profile; default all).
+# BENCH_PICTURES_REPS (3): runs per file in the pictures step.
 # BENCH_SOURCES_SECONDS (60): each case's window in the sources step (one recd of 1, 2 and 4 sources; 2 and 4 recds of one).
 # BENCH_RTSP_SECONDS (60): each case's window in the RTSP step (12 cases: recd + recd-rtsp and VLC, L16 and Opus, 0, 1 and 8 players).
 # BENCH_REPLUG_ROUNDS (20): replugs per mode in the replug step (it runs the end-to-end test
@@ -36,7 +37,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${BENCH_OUT:-$root/bench/out/$run_id}
-steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard replug rtsp sources profile} "
+steps=" ${BENCH_STEPS:-capture aac control memory start listening tap trigger fanout web sdcard replug rtsp sources pictures profile} "
 step() { [[ $steps == *" $1 "* ]]; }
 capture_reps=${BENCH_CAPTURE_REPS:-5}
 capture_seconds=${BENCH_CAPTURE_SECONDS:-600}
@@ -217,6 +218,10 @@ step rtsp && section "13. RTSP: serving the input with 0, 1 and 8 players, L16 a
 # per microphone.
 step sources && section "15. Sources: one recd of 1, 2 and 4 sources against 2 and 4 recds of one (${BENCH_SOURCES_SECONDS:-60} s per case)" \
     python3 sources.py "$bin" "$work" "${BENCH_SOURCES_SECONDS:-60}" "$results/sources.json"
+
+# A recording's picture (the page's list): recd-web's PNG against sox's spectrogram, per minute of audio.
+step pictures && section "16. Pictures: a recording's spectrogram PNG by recd-web against sox, per minute of audio (${BENCH_PICTURES_REPS:-3} runs each)" \
+    python3 pictures.py "$bin" "$work" "${BENCH_PICTURES_REPS:-3}" "$results/pictures.json"
 
 if [ "$profile" = 1 ] && step profile; then
     section "Profiles (callgrind)" \

@@ -12,6 +12,7 @@ public enum PNGEncoder {
         }
         let av = try loadFFmpeg(for: name)
         let resources = FFmpegResources(av)
+        defer { resources.release() }
         guard let encoder = av.avcodec_find_encoder_by_name("png") else {
             throw MPEG4Error(path: name, message: "this FFmpeg has no PNG encoder")
         }

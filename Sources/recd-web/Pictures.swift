@@ -14,8 +14,8 @@ import SignalProcessing
 /// (range, width): a file rewritten, renamed or re-dated is rendered afresh, and the old picture
 /// ages out. Beside each PNG, a few bytes of what it shows (`PictureInfo`: the file's peak,
 /// where the plot is), sent as the `Recd-Picture` header. Rendering runs one at a time, on a
-/// thread of its own (the spectrograms' lock), at a low priority: never beside a recording's
-/// disk work at its expense.
+/// thread of its own (`Spectrograms.render`), niced: recd-web is not recd, and its rendering
+/// takes no core from a recording's threads.
 final class Pictures: Sendable {
     /// nil: no directory to keep them in; each is rendered on demand and not kept.
     let directory: String?
@@ -45,18 +45,19 @@ final class Pictures: Sendable {
         }
         let key = Self.name("\(path)|\(status.st_size)|\(status.st_mtim.tv_sec).\(status.st_mtim.tv_nsec)|\(range.name)|\(width)")
         if let kept = kept(key) { return kept }
-        let spectrogram = try await spectrograms.spectrogram(of: path, columns: width)
-        let picture = SpectrogramPicture(spectrogram, range: range)
-        let png: [UInt8]
-        do throws(RecorderError) {
-            png = try picture.png()
-        } catch {
-            throw HTTPError(.internalServerError, message: error.message)
+        // Decoding, drawing, encoding and keeping: all on the spectrograms' niced thread.
+        let result = await spectrograms.render { [self] () throws(RecorderError) -> Rendered in
+            let spectrogram = try FileSpectrogram.compute(path: path, columns: width)
+            let picture = SpectrogramPicture(spectrogram, range: range)
+            let rendered = Rendered(png: try picture.png(), info: PictureInfo(peak: spectrogram.peak, width: picture.width,
+                                                                              height: picture.height, plot: picture.plot))
+            keep(rendered, as: key)
+            return rendered
         }
-        let rendered = Rendered(png: png, info: PictureInfo(peak: spectrogram.peak, width: picture.width, height: picture.height,
-                                                           plot: picture.plot))
-        keep(rendered, as: key)
-        return rendered
+        switch result {
+        case .success(let rendered): return rendered
+        case .failure(let error): throw HTTPError(.unprocessableContent, message: error.message)
+        }
     }
 
     // MARK: The cache directory
@@ -74,7 +75,7 @@ final class Pictures: Sendable {
     private func keep(_ rendered: Rendered, as key: String) {
         guard let directory, let json = try? JSONEncoder().encode(rendered.info) else { return }
         // Written aside and renamed: another recd-web (or this one's next request) never reads half.
-        let temporary = "\(directory)/.\(key).\(getpid())"
+        let temporary = "\(directory)/.\(key).\(getpid()).\(UInt32.random(in: 0...UInt32.max))"
         guard (try? Data(rendered.png).write(to: URL(fileURLWithPath: temporary + ".png"))) != nil,
               (try? json.write(to: URL(fileURLWithPath: temporary + ".json"))) != nil,
               rename(temporary + ".json", "\(directory)/\(key).json") == 0,
@@ -91,6 +92,12 @@ final class Pictures: Sendable {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
         var pictures: [(key: String, used: Int, bytes: Int64)] = []
         var total: Int64 = 0
+        let now = time(nil)
+        for name in names where name.hasPrefix(".") {
+            // What a recd-web that died while writing left.
+            var status = stat()
+            if stat("\(directory)/\(name)", &status) == 0, now - status.st_mtim.tv_sec > 600 { unlink("\(directory)/\(name)") }
+        }
         for name in names where name.hasSuffix(".png") && !name.hasPrefix(".") {
             var status = stat()
             guard stat("\(directory)/\(name)", &status) == 0 else { continue }

@@ -58,6 +58,9 @@ struct RecdWeb: AsyncParsableCommand {
         valueName: "dir"))
     var cacheDir: String?
 
+    @Option(help: ArgumentHelp("The most the pictures may take in --cache-dir, in MiB (1…4096).", valueName: "MiB"))
+    var cacheSize = 64
+
     @Flag(help: "Use the system instance's paths. The default for root.")
     var system = false
 
@@ -67,6 +70,7 @@ struct RecdWeb: AsyncParsableCommand {
     func validate() throws {
         if system && user { throw ValidationError("--system and --user exclude each other") }
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be between 0 and 65535, not \(port)") }
+        if !(1...4096).contains(cacheSize) { throw ValidationError("--cache-size must be between 1 and 4096 (MiB), not \(cacheSize)") }
         if let unixSocket {
             if unixSocket.isEmpty || !unixSocket.hasPrefix("/") { throw ValidationError("--unix-socket must be an absolute path") }
             // sockaddr_un's sun_path holds 108 bytes with the terminating NUL.
@@ -138,7 +142,8 @@ struct RecdWeb: AsyncParsableCommand {
                         rtsp: configuration.rtsp,
                         sourceSchedules: configuration.declaredSources.count > 1
                             ? Dictionary(uniqueKeysWithValues: configuration.sources.map { ($0.name, $0.configuration.schedule) }) : [:],
-                        pictureDirectory: cacheDir ?? Self.defaultCacheDirectory(mode: mode, environment: environment)),
+                        pictureDirectory: cacheDir ?? Self.defaultCacheDirectory(mode: mode, environment: environment),
+                        pictureCacheBytes: Int64(cacheSize) << 20),
                 serverKind)
     }
 }

@@ -32,11 +32,11 @@ struct WebSite: Sendable {
 
     init(access: WebAccess, socketPath: String, recordingsDirectory: String,
          schedule: ScheduledRecording?, latitude: Double?, longitude: Double?, rtsp: RTSPSettings = RTSPSettings(),
-         sourceSchedules: [String: ScheduledRecording?] = [:], pictureDirectory: String? = nil) {
+         sourceSchedules: [String: ScheduledRecording?] = [:], pictureDirectory: String? = nil, pictureCacheBytes: Int64 = 64 << 20) {
         self.access = access
         let spectrograms = Spectrograms()
         self.spectrograms = spectrograms
-        pictures = Pictures(directory: pictureDirectory, spectrograms: spectrograms)
+        pictures = Pictures(directory: pictureDirectory, limit: pictureCacheBytes, spectrograms: spectrograms)
         self.sourceSchedules = sourceSchedules
         self.rtsp = rtsp
         self.socketPath = socketPath
@@ -421,20 +421,7 @@ final class Spectrograms: Sendable {
         }
         let key = "\(path)|\(status.st_size)|\(status.st_mtim.tv_sec).\(status.st_mtim.tv_nsec)|\(columns)"
         if let kept = cache.withLockedValue({ $0[key] }) { return kept }
-        let result: Result<FileSpectrogram, RecorderError> = await withCheckedContinuation { continuation in
-            let computing = computing
-            DedicatedThread.spawn(name: "recd-web-spectrogram") {
-                // Niced: a long file's decoding takes no core from recd's capture and disk threads.
-                _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)  // 0: this thread (Linux: nice is per thread)
-                computing.withLock {
-                    do throws(RecorderError) {
-                        continuation.resume(returning: .success(try FileSpectrogram.compute(path: path, columns: columns)))
-                    } catch {
-                        continuation.resume(returning: .failure(error))
-                    }
-                }
-            }
-        }
+        let result = await render { () throws(RecorderError) in try FileSpectrogram.compute(path: path, columns: columns) }
         switch result {
         case .success(let spectrogram):
             cache.withLockedValue { cache in
@@ -444,6 +431,18 @@ final class Spectrograms: Sendable {
             return spectrogram
         case .failure(let error):
             throw HTTPError(.unprocessableContent, message: error.message)
+        }
+    }
+
+    /// Runs `body` on a thread of its own, niced, one at a time with every other spectrogram
+    /// and picture: a long file's decoding takes no core from recd's capture and disk threads.
+    func render<T: Sendable>(_ body: @escaping @Sendable () throws(RecorderError) -> T) async -> Result<T, RecorderError> {
+        await withCheckedContinuation { continuation in
+            let computing = computing
+            DedicatedThread.spawn(name: "recd-web-spectrogram") {
+                _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)  // 0: this thread (Linux: nice is per thread)
+                computing.withLock { continuation.resume(returning: Result { () throws(RecorderError) in try body() }) }
+            }
         }
     }
 }

@@ -37,7 +37,7 @@ struct WebTests {
         var log: String { (try? String(contentsOfFile: directory.file("web.log"), encoding: .utf8)) ?? "" }
 
         init(daemon: Daemon, web: String = "", schedule: String = "", tokens: String? = WebTests.tokens, tokensMode: mode_t = 0o600,
-             environment: [String: String] = [:], unixSocket: String? = nil, wait: Bool = true) throws {
+             environment: [String: String] = [:], unixSocket: String? = nil, wait: Bool = true, arguments: [String] = []) throws {
             try "\(schedule)\n[web]\naddress = \"127.0.0.1\"\n\(web)\n".write(toFile: directory.file("recd.toml"), atomically: true, encoding: .utf8)
             if let tokens {
                 try tokens.write(toFile: directory.file("tokens"), atomically: true, encoding: .utf8)
@@ -46,7 +46,7 @@ struct WebTests {
             process = try ChildProcess(Binaries.directory + "/recd-web",
                                        ["--user", "--config", directory.file("recd.toml"), "--socket", daemon.socket,
                                         "--recordings-dir", daemon.recordings, "--tokens-file", directory.file("tokens"),
-                                        "--cache-dir", directory.file("pictures")]
+                                        "--cache-dir", directory.file("pictures")] + arguments
                                        + (unixSocket.map { ["--unix-socket", $0] } ?? ["--port", "0"]),
                                        environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
                                        output: directory.file("web.log"))
@@ -78,6 +78,18 @@ struct WebTests {
         }
 
         /// curl's answer: the status and the body (`headers`: the headers first).
+        /// A recording's picture: the status, the headers, where the PNG is, and its `Recd-Picture`.
+        func picture(_ file: String, _ query: String, _ arguments: [String]) throws -> (status: Int, headers: String, path: String, info: [String: Any]?) {
+            let png = directory.file("picture-\(UUID().uuidString).png"), headers = directory.file("picture-headers")
+            let result = try run("/usr/bin/curl", ["-s", "--max-time", "120", "-D", headers, "-o", png, "-w", "%{http_code}"]
+                                 + arguments + [url + "/api/picture/" + file + query], timeout: 150)
+            let text = (try? String(contentsOfFile: headers, encoding: .utf8)) ?? ""
+            let json = text.split(separator: "\r\n").first { $0.lowercased().hasPrefix("recd-picture:") }
+                .map { String($0.dropFirst("recd-picture:".count)).trimmingCharacters(in: .whitespaces) }
+            let info = json.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            return (Int(result.stdout) ?? 0, text, png, info)
+        }
+
         func curl(_ path: String, _ arguments: [String] = [], headers: Bool = false) throws -> (status: Int, body: String) {
             let body = directory.file("body")
             unlink(body)
@@ -268,6 +280,84 @@ struct WebTests {
         #expect(try web.curl("/api/spectrogram/\(files[0])", Self.bearer(Self.observeToken)).status == 403)
         #expect(try web.curl("/api/spectrogram/\(files[0])?columns=0", Self.bearer(Self.listenToken)).status == 400)
         #expect(try web.curl("/api/spectrogram/nothing.flac", Self.bearer(Self.listenToken)).status == 404)
+
+        // Each file's picture (issue 54): a PNG ffprobe reads, of the size its header says, and
+        // the file's peak as ffmpeg measures it (volumedetect; the lossy codecs within 1 dB).
+        for file in files {
+            let picture = try web.picture(file, "?width=100", Self.bearer(Self.listenToken))
+            guard picture.status == 200, let info = picture.info, let peak = info["peak"] as? Double,
+                  let width = info["width"] as? Int, let height = info["height"] as? Int else {
+                Issue.record("\(file): \(picture.status) \(picture.headers)")
+                continue
+            }
+            #expect(picture.headers.lowercased().contains("content-type: image/png"), "\(file): \(picture.headers)")
+            let probe = try run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "stream=width,height", "-of", "csv=p=0", picture.path])
+            #expect(probe.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(width),\(height)", "\(file): \(probe.stdout)")
+            let detected = try run("/usr/bin/ffmpeg", ["-v", "info", "-i", daemon.recordings + "/" + file, "-af", "volumedetect", "-f", "null", "-"])
+            let maximum = detected.stderr.components(separatedBy: "max_volume: ").dropFirst().first
+                .flatMap { Double($0.components(separatedBy: " dB")[0]) }
+            let lossy = [".opus", ".ogg", ".mp3", ".m4a"].contains { file.hasSuffix($0) }
+            #expect(maximum.map { abs($0 - peak) <= (lossy ? 1 : 0.15) } == true, "\(file): peak \(peak), ffmpeg \(String(describing: maximum))")
+        }
+        #expect(try web.picture(files[0], "", Self.bearer(Self.observeToken)).status == 403)
+        for query in ["?width=99", "?width=2001", "?width=x", "?range=999", "?range=linear", "?range=96001"] {
+            let refused = try web.curl("/api/picture/\(files[0])\(query)", Self.bearer(Self.listenToken))
+            #expect(refused.status == 400 && refused.body.contains("must be"), "\(query): \(refused)")
+        }
+        #expect(try web.curl("/api/picture/nothing.flac", Self.bearer(Self.listenToken)).status == 404)
+    }
+
+    /// Pictures are rendered once and kept (a request for the same file and size is served from
+    /// the cache directory, the same file), rendered again when the recording changes, and the
+    /// directory never holds more than its limit (--cache-size 1: 1 MiB).
+    @Test func picturesAreRenderedOnceAndKeptWithinTheirBound() throws {
+        let server = try PulseServer()
+        let daemon = try Daemon(device: TestDevices.paced(server))
+        let web = try WebServer(daemon: daemon, arguments: ["--cache-size", "1"])
+        // 20 s of pink noise: a picture of many different pixels, tens of KiB as a PNG.
+        let file = "noise.flac"
+        let made = try run("/usr/bin/sox", ["-n", "-r", "48000", "-c", "1", "-b", "16", daemon.recordings + "/" + file, "synth", "20", "pinknoise"])
+        try #require(made.status == 0, "\(made.stderr)")
+        let cache = web.directory.file("pictures")
+        func pictures() -> [String: ino_t] {
+            var found: [String: ino_t] = [:]
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: cache)) ?? [] where name.hasSuffix(".png") && !name.hasPrefix(".") {
+                var status = stat()
+                if stat(cache + "/" + name, &status) == 0 { found[name] = status.st_ino }
+            }
+            return found
+        }
+        func bytes() -> Int64 {
+            ((try? FileManager.default.contentsOfDirectory(atPath: cache)) ?? []).reduce(0) { total, name in
+                var status = stat()
+                return total + (stat(cache + "/" + name, &status) == 0 ? Int64(status.st_size) : 0)
+            }
+        }
+        let first = try web.picture(file, "?width=800", Self.bearer(Self.listenToken))
+        try #require(first.status == 200, "\(first.headers)")
+        let kept = pictures()
+        #expect(kept.count == 1, "\(kept)")
+        // Again: the same picture, from the same file of the cache.
+        let again = try web.picture(file, "?width=800", Self.bearer(Self.listenToken))
+        #expect(again.status == 200 && (try? Data(contentsOf: URL(fileURLWithPath: again.path))) == (try? Data(contentsOf: URL(fileURLWithPath: first.path))))
+        #expect(pictures() == kept, "rendered again: \(pictures()) after \(kept)")
+        // The recording rewritten (a re-dating, a repair): a picture of its own.
+        var times = [timespec(tv_sec: 1_700_000_000, tv_nsec: 0), timespec(tv_sec: 1_700_000_000, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, daemon.recordings + "/" + file, &times, 0) == 0)
+        _ = try web.picture(file, "?width=800", Self.bearer(Self.listenToken))
+        #expect(pictures().count == 2, "\(pictures())")
+        // Many sizes: the directory stays within 1 MiB, the newest kept.
+        var sizes: [Int64] = []
+        for width in stride(from: 1000, through: 2000, by: 50) {
+            let answer = try web.picture(file, "?width=\(width)&range=full", Self.bearer(Self.listenToken))
+            #expect(answer.status == 200, "width \(width): \(answer.headers)")
+            sizes.append(bytes())
+        }
+        #expect(sizes.allSatisfy { $0 <= 1 << 20 }, "the cache directory held \(sizes.max() ?? 0) bytes")
+        #expect(sizes.max() ?? 0 > 3 << 18, "the pictures never came near the limit: \(sizes)")
+        let newest = pictures()
+        _ = try web.picture(file, "?width=2000&range=full", Self.bearer(Self.listenToken))
+        #expect(pictures() == newest, "the newest picture was not kept")
     }
 
     /// The day's timeline: sunrise, sunset, dawn and dusk where [schedule] says the station is

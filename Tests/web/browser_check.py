@@ -344,6 +344,10 @@ def main():
         # Listen: the meter follows the tone (-12 dBFS peak, -15 dBFS RMS per channel).
         driver.find_element(By.CSS_SELECTOR, "#controls button[data-method=listen]").click()
         wait_for(driver, "recdPage.state.name === 'listening'", 10, "listening after the Listen button")
+        # The tab says it: the station's name and the state in the title, a favicon of its own.
+        listening_tab, _ = wait_for(driver, "document.title.includes('listening') && recdPage.station && "
+                                    "document.title.startsWith(recdPage.station) && [document.title, document.getElementById('favicon').href]",
+                                    10, "the tab's title while listening")
         levels, _ = wait_for(driver, "recdPage.levels && recdPage.levels.channels.length === 2 && "
                              "recdPage.levels.channels.every(c => c.peak > -30) && recdPage.levels", 10, "the tone on the meter")
         RESULT["levels"] = levels["channels"]
@@ -442,6 +446,11 @@ def main():
         driver.find_element(By.CSS_SELECTOR, "#controls button[data-params]").click()
         wait_for(driver, "recdPage.state.name === 'recording' && recdPage.trigger && recdPage.trigger.floor !== undefined", 15,
                  "armed, with its floor")
+        recording_tab, _ = wait_for(driver, "document.title.includes('recording') && [document.title, document.getElementById('favicon').href]",
+                                    10, "the tab's title while recording")
+        RESULT["tab"] = [listening_tab[0], recording_tab[0]]
+        if not recording_tab[1].startswith("data:image/png") or recording_tab[1] == listening_tab[1]:
+            fail("the favicon is the same while recording as while listening")
         known = run_script(driver, "return Array.from(document.querySelectorAll('#timeline rect[data-file]')).map(r => r.dataset.file)")
         # When a new file's rectangle appears, by the page's clock (a MutationObserver, run in
         # the same task as the drawing): where its entry came from (the closing's has no
@@ -588,6 +597,10 @@ def main():
             finally:
                 dark_driver.quit()
         RESULT["themes"] = {"light": light, "dark": dark}
+        for size in ["phone", "desktop"]:
+            shot = lambda theme: open(os.path.join(shots, f"{arguments.browser}-{size}-{theme}.png"), "rb").read()
+            if shot("light") == shot("dark"):
+                fail(f"the {size}'s dark screenshot is the light one")
         if light["background"] == dark["background"]:
             fail(f"the dark theme has the light one's background {light['background']}")
         RESULT["errors"] = run_script(driver, "return recdPage.errors")

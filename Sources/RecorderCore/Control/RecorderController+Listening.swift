@@ -310,6 +310,8 @@ extension RecorderController {
             scheduleListeningRetry(error: wait?.error ?? RecorderError(.deviceLost, "the capture device is not open"),
                                    since: wait?.since ?? Date(), attempts: wait?.attempts ?? 0)
         }
+        // After the recording's end: listening again.
+        listeningChanged()
     }
 
     /// Closes the device when neither a recording nor listening needs it.

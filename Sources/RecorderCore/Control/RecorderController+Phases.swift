@@ -200,14 +200,13 @@ extension RecorderController {
     }
 
     /// The recording ended (`recording` nil: a start failed before one existed). While
-    /// listening, the end is published and listening follows.
+    /// listening, listening follows (`listeningChanged`, once listening's own wait is armed).
     func enterEnded(_ recording: Recording?, failure: RecorderError?) {
         if let failure {
             enter(.failed(recording, failure))
         } else if let recording {
             enter(.finished(recording))
         }
-        if state.listenPlan != nil { enter(.idle) }
     }
 
     /// No recording any more, nothing to show of one (cancelled, discarded, a scheduled start

@@ -492,8 +492,12 @@ extension RecorderController {
         logger.error(endsRecording ? "recording could not begin" : "listening could not begin",
                      metadata: ["error.code": "\(failure.code.rawValue)", "error.message": "\(failure.message)"])
         published.error.send(failure)
-        // Listening goes on: the device it holds stays open.
-        if endsRecording { enterEnded(nil, failure: failure) }
+        // A recording under way (a start refused beside it) goes on; a start scheduled for
+        // later is what failed. Listening goes on: the device it holds stays open.
+        guard endsRecording else { return failure }
+        if case .scheduled = state.phase {} else if state.isActive { return failure }
+        enterEnded(nil, failure: failure)
+        listeningChanged()
         return failure
     }
 

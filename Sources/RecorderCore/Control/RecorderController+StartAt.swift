@@ -64,7 +64,10 @@ extension RecorderController {
                                  unattended: true, id: start.id)
         } catch {
             if published.error.value?.message != error.message { _ = fail(error) }
-            if case .scheduled = state.phase { enterEnded(nil, failure: error) }
+            if case .scheduled = state.phase {
+                enterEnded(nil, failure: error)
+                listeningChanged()
+            }
         }
     }
 

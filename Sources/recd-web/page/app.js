@@ -371,12 +371,13 @@ function drawMeters() {
 // −20 dBFS white. The columns are kept, so that a change of range redraws what is on screen.
 
 const spectrumRanges = { full: null, '12000': 12000, log: 'log' };
-const spectrum = { columns: [], range: localStorage.getItem('recd.spectrumRange') || '12000' };
-if (!(spectrum.range in spectrumRanges)) spectrum.range = '12000';
+// The browser may refuse storage (cookies off): the range is then the first, every time.
+const stored = (() => { try { return localStorage.getItem('recd.spectrumRange'); } catch (_) { return null; } })();
+const spectrum = { columns: [], range: stored in spectrumRanges ? stored : '12000' };
 $('spectrum-range').value = spectrum.range;
 $('spectrum-range').addEventListener('change', () => {
   spectrum.range = $('spectrum-range').value;
-  localStorage.setItem('recd.spectrumRange', spectrum.range);
+  try { localStorage.setItem('recd.spectrumRange', spectrum.range); } catch (_) { /* not kept */ }
   redrawSpectrogram();
 });
 
@@ -605,6 +606,7 @@ async function loadDay() {
                                                    api(withSource('/api/recordings')), api(withSource('/api/status'))]);
     showClock(status.result.clock);
     if (followToday) $('date').value = day.day;
+    if (page.day && page.day.day !== day.day) forgetPictures();
     page.day = day;
     page.recordings = list.result.recordings.filter((file) => {
       const start = fileStart(file);
@@ -654,13 +656,17 @@ $('timeline').addEventListener('click', (event) => {
   if (zoomHour !== null) return zoom(null);
   const box = $('timeline').getBoundingClientRect();
   const fraction = (event.clientX - box.left) / box.width;
-  zoom(Math.max(0, Math.min(23, Math.floor(fraction * (page.day.end - page.day.start) / 3600))));
+  // A day of 23 or 25 hours (the clocks change) has 23 or 25 to tap.
+  const hours = Math.round((page.day.end - page.day.start) / 3600);
+  zoom(Math.max(0, Math.min(hours - 1, Math.floor(fraction * (page.day.end - page.day.start) / 3600))));
 });
 $('timeline').addEventListener('keydown', (event) => {
   if (!page.day) return;
   const hours = Math.round((page.day.end - page.day.start) / 3600);
   if (event.key === 'Escape') zoom(null);
-  else if (event.key === 'Enter' || event.key === ' ') zoom(zoomHour === null ? new Date().getHours() % hours : null);
+  else if (event.key === 'Enter' || event.key === ' ') {
+    zoom(zoomHour === null ? Math.max(0, Math.min(hours - 1, Math.floor((Date.now() / 1000 - page.day.start) / 3600))) : null);
+  }
   else if (event.key === 'ArrowRight' && zoomHour !== null) zoom(Math.min(hours - 1, zoomHour + 1));
   else if (event.key === 'ArrowLeft' && zoomHour !== null) zoom(Math.max(0, zoomHour - 1));
   else return;
@@ -743,7 +749,12 @@ function drawDay(day, files) {
   $('sun').textContent = day.sunrise && day.sunset
     ? `sunrise ${clock(day.sunrise)} · sunset ${clock(day.sunset)}` + (day.dawn ? ` · civil twilight from ${clock(day.dawn)} to ${clock(day.dusk)}` : '') : '';
   drawList(files);
-  if (page.roles.includes('listen')) for (const file of files) if (isEvent(file)) loadPicture(file).catch(() => {});
+  // The events' peaks size their marks: the pictures of those in view, the newest 48 at most
+  // (a busy day has hundreds; recd-web renders one at a time).
+  if (page.roles.includes('listen')) {
+    const shown = files.filter((file) => isEvent(file) && fileStart(file) < viewEnd && fileStart(file) + file.duration > viewStart);
+    for (const file of shown.slice(-48)) if (!(file.file in page.peaks)) loadPicture(file).catch(() => {});
+  }
 }
 
 // The recordings of the day, newest first: each with its time, length, peak and format, its
@@ -827,7 +838,8 @@ function loadPicture(file) {
     pictures.set(url, (async () => {
       const response = await fetch(url, { credentials: 'same-origin' });
       if (!response.ok) throw new Error(await response.text());
-      const info = JSON.parse(response.headers.get('Recd-Picture'));
+      const info = JSON.parse(response.headers.get('Recd-Picture') || 'null');
+      if (!info) throw new Error('recd-web said nothing of the picture');
       const picture = { url: URL.createObjectURL(await response.blob()), info };
       page.pictures[file.file] = info;
       if (page.peaks[file.file] !== info.peak) {
@@ -838,8 +850,17 @@ function loadPicture(file) {
       }
       return picture;
     })());
+    // A failure is asked again next time (recd-web was restarting, the file was being renamed).
+    pictures.get(url).catch(() => pictures.delete(url));
   }
   return pictures.get(url);
+}
+
+// Another day: the pictures of the one before are let go (a page stays open for days).
+function forgetPictures() {
+  for (const promise of pictures.values()) promise.then((picture) => URL.revokeObjectURL(picture.url)).catch(() => {});
+  pictures.clear();
+  $('recordings').replaceChildren();  // its images were those URLs
 }
 
 function showPeak(item, name) {
