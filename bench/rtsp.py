@@ -26,8 +26,9 @@ from lib import Recd, cpu_clock, save, terminate
 bindir, workdir, device, seconds, out = sys.argv[1:6]
 seconds = float(seconds)
 env = dict(os.environ)
-CLIENTS = [0, 1, 8]
-CODECS = ["l16", "opus"]
+# BENCH_RTSP_CLIENTS and BENCH_RTSP_CODECS narrow a long run to the cases in question.
+CLIENTS = [int(count) for count in os.environ.get("BENCH_RTSP_CLIENTS", "0 1 8").split()]
+CODECS = os.environ.get("BENCH_RTSP_CODECS", "l16 opus").split()
 OPUS_BITRATE = 64000
 
 
@@ -54,6 +55,20 @@ class Player(threading.Thread):
         self.join(5)
 
 
+def switches(pid):
+    """Context switches of every thread of `pid` so far (voluntary: it waited and was woken;
+    involuntary: preempted): what waking a thread per chunk costs shows here, where CPU time on
+    a 2-core VM moves by a percent of a core between runs."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as status:
+                total += sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
+        except OSError:
+            pass  # a thread that ended
+    return total
+
+
 def measure(pids, url, clients, transport="tcp"):
     """The servers' CPU (percent of one core) over `seconds` with `clients` players, and the
     players' received rate (bytes of decoded PCM per second, 192000 expected)."""
@@ -64,16 +79,19 @@ def measure(pids, url, clients, transport="tcp"):
     time.sleep(2)  # steady: encoders and queues warmed up
     received = [player.bytes for player in players]
     before = {name: cpu_clock(pid) for name, pid in pids.items()}
+    switched = {name: switches(pid) for name, pid in pids.items()}
     started = time.monotonic()
     time.sleep(seconds)
     wall = time.monotonic() - started
     cpu = {name: (cpu_clock(pid) - before[name]) / wall * 100 for name, pid in pids.items()}
+    wakeups = {name: (switches(pid) - switched[name]) / wall for name, pid in pids.items()}
     rates = [(player.bytes - before_bytes) / wall for player, before_bytes in zip(players, received)]
     for player in players:
         player.stop()
     if rates and min(rates) < 192000 * 0.9:
         raise RuntimeError(f"a player of {url} got {min(rates):.0f} bytes/s of 192000: the figures would be a server that serves nothing")
     return {"clients": clients, "cpu_percent": cpu, "total_percent": sum(cpu.values()),
+            "switches_per_s": wakeups, "total_switches_per_s": sum(wakeups.values()),
             "player_bytes_per_s": {"min": min(rates), "max": max(rates)} if rates else None}
 
 

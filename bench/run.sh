@@ -22,7 +22,8 @@
 # BENCH_STEPS (which steps, of: capture aac control memory start listening tap trigger fanout web sdcard replug rtsp sources pictures profile; default all).
 # BENCH_PICTURES_REPS (3): runs per file in the pictures step.
 # BENCH_SOURCES_SECONDS (60): each case's window in the sources step (one recd of 1, 2 and 4 sources; 2 and 4 recds of one).
-# BENCH_RTSP_SECONDS (60): each case's window in the RTSP step (12 cases: recd + recd-rtsp and VLC, L16 and Opus, 0, 1 and 8 players).
+# BENCH_RTSP_SECONDS (60): each case's window in the RTSP step (12 cases: recd + recd-rtsp and VLC, L16 and Opus, 0, 1 and 8 players);
+# BENCH_RTSP_CODECS ("l16 opus") and BENCH_RTSP_CLIENTS ("0 1 8") narrow it.
 # BENCH_REPLUG_ROUNDS (20): replugs per mode in the replug step (it runs the end-to-end test
 # binary, RECD_TEST_XCTEST, against the release binaries).
 # BENCH_TAP_SECONDS (120): each window of the taps step.
