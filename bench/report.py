@@ -287,9 +287,22 @@ if tap:
 
 if rtsp:
     def rtsp_case(server, codec, clients):
-        return next(c for c in rtsp["cases"] if c["server"].startswith(server) and c["codec"] == codec and c["clients"] == clients)
+        return next((c for c in rtsp["cases"] if c["server"].startswith(server) and c["codec"] == codec and c["clients"] == clients), None)
 
     for letter, codec, label in (("a", "l16", "L16 (48 kHz stereo)"), ("b", "opus", f"Opus {rtsp['opus_bitrate'] // 1000} kbit/s")):
+        if any(rtsp_case(server, codec, n) is None for server in ("recd", "VLC") for n in (1, 8)):
+            continue  # a run narrowed by BENCH_RTSP_CODECS
+        if rtsp_case("recd", codec, 0) is None:
+            # A run narrowed by BENCH_RTSP_CLIENTS: the players' cases only.
+            ours = [rtsp_case("recd", codec, n)["total_percent"] for n in (1, 8)]
+            vlc = [rtsp_case("VLC", codec, n)["total_percent"] for n in (1, 8)]
+            wakeups = [rtsp_case(server, codec, n).get("total_switches_per_s") for server in ("recd", "VLC") for n in (1, 8)]
+            targets.append((f"13{letter}", f"CPU serving the input as RTSP {label}, % of one core with 1 / 8 players: recd + recd-rtsp "
+                            "against VLC's RTSP server", "≤ VLC", " / ".join(f"{num(x, 2)} %" for x in ours),
+                            f"VLC {' / '.join(f'{num(x, 2)} %' for x in vlc)}; context switches per s "
+                            + (" / ".join(num(w, 0) for w in wakeups) if None not in wakeups else "–"),
+                            ratio(ours[1] / vlc[1]) if vlc[1] else "–", all(o <= v for o, v in zip(ours, vlc))))
+            continue
         ours = [rtsp_case("recd", codec, n)["total_percent"] for n in (0, 1, 8)]
         vlc = [rtsp_case("VLC", codec, n)["total_percent"] for n in (0, 1, 8)]
         # Listening alone costs recd something with no player: "~0" is recd-rtsp's share.
