@@ -172,17 +172,8 @@ struct WebSite: Sendable {
         let spectrograms = spectrograms
         router.get("/api/spectrogram/**") { request, context in
             try access.require(.listen, request)
-            let path = context.parameters.getCatchAll().joined(separator: "/")
-            guard let file = Self.recordingPath(path, in: recordingsDirectory) else {
-                throw HTTPError(.notFound, message: "not a recording: \(path)")
-            }
-            var columns = 600
-            if let text = request.uri.queryParameters.get("columns") {
-                guard let value = Int(text), (1...4000).contains(value) else {
-                    throw HTTPError(.badRequest, message: "'columns' must be between 1 and 4000, not \(text)")
-                }
-                columns = value
-            }
+            let file = try Self.recording(context, in: recordingsDirectory)
+            let columns = try Self.number("columns", of: request, in: 1...4000) ?? 600
             return try Self.json(try await spectrograms.spectrogram(of: file, columns: columns))
         }
         // The picture of a recording (Pictures): `range` full, log or a frequency up to which
@@ -190,21 +181,12 @@ struct WebSite: Sendable {
         let pictures = pictures
         router.get("/api/picture/**") { request, context in
             try access.require(.listen, request)
-            let path = context.parameters.getCatchAll().joined(separator: "/")
-            guard let file = Self.recordingPath(path, in: recordingsDirectory) else {
-                throw HTTPError(.notFound, message: "not a recording: \(path)")
-            }
+            let file = try Self.recording(context, in: recordingsDirectory)
             let rangeText = request.uri.queryParameters.get("range") ?? "12000"
             guard let range = SpectrogramPicture.Range(String(rangeText)) else {
                 throw HTTPError(.badRequest, message: "'range' must be full, log or a frequency from 1000 to 96000 Hz, not \(rangeText)")
             }
-            var width = 800
-            if let text = request.uri.queryParameters.get("width") {
-                guard let value = Int(text), (100...2000).contains(value) else {
-                    throw HTTPError(.badRequest, message: "'width' must be between 100 and 2000, not \(text)")
-                }
-                width = value
-            }
+            let width = try Self.number("width", of: request, in: 100...2000) ?? 800
             let picture = try await pictures.picture(of: file, range: range, width: width)
             let info = String(decoding: try JSONEncoder().encode(picture.info), as: UTF8.self)
             return Response(status: .ok, headers: [.contentType: "image/png", HTTPField.Name("Recd-Picture")!: info,
@@ -242,11 +224,7 @@ struct WebSite: Sendable {
             }
         })
         router.ws("/api/audio", shouldUpgrade: { request, _ in
-            if let rate = request.uri.queryParameters.get("rate") {
-                guard let value = Int(rate), (8000...192_000).contains(value) else {
-                    throw HTTPError(.badRequest, message: "'rate' must be between 8000 and 192000 Hz, not \(rate)")
-                }
-            }
+            _ = try Self.number("rate", of: request, in: 8000...192_000, unit: " Hz")
             return .upgrade([:])
         }, onUpgrade: { inbound, outbound, context in
             guard try await Self.admit(.listen, context.request, access: access, viewers: viewers, outbound) else { return }
@@ -316,6 +294,22 @@ struct WebSite: Sendable {
 
     /// A finished recording's path below the recordings directory: one of recd's formats, no
     /// .part file being written, nothing hidden, no way out of the directory.
+    /// The recording a `/…/**` route names, or 404.
+    static func recording(_ context: some RequestContext, in directory: String) throws -> String {
+        let path = context.parameters.getCatchAll().joined(separator: "/")
+        guard let file = recordingPath(path, in: directory) else { throw HTTPError(.notFound, message: "not a recording: \(path)") }
+        return file
+    }
+
+    /// A whole-number query parameter within `range` (nil when absent), or 400 saying the rule.
+    static func number(_ name: String, of request: Request, in range: ClosedRange<Int>, unit: String = "") throws -> Int? {
+        guard let text = request.uri.queryParameters.get(name) else { return nil }
+        guard let value = Int(text), range.contains(value) else {
+            throw HTTPError(.badRequest, message: "'\(name)' must be between \(range.lowerBound) and \(range.upperBound)\(unit), not \(text)")
+        }
+        return value
+    }
+
     static func recordingPath(_ path: String, in directory: String) -> String? {
         let suffix = path.split(separator: ".").last.map(String.init) ?? ""
         let parts = path.split(separator: "/")
