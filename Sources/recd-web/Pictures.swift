@@ -90,6 +90,8 @@ final class Pictures: Sendable {
     /// Deletes the pictures used longest ago until the directory holds three quarters of the limit.
     private func trim(_ directory: String) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        // When each was last used, to the nanosecond: pictures rendered within one second (a
+        // day's list on a fast machine) are still told apart, and the newest stays.
         var pictures: [(key: String, used: Int, bytes: Int64)] = []
         var total: Int64 = 0
         let now = time(nil)
@@ -104,7 +106,7 @@ final class Pictures: Sendable {
             let key = String(name.dropLast(4))
             var info = stat()
             let infoBytes = stat("\(directory)/\(key).json", &info) == 0 ? Int64(info.st_size) : 0
-            pictures.append((key, status.st_mtim.tv_sec, Int64(status.st_size) + infoBytes))
+            pictures.append((key, status.st_mtim.tv_sec * 1_000_000_000 + status.st_mtim.tv_nsec, Int64(status.st_size) + infoBytes))
             total += Int64(status.st_size) + infoBytes
         }
         guard total > limit else { return }
