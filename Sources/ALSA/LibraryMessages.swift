@@ -16,8 +16,13 @@ enum LibraryMessages {
 
     static func record(_ message: String) {
         let slot = slot()
-        // The first message says what went wrong; later ones are its consequences.
-        if slot.message == nil { slot.message = message }
+        // The first message says what went wrong; later ones are its consequences. Some end
+        // with a newline of their own (the pulse plugin's "Connection refused\n").
+        if slot.message == nil {
+            var message = Substring(message)
+            while let last = message.last, last.isNewline || last == " " { message.removeLast() }
+            slot.message = String(message)
+        }
     }
 
     /// One per thread: libasound reports on the thread whose call failed.

@@ -115,6 +115,13 @@ struct UnattendedTests {
         // The error is the loss, then (from the first retry on) why the device will not open.
         #expect(text.range(of: #"waiting  (deviceLost|deviceNotFound): "#, options: .regularExpression) != nil, "\(text)")
         #expect(text.range(of: #"retry in \d+\.\d s \(attempt \d+\)"#, options: .regularExpression) != nil, "\(text)")
+        // From the first retry on, libasound's own reason ("Connection refused"), trimmed: the
+        // pulse plugin ends it with a newline, which once broke recctl's line in two.
+        let refused = try #require(waitForStatus(daemon) { $0.state.deviceWait?.error.code == .deviceNotFound })
+        let reason = try #require(refused.state.deviceWait?.error.message)
+        #expect(reason.contains("Connection refused") && !reason.contains("\n"), "\(reason)")
+        let refusedText = try recctl(daemon, "status").stdout
+        #expect(!refusedText.contains("\n)"), "\(refusedText)")
 
         Thread.sleep(forTimeInterval: 3)  // the server stays away 3 s: the scenario, not a wait
         try server.restart()
