@@ -259,6 +259,18 @@ systemctl is-active --quiet recd-web-proxy.service || fail "recd-web-proxy.servi
 systemctl is-active --quiet recd-web.service || fail "recd-web.service is not active after a connection"
 metrics=$(curl -fsS --max-time 30 http://127.0.0.1:8090/metrics) || fail "/metrics did not answer"
 grep -q '^recd_' <<<"$metrics" || fail "/metrics has no recd_ series: ${metrics:0:300}"
+# A picture of the 2 s take, rendered by recd-web under its sandbox and kept in its
+# CacheDirectory= (/var/cache/recd-web): the second request is the cached file.
+listen_token=$(awk '$1 == "listen" { print $2 }' /etc/recd/web-tokens)
+picture_headers=$(curl -fsS --max-time 60 -D - -o /tmp/boot-take.png -H "Authorization: Bearer $listen_token" \
+    "http://127.0.0.1:8090/api/picture/boot-take.wav?width=400") || fail "no picture of boot-take.wav"
+[[ $(head -c 8 /tmp/boot-take.png | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || fail "the picture is not a PNG"
+grep -qi '^recd-picture:' <<<"$picture_headers" || fail "the picture has no Recd-Picture header: $picture_headers"
+cached=$(find /var/cache/recd-web -type f -name '*.png' | wc -l)
+((cached >= 1)) || fail "no picture in /var/cache/recd-web: $(ls -laR /var/cache/recd-web 2>&1 | head -20)"
+curl -fsS --max-time 30 -o /tmp/boot-take-again.png -H "Authorization: Bearer $listen_token" \
+    "http://127.0.0.1:8090/api/picture/boot-take.wav?width=400" || fail "the second request for the picture failed"
+cmp -s /tmp/boot-take.png /tmp/boot-take-again.png || fail "the second picture differs from the first"
 wait_until 60 "recd-web-proxy and recd-web stopped when idle" sh -c \
     '[ "$(systemctl is-active recd-web-proxy.service)" = inactive ] && [ "$(systemctl is-active recd-web.service)" = inactive ]'
 systemctl is-active --quiet recd-web.socket || fail "recd-web.socket stopped with them"
@@ -269,7 +281,7 @@ if [[ $nice_limit == 24 ]]; then
 else
     [[ -z $(sort <<<"$web_dispatch" | uniq -d) ]] || fail "libdispatch's line more than once in one recd-web: $(sort <<<"$web_dispatch" | uniq -c)"
 fi
-pass "page and /metrics through recd-web.socket ($(grep -c '^recd_' <<<"$metrics") recd_ lines); proxy and recd-web stopped by themselves when idle"
+pass "page, /metrics ($(grep -c '^recd_' <<<"$metrics") recd_ lines) and a picture of boot-take.wav ($(stat -c %s /tmp/boot-take.png) bytes, $cached in /var/cache/recd-web) through recd-web.socket; proxy and recd-web stopped by themselves when idle"
 
 # --- recd-rtsp.socket: on demand, playing with a listen token, and gone when idle -------------
 check rtsp

@@ -87,18 +87,24 @@ tar -C "$root" -xf "$base"
 #     (binfmt's O flag: "Error while loading /proc/self/fd/8"). So: trixie's qemu-user (static,
 #     from the Debian archive, cached), registered for the test's time only, under a name of its
 #     own with flags POF; a newer entry takes precedence over the distribution's, and goes at exit.
-#   - seccomp filters are built for the guest's architecture, but the kernel applies them to the
-#     emulator's own x86-64 system calls, and MemoryDenyWriteExecute forbids the emulator's
-#     translated code: every unit with a seccomp-based setting is killed. A drop-in for every
-#     service lifts those settings (systemd.exec(5): each one that installs a seccomp filter).
-#     The sandbox itself is checked by the native boots (amd64); the exposure comparison below
-#     is skipped here.
+#   - The sandbox cannot be set up under emulation. seccomp filters are built for the guest's
+#     architecture, but the kernel applies them to the emulator's own x86-64 system calls, and
+#     MemoryDenyWriteExecute forbids the emulator's translated code: every unit with a seccomp-
+#     based setting is killed (journald too). Past those, credentials (243/CREDENTIALS, journald
+#     and getty), mount namespaces (226/NAMESPACE, logind) and PrivateNetwork (225/NETWORK, recd)
+#     fail in the executor's mounts on /proc/self/fd/N (EINVAL under qemu). A drop-in for every
+#     service lifts all of these, so the emulated boot checks the package with its arm64
+#     binaries under systemd (activation, notify, reload, watchdog, restart, power-off, the
+#     journal) without the sandbox. The sandbox itself is checked by the native boots (amd64);
+#     the exposure comparison below is skipped here.
 emulated=
 if [[ $arch != "$(dpkg --print-architecture)" ]]; then
     emulated=1
     cpu=$(dpkg-architecture -a "$arch" -qDEB_HOST_GNU_CPU 2>/dev/null)
     emulator=$cache/qemu-user-trixie/usr/bin/qemu-$cpu
-    if [[ ! -x $emulator ]] || [[ -n $(find "$emulator" -mtime +30) ]]; then
+    # Fetched again when a month old (.complete's time: the files keep the package's own).
+    if [[ ! -x $emulator || ! -e $cache/qemu-user-trixie/.complete ]] ||
+        [[ -n $(find "$cache/qemu-user-trixie/.complete" -mtime +30) ]]; then
         step "trixie's qemu-user for $cpu (Debian 12's cannot run systemd 257 as PID 1)"
         downloads=$(mktemp -d)
         printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main\n' >"$downloads/sources.list"
@@ -112,6 +118,7 @@ if [[ $arch != "$(dpkg --print-architecture)" ]]; then
         dpkg-deb -x "$downloads"/qemu-user_*.deb "$cache/qemu-user-trixie"
         rm -rf "$downloads"
         [[ -x $emulator ]] || fail "trixie's qemu-user has no $emulator"
+        touch "$cache/qemu-user-trixie/.complete"
     fi
     distro_entry=/proc/sys/fs/binfmt_misc/qemu-$cpu
     [[ -r $distro_entry ]] || fail "no binfmt_misc entry qemu-$cpu (make deps-deb, CROSS packages)"
@@ -124,8 +131,9 @@ if [[ $arch != "$(dpkg --print-architecture)" ]]; then
     step "emulated with $("$emulator" --version | head -1) (binfmt_misc recd-test-boot-$cpu, flags POF, for this test only)"
     mkdir -p "$root/etc/systemd/system/service.d"
     cat >"$root/etc/systemd/system/service.d/50-qemu-user.conf" <<'DROPIN'
-# test-boot.sh under qemu-user: seccomp filters cannot apply to an emulator (the kernel filters
-# its host system calls). Every setting that installs one is lifted here, for every service.
+# test-boot.sh under qemu-user: no sandbox can be set up for an emulated service (seccomp
+# filters the emulator's own host calls; the executor's namespace and credential mounts fail).
+# Every such setting is lifted here, for every service.
 [Service]
 SystemCallFilter=
 SystemCallArchitectures=
@@ -142,6 +150,25 @@ ProtectKernelLogs=no
 ProtectClock=no
 ProtectHostname=no
 PrivateDevices=no
+PrivateNetwork=no
+PrivateUsers=no
+PrivateTmp=no
+PrivateMounts=no
+PrivateIPC=no
+ProtectSystem=no
+ProtectHome=no
+ProtectControlGroups=no
+ProtectProc=default
+ProcSubset=all
+ReadWritePaths=
+ReadOnlyPaths=
+InaccessiblePaths=
+TemporaryFileSystem=
+BindPaths=
+BindReadOnlyPaths=
+ImportCredential=
+LoadCredential=
+RestrictFileSystems=
 DROPIN
 fi
 
