@@ -78,7 +78,7 @@ tar -C "$root" -xf "$base"
 [[ $(cat "$root/etc/debian_version") == "${debian_version[$suite]}".* ]] ||
     fail "the root is not Debian ${debian_version[$suite]} ($suite): $(cat "$root/etc/debian_version")"
 
-# --- 1b. Under emulation: an emulator that can run systemd 257, and no seccomp -----------------
+# --- 1b. Under emulation: an emulator that can run systemd 257, and no sandbox -----------------
 # Another architecture's root boots under qemu-user (binfmt_misc). Two things in the way, both of
 # the emulation, not of the package (seen with trixie arm64, 2026-11-29):
 #   - Debian 12's qemu-user 7.2 refuses the clone flags systemd 257 spawns with (CLONE_PIDFD:
@@ -281,8 +281,8 @@ print(f"test-boot: boot-take.wav: {frames} frames, dominant {peak:.1f} Hz, {rms:
 sys.exit(0 if frames == 96000 and abs(peak - 440) < 2 and rms > -40 else 1)
 PY
 # The exposure the booted systemd gave each unit, against what check-units measures offline
-# (not under emulation, whose drop-in lifts the seccomp-based settings: 1b above).
-[[ -n $emulated ]] && step "exposure not compared under emulation (the seccomp-based settings are lifted); booted: $(paste -sd' ' "$out/exposure.txt")"
+# (not under emulation, whose drop-in lifts the sandbox: 1b above).
+[[ -n $emulated ]] && step "exposure not compared under emulation (the sandbox is lifted); booted: $(paste -sd' ' "$out/exposure.txt")"
 [[ -n $emulated ]] || while read -r unit booted; do
     offline=$(systemd-analyze security --offline=true --no-pager "$root/lib/systemd/system/$unit" 2>/dev/null |
         sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) .*/\1/p')
