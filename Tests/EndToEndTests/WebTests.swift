@@ -581,7 +581,7 @@ struct WebTests {
     /// browser at a time on the machine (a lock file, across the suite's processes): each takes
     /// a core while it draws, and six at once, beside TSan-built daemons, made a burst take
     /// 1.3 s to show where one alone takes 0.1 s.
-    func browserCheck(_ browser: String) throws {
+    func browserCheck(_ browser: String) throws -> BrowserRun {
         let lock = open("/tmp/recd-browser-tests.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o666)
         defer { if lock >= 0 { close(lock) } }
         if lock >= 0 { _ = flock(lock, LOCK_EX) }
@@ -606,17 +606,44 @@ struct WebTests {
         let command = [python, script, "--browser", browser, "--url", web.url, "--token", Self.ownerToken,
                        "--pulse-server", server.address, "--recordings", daemon.recordings, "--screenshots", screenshots,
                        "--recd-pid", String(daemon.process.pid)]
+        let result = try runBrowserScript(browser, command)
+        try result.line.write(toFile: screenshots + "/\(browser).json", atomically: true, encoding: .utf8)
+        return result
+    }
+
+    /// What a browser script printed: its status, its last JSON line, and its stderr.
+    struct BrowserRun {
+        var status: Int32, line: String, detail: String
+        var passed: Bool { status == 0 && !line.isEmpty && !line.contains(#""failure""#) }
+        /// WebKitGTK's web process crashed under the page: WebKitWebDriver ends the session,
+        /// and MiniBrowser says so on stderr.
+        var webProcessCrashed: Bool { line.contains("page crash") && detail.contains("WebProcess CRASHED") }
+    }
+
+    func runBrowserScript(_ browser: String, _ command: [String]) throws -> BrowserRun {
         let result = browser == "webkit"
             ? try run("/usr/bin/xvfb-run", ["-a", "-s", "-screen 0 1280x1024x24"] + command, timeout: 300)
             : try run("/usr/bin/env", command, timeout: 300)
         let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }.map(String.init) ?? ""
-        #expect(result.status == 0 && !line.isEmpty && !line.contains(#""failure""#), "\(browser): \(line)\n\(result.stderr.suffix(3000))")
-        try line.write(toFile: screenshots + "/\(browser).json", atomically: true, encoding: .utf8)
+        return BrowserRun(status: result.status, line: line, detail: String(result.stderr.suffix(3000)))
+    }
+
+    /// A browser check passes. WebKitGTK 2.50's web process crashed once in CI on a loaded
+    /// machine, during a plain getBoundingClientRect, with no message of its own: after such a
+    /// crash, and only then, the whole check runs once more with new daemons, and says so. A
+    /// page that crashes the browser twice fails.
+    func expectBrowserCheckPasses(_ browser: String, _ check: () throws -> BrowserRun) throws {
+        var run = try check()
+        if browser == "webkit" && run.webProcessCrashed {
+            print("WebKit's web process crashed (\(run.line)); the check runs once more")
+            run = try check()
+        }
+        #expect(run.passed, "\(browser): \(run.line)\n\(run.detail)")
     }
 
     /// A station of two sources in a browser (Tests/web/sources_check.py): the switcher, a
     /// state and meter per source, and the shown source's controls, spectrum, stream and files.
-    func sourcesCheck(_ browser: String) throws {
+    func sourcesCheck(_ browser: String) throws -> BrowserRun {
         let lock = open("/tmp/recd-browser-tests.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o666)
         defer { if lock >= 0 { close(lock) } }
         if lock >= 0 { _ = flock(lock, LOCK_EX) }
@@ -635,18 +662,16 @@ struct WebTests {
         try #require(FileManager.default.isExecutableFile(atPath: python), "no \(python): make deps makes it")
         let command = [python, root + "/Tests/web/sources_check.py", "--browser", browser, "--url", web.url, "--token", Self.ownerToken,
                        "--screenshots", root + "/.build/web-screenshots"]
-        let result = browser == "webkit"
-            ? try run("/usr/bin/xvfb-run", ["-a", "-s", "-screen 0 1280x1024x24"] + command, timeout: 300)
-            : try run("/usr/bin/env", command, timeout: 300)
-        let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }.map(String.init) ?? ""
-        #expect(result.status == 0 && !line.isEmpty && !line.contains(#""failure""#), "\(browser): \(line)\n\(result.stderr.suffix(3000))\n\(web.log.suffix(2000))")
+        var result = try runBrowserScript(browser, command)
+        result.detail += "\n" + web.log.suffix(2000)
+        return result
     }
 
-    @Test func twoSourcesInChromium() throws { try sourcesCheck("chromium") }
+    @Test func twoSourcesInChromium() throws { try expectBrowserCheckPasses("chromium") { try sourcesCheck("chromium") } }
 
-    @Test func twoSourcesInWebKit() throws { try sourcesCheck("webkit") }
+    @Test func twoSourcesInWebKit() throws { try expectBrowserCheckPasses("webkit") { try sourcesCheck("webkit") } }
 
-    @Test func twoSourcesInFirefox() throws { try sourcesCheck("firefox") }
+    @Test func twoSourcesInFirefox() throws { try expectBrowserCheckPasses("firefox") { try sourcesCheck("firefox") } }
 
     /// A real Prometheus (Debian's) scrapes recd-web's /metrics every second with the observe
     /// token, and its query API follows a recording, a trigger event and a lost device.
@@ -729,11 +754,11 @@ struct WebTests {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    @Test func theStationInChromium() throws { try browserCheck("chromium") }
+    @Test func theStationInChromium() throws { try expectBrowserCheckPasses("chromium") { try browserCheck("chromium") } }
 
-    @Test func theStationInWebKit() throws { try browserCheck("webkit") }
+    @Test func theStationInWebKit() throws { try expectBrowserCheckPasses("webkit") { try browserCheck("webkit") } }
 
-    @Test func theStationInFirefox() throws { try browserCheck("firefox") }
+    @Test func theStationInFirefox() throws { try expectBrowserCheckPasses("firefox") { try browserCheck("firefox") } }
 }
 
 enum WebTestsRole { case observe, listen, control }

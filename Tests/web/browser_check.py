@@ -47,15 +47,17 @@ def run_script(driver, script, what="a script"):
             time.sleep(0.1)
 
 
-def wait_for(driver, script, timeout, what):
-    """Polls a JS expression until it is truthy; its value and the seconds it took."""
+def wait_for(driver, script, timeout, what, explain=None):
+    """Polls a JS expression until it is truthy; its value and the seconds it took. `explain`,
+    a JS expression of the parts, is shown when it times out."""
     start = time.monotonic()
     while True:
         value = run_script(driver, "return " + script, what)
         if value:
             return value, time.monotonic() - start
         if time.monotonic() - start > timeout:
-            fail(f"{what}: not within {timeout} s ({script} is {value!r})")
+            parts = f"; {explain} is {run_script(driver, 'return ' + explain, what)!r}" if explain else ""
+            fail(f"{what}: not within {timeout} s ({script} is {value!r}{parts})")
         time.sleep(0.02)
 
 

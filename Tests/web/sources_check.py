@@ -13,13 +13,35 @@ import json
 import os
 import time
 
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
-from browser_check import RESULT, brightest_row, browser_failures, fail, label_row, open_browser, run_script, wait_for
+from browser_check import RESULT, Firefox, brightest_row, browser_failures, fail, label_row, open_browser, run_script, wait_for
 
 
 def click(driver, selector):
+    """A real click (WebDriver's pointer, not element.click()); the pointer events the page
+    received for it are kept in window.clickEvents, for a step that waits on its effect."""
+    run_script(driver, """
+        window.clickEvents = [];
+        if (!window.clickLog) {
+            window.clickLog = (event) => window.clickEvents.push([event.type, event.target.nodeName, event.target.className || event.target.id]);
+            for (const type of ['mousedown', 'mouseup', 'click']) document.addEventListener(type, window.clickLog, true);
+        }""")
     driver.find_element(By.CSS_SELECTOR, selector).click()
+
+
+def press(driver, selector, seconds=0.3):
+    """A person's click: the pointer pressed on the element's middle, held, released (the
+    events the page received in window.clickEvents, as click() keeps them)."""
+    run_script(driver, "window.clickEvents = []")
+    element = driver.find_element(By.CSS_SELECTOR, selector)
+    if isinstance(driver, Firefox):
+        driver.client.actions.sequence("pointer", "mouse", {"pointerType": "mouse"}).pointer_move(0, 0, origin=element) \
+            .pointer_down().pause(int(seconds * 1000)).pointer_up().perform()
+        driver.client.actions.release()
+    else:
+        ActionChains(driver).move_to_element(element).click_and_hold().pause(seconds).release().perform()
 
 
 def main():
@@ -38,7 +60,7 @@ def main():
                  "the station's two sources, the first shown")
         driver.find_element(By.ID, "token").send_keys(arguments.token)
         click(driver, "#login button")
-        wait_for(driver, "recdPage.roles.includes('control')", 10, "signing in")
+        wait_for(driver, "recdPage.roles.includes('control')", 10, "signing in", "[recdPage.roles, window.clickEvents]")
         # A button per source, the shown one pressed, each with its state and a moving meter.
         pressed = run_script(driver, "return Array.from(document.querySelectorAll('#sources button'))"
                                      ".map(b => [b.dataset.source, b.getAttribute('aria-pressed')])")
@@ -54,6 +76,8 @@ def main():
         wait_for(driver, "document.getElementById('stream-url').textContent.endsWith(':8554/east')", 10, "east's RTSP URL")
 
         # Record on the shown source (east): east records, west goes on listening.
+        rect = "(r => [r.x, r.y, r.width, r.height])(document.querySelector('#sources button[data-source=west]').getBoundingClientRect())"
+        RESULT["westButton"] = [run_script(driver, "return " + rect)]
         click(driver, "#controls button[data-method=start]:not([data-params])")
         wait_for(driver, "recdPage.state && recdPage.state.name === 'recording' && recdPage.sourceViews.east.state === 'recording'", 10,
                  "east recording after Record")
@@ -62,9 +86,15 @@ def main():
             fail("Record on east changed west's state")
 
         # West: its own state, spectrum (with its 3 kHz) and stream; the address says so.
-        click(driver, "#sources button[data-source=west]")
+        RESULT["westButton"].append(run_script(driver, "return " + rect))
+        # Pressed as a person presses, on the state text, which the levels redraw 20 times a
+        # second: WebKit fires no click when the node pressed on is replaced before the release.
+        press(driver, "#sources button[data-source=west] .state")
+        RESULT["westButton"].append(run_script(driver, "return " + rect))
         wait_for(driver, "recdPage.source === 'west' && location.search === '?source=west' && recdPage.state"
-                         " && recdPage.state.name === 'listening'", 10, "west shown after its button")
+                         " && recdPage.state.name === 'listening'", 10, "west shown after its button",
+                 "[recdPage.source, location.search, recdPage.state, document.getElementById('state').textContent,"
+                 " document.querySelector('#sources button[data-source=west]').getAttribute('aria-pressed'), window.clickEvents]")
         wait_for(driver, "document.getElementById('stream-url').textContent.endsWith(':8554/west')", 10, "west's RTSP URL")
         height = run_script(driver, "return document.getElementById('spectrogram').height")
         start = run_script(driver, "return recdPage.spectrum.columns")
@@ -99,6 +129,8 @@ def main():
     finally:
         driver.quit()
     print(json.dumps(RESULT))
+    with open(os.path.join(arguments.screenshots, f"{arguments.browser}-sources.json"), "w") as result:
+        json.dump(RESULT, result)
 
 
 if __name__ == "__main__":

@@ -140,8 +140,13 @@ function showSourceView(name) {
   const button = $('sources').querySelector(`button[data-source="${name}"]`);
   const view = page.sourceViews[name];
   if (!button || !view) return;
-  button.querySelector('.state').textContent = view.state || '';
-  button.querySelector('.state').className = 'state ' + (view.state || '');
+  // Written only when it changes: levels come 20 times a second, and WebKit loses a click whose
+  // press landed on a text node that was replaced before the release.
+  const state = button.querySelector('.state');
+  if (state.textContent !== (view.state || '')) {
+    state.textContent = view.state || '';
+    state.className = 'state ' + (view.state || '');
+  }
   const level = button.querySelector('.level');
   const fraction = view.peak === null ? 0 : Math.max(0, Math.min(1, (view.peak - meterFloor) / -meterFloor));
   level.firstChild.style.width = (fraction * 100).toFixed(1) + '%';
