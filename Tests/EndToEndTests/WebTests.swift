@@ -634,7 +634,7 @@ struct WebTests {
     /// page that crashes the browser twice fails.
     func expectBrowserCheckPasses(_ browser: String, _ check: () throws -> BrowserRun) throws {
         var run = try check()
-        if browser == "webkit" && run.webProcessCrashed {
+        if run.webProcessCrashed {
             print("WebKit's web process crashed (\(run.line)); the check runs once more")
             run = try check()
         }

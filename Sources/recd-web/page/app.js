@@ -142,10 +142,10 @@ function showSourceView(name) {
   if (!button || !view) return;
   // Written only when it changes: levels come 20 times a second, and WebKit loses a click whose
   // press landed on a text node that was replaced before the release.
-  const state = button.querySelector('.state');
-  if (state.textContent !== (view.state || '')) {
-    state.textContent = view.state || '';
-    state.className = 'state ' + (view.state || '');
+  const state = button.querySelector('.state'), text = view.state || '';
+  if (state.textContent !== text) {
+    state.textContent = text;
+    state.className = 'state ' + text;
   }
   const level = button.querySelector('.level');
   const fraction = view.peak === null ? 0 : Math.max(0, Math.min(1, (view.peak - meterFloor) / -meterFloor));
