@@ -19,22 +19,26 @@ from selenium.webdriver.common.by import By
 from browser_check import RESULT, Firefox, brightest_row, browser_failures, fail, label_row, open_browser, run_script, wait_for
 
 
-def click(driver, selector):
-    """A real click (WebDriver's pointer, not element.click()); the pointer events the page
-    received for it are kept in window.clickEvents, for a step that waits on its effect."""
+def log_pointer_events(driver):
+    """From here on, the pointer events the page receives go to window.clickEvents, for a step
+    that waits on a click's effect to show when it times out."""
     run_script(driver, """
         window.clickEvents = [];
         if (!window.clickLog) {
             window.clickLog = (event) => window.clickEvents.push([event.type, event.target.nodeName, event.target.className || event.target.id]);
             for (const type of ['mousedown', 'mouseup', 'click']) document.addEventListener(type, window.clickLog, true);
         }""")
+
+
+def click(driver, selector):
+    """A real click (WebDriver's pointer, not element.click())."""
+    log_pointer_events(driver)
     driver.find_element(By.CSS_SELECTOR, selector).click()
 
 
 def press(driver, selector, seconds=0.3):
-    """A person's click: the pointer pressed on the element's middle, held, released (the
-    events the page received in window.clickEvents, as click() keeps them)."""
-    run_script(driver, "window.clickEvents = []")
+    """A person's click: the pointer pressed on the element's middle, held, released."""
+    log_pointer_events(driver)
     element = driver.find_element(By.CSS_SELECTOR, selector)
     if isinstance(driver, Firefox):
         driver.client.actions.sequence("pointer", "mouse", {"pointerType": "mouse"}).pointer_move(0, 0, origin=element) \
@@ -76,8 +80,6 @@ def main():
         wait_for(driver, "document.getElementById('stream-url').textContent.endsWith(':8554/east')", 10, "east's RTSP URL")
 
         # Record on the shown source (east): east records, west goes on listening.
-        rect = "(r => [r.x, r.y, r.width, r.height])(document.querySelector('#sources button[data-source=west]').getBoundingClientRect())"
-        RESULT["westButton"] = [run_script(driver, "return " + rect)]
         click(driver, "#controls button[data-method=start]:not([data-params])")
         wait_for(driver, "recdPage.state && recdPage.state.name === 'recording' && recdPage.sourceViews.east.state === 'recording'", 10,
                  "east recording after Record")
@@ -86,11 +88,10 @@ def main():
             fail("Record on east changed west's state")
 
         # West: its own state, spectrum (with its 3 kHz) and stream; the address says so.
-        RESULT["westButton"].append(run_script(driver, "return " + rect))
-        # Pressed as a person presses, on the state text, which the levels redraw 20 times a
-        # second: WebKit fires no click when the node pressed on is replaced before the release.
+        # Pressed as a person presses, on the state text, beside the meter that moves 20 times a
+        # second: WebKit fires no click when the node pressed on is replaced before the release
+        # (the page once rewrote that text with every level).
         press(driver, "#sources button[data-source=west] .state")
-        RESULT["westButton"].append(run_script(driver, "return " + rect))
         wait_for(driver, "recdPage.source === 'west' && location.search === '?source=west' && recdPage.state"
                          " && recdPage.state.name === 'listening'", 10, "west shown after its button",
                  "[recdPage.source, location.search, recdPage.state, document.getElementById('state').textContent,"
