@@ -283,13 +283,15 @@ final class SystemClockMonitor: @unchecked Sendable {
         // Read under the lock: two readings taken on two threads must not be taken in one order
         // and measured in the other (a step, then the same step back).
         let timedated = timedatedAnswer.withLockedValue { $0 }
+        // The log first, then the publication: a client that sees a change finds it in the journal.
         let (status, changes) = watch.withLockedValue { watch -> (ClockStatus, [ClockWatch.Change]) in
             let (reading, _) = ClockReading.now(timesyncDirectory: sources.timesyncDirectory, timedated: timedated)
             let changes = watch.observe(reading)
+            let status = watch.status(with: reading)
+            for change in changes { log(change, status, occasion) }
             if !changes.isEmpty { published.send(watch.status) }
-            return (watch.status(with: reading), changes)
+            return (status, changes)
         }
-        for change in changes { log(change, status, occasion) }
         if changes.isEmpty, occasion == .clockSet {
             logger.debug("system clock set without a step", metadata: ["clock.synchronized": "\(status.synchronized)"])
         }
