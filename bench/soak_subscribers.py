@@ -16,12 +16,21 @@ Every --sample-seconds (15) it writes one JSON line to OUT/samples.jsonl with:
 so that a thread's appearance can be matched to what the daemon did then, and the file-backed
 growth split into recd's own code and the libraries'.
 
-usage: soak_subscribers.py BINDIR --minutes 25 --out DIR [--listen] [--taps] [--loss-minutes N] [--maps-every N]
+usage: soak_subscribers.py BINDIR --minutes 25 --out DIR [--clock WORD] [--listen] [--taps] [--loss-minutes N] [--maps-every N]
        soak_subscribers.py --report DIR     (summary and, with Debian's matplotlib (/usr/bin/python3),
                                              DIR/subscribers.png; DIR/samples.jsonl may be gzipped)
 
 Reading smaps holds recd's mmap_lock while the kernel walks every mapping (libpulse's 64 MiB
 memfd pools among them): --maps-every 0 reads it only at the start and the end.
+
+--clock says what the kernel tells recd of the system clock (Tests/reference/clock_discipline.c,
+an LD_PRELOAD of adjtimex, as EndToEndTests.ClockTests use it): `synchronized` (the default: a
+station once NTP has spoken), `unsynchronized` (an offline station without a real-time clock), or
+`kernel` (whatever this machine's kernel says; a container's clock is often unsynchronized). While
+the clock is unsynchronized, recd keeps every closed file in memory until it can be re-dated
+(issue 50, `FileRedater.pendingLimit` files at most): memory that grows with every segment by
+design, so a soak of the steady state must not measure it unawares. Each sample records
+`status.clock` (synchronized, filesToRedate).
 """
 
 import argparse
@@ -32,6 +41,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -108,6 +118,19 @@ def detailed_sample(pid, binary, maps=True):
     return out
 
 
+def clock_environment(word, work):
+    """The environment that makes recd's reads of the kernel's clock state answer `word`."""
+    if word == "kernel":
+        return {}
+    library = os.path.join(work, "clock_discipline.so")
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Tests", "reference", "clock_discipline.c")
+    subprocess.run(["cc", "-O2", "-Wall", "-shared", "-fPIC", "-o", library, source, "-ldl"], check=True)
+    with open(os.path.join(work, "clock-discipline"), "w") as f:
+        f.write(word + "\n")
+    preload = " ".join(p for p in [os.environ.get("LD_PRELOAD"), library] if p)
+    return {"LD_PRELOAD": preload, "RECD_TEST_CLOCK_DISCIPLINE": os.path.join(work, "clock-discipline")}
+
+
 def run(args):
     bindir = os.path.abspath(args.bindir)
     out = os.path.abspath(args.out)
@@ -119,12 +142,13 @@ def run(args):
     meta = {"bindir": bindir, "recdVersion": os.popen(f"{bindir}/recd --version").read().strip(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "minutes": args.minutes,
             "sampleSeconds": args.sample_seconds, "listen": args.listen, "taps": args.taps,
-            "lossMinutes": args.loss_minutes, "mapsEvery": args.maps_every, "config": config, "loadavgAtStart": os.getloadavg(),
+            "lossMinutes": args.loss_minutes, "clock": args.clock, "mapsEvery": args.maps_every, "config": config, "loadavgAtStart": os.getloadavg(),
             "cores": os.cpu_count()}
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     server = PulseServer(work, "subs")
+    clock_env = clock_environment(args.clock, work)
     alsa_conf = os.path.join(work, "alsa.conf")
     with open(alsa_conf, "w") as f:
         f.write(f'pcm.soak_subs {{ type pulse  server "unix:{server.socket}"  device "{server.sink}.monitor" }}\n')
@@ -134,7 +158,7 @@ def run(args):
     try:
         server.start()
         env = dict(os.environ, ALSA_CONFIG_PATH=f"/usr/share/alsa/alsa.conf:{alsa_conf}",
-                   PULSE_SERVER=f"unix:{server.socket}")
+                   PULSE_SERVER=f"unix:{server.socket}", **clock_env)
         daemon = Recd(bindir, work, "soak_subs", config, env, name="recd-subs").__enter__()
         pid = daemon.pid
         binary = os.path.realpath(os.path.join(bindir, "recd"))
@@ -152,10 +176,13 @@ def run(args):
             maps = kind != "sample" or (args.maps_every > 0 and taken[0] % args.maps_every == 0)
             taken[0] += 1
             record.update(detailed_sample(pid, binary, maps))
+            clock = control.call("status").get("clock") or {}
+            record["clock"] = {"synchronized": clock.get("synchronized"), "filesToRedate": clock.get("filesToRedate")}
             samples.write(json.dumps(record) + "\n")
             samples.flush()
 
-        take("idle")  # before any client
+        control = daemon.client(timeout=120)
+        take("idle")  # before any other client
         ctx = multiprocessing.get_context("fork")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=subscribers_worker,
@@ -168,7 +195,6 @@ def run(args):
             proc = ctx.Process(target=tap_worker, args=(daemon.socket, TAP_FORMATS, child), daemon=True)
             proc.start()
             workers.append(("taps", proc, parent))
-        control = daemon.client(timeout=120)
         control.call("start", {"name": "subscribers", "format": "flac", "sampleRate": RATE, "channels": 2,
                                "segmentLength": SEGMENT_SECONDS})
         events.append({"t": round(time.monotonic() - t0, 1), "event": "recording started"})
@@ -363,6 +389,8 @@ def main():
     parser.add_argument("--loss-minutes", type=float, default=0)
     parser.add_argument("--maps-every", type=int, default=1,
                         help="read smaps and smaps_rollup every N samples (0: only the first and last)")
+    parser.add_argument("--clock", choices=["synchronized", "unsynchronized", "kernel"], default="synchronized",
+                        help="what the kernel tells recd of the system clock (see above)")
     parser.add_argument("--report", metavar="DIR")
     args = parser.parse_args()
     if args.report:

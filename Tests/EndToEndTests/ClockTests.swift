@@ -384,7 +384,7 @@ struct ClockTests {
             let held = try #require(daemon.waitForStatus { $0.schedule?.heldForClock != nil }, "\(window): never held\n\(daemon.log)")
             #expect(held.schedule?.active == true && !held.state.isActive, "\(held.state)")
             #expect((held.schedule?.heldForClock ?? 0) > 500 && (held.schedule?.heldForClock ?? 0) <= 600)
-            #expect(logLines(daemon, "recording window held until the system clock is synchronized").count == 1, "\(daemon.log)")
+            #expect(waitUntil { logLines(daemon, "recording window held until the system clock is synchronized").count == 1 }, "\(daemon.log)")
         } else {
             // Its file marked once its first frame is known.
             _ = try #require(daemon.waitForStatus { $0.state.isActive && $0.recording?.segment?.unsynchronizedStart != nil },

@@ -343,7 +343,7 @@ struct ListeningTests {
         try server.tone()
         let back = try #require(daemon.waitForStatus(timeout: 30) { $0.listening?.wait == nil && ($0.listening?.framesCaptured ?? 0) > 24000 })
         #expect(back.state == .listening)
-        #expect(daemon.log.contains("listening again"), "\(daemon.log.suffix(2000))")
+        #expect(waitUntil { daemon.log.contains("listening again") }, "\(daemon.log.suffix(2000))")
         // And a recording started now gets its pre-roll from the device as it came back.
         let started: Recording = try client.call(.start, StartParams(name: "after", format: .wav))
         #expect((started.preRoll?.frames ?? 0) > 0)

@@ -252,7 +252,7 @@ struct RTSPTests {
         #expect(wrong.status != 0 && wrong.stderr.contains("401"), "a token without the listen role: \(wrong.stderr)")
         let right = try Self.ffmpegTool("ffprobe", ["-v", "error", "-rtsp_transport", "tcp", "-show_streams", withCredentials(Self.token)])
         #expect(right.status == 0 && right.stdout.contains("codec_name=pcm_s16be"), "\(right.stderr)")
-        #expect(rtsp.log.contains("playing"), "\(rtsp.log)")
+        #expect(waitUntil { rtsp.log.contains("playing") }, "\(rtsp.log)")
     }
 
     @Test func theTapOpensAtTheFirstPlayAndClosesAfterTheLastClientLeaves() throws {
@@ -312,7 +312,7 @@ struct RTSPTests {
         player.signal(SIGTERM)
         _ = player.wait(timeout: 10)
         #expect(waitUntil(timeout: 30) { (try? taps()) == 0 }, "no tap once nobody plays (after the linger)")
-        #expect(rtsp.log.contains("tap closed: nobody plays"), "\(rtsp.log)")
+        #expect(waitUntil { rtsp.log.contains("tap closed: nobody plays") }, "\(rtsp.log)")
     }
 
     /// Honest time: the device goes away for a while (its sound server killed, then started

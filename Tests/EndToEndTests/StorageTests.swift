@@ -121,12 +121,12 @@ struct StorageTests {
         let warned = try #require(daemon.waitForStatus() { $0.warning?.code == .lowDiskSpace }, "the warning appears")
         #expect(warned.warning?.message.contains("warning below 2 MiB") == true, "\(warned.warning?.message ?? "")")
         #expect(try recctl(daemon, "status").stdout.contains("warning  lowDiskSpace: only"))
-        #expect(daemon.log.contains("free space is low"))
+        #expect(waitUntil { daemon.log.contains("free space is low") }, "\(daemon.log)")
 
         unlink(disk.file("download.iso"))
         let cleared = try #require(daemon.waitForStatus() { $0.warning == nil }, "the warning clears")
         #expect((cleared.storage?.freeBytes ?? 0) >= 2 << 20)
-        #expect(daemon.log.contains("free space is back above the warning level"))
+        #expect(waitUntil { daemon.log.contains("free space is back above the warning level") }, "\(daemon.log)")
         // Subscribers saw it come and go, in order.
         var values: [RecorderWarning?] = []
         while values.count < 2, let notification = try? watcher.nextNotification(timeout: 20) {

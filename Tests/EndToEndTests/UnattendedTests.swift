@@ -181,7 +181,7 @@ struct UnattendedTests {
         let files = try listed(daemon)
         #expect(files.count == 1)
         #expect(files.first?.path == path)
-        #expect(daemon.log.contains("recording started at startup"))
+        #expect(waitUntil { daemon.log.contains("recording started at startup") }, "\(daemon.log)")
     }
 
     @Test func digitalSilenceIsWarnedAboutAndClearedWhenSignalReturns() throws {

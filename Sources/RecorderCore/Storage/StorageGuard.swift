@@ -462,30 +462,24 @@ final class StorageGuard: @unchecked Sendable {
     private func updateSpaceWarning(_ space: FileSystemSpace, configuration: RecorderConfiguration) {
         let level = configuration.storage.warningFree.bytes(ofTotal: space.totalBytes)
         let low = level > 0 && space.freeBytes < level
-        var change: Bool?
+        // Logged inside the update, before observers hear of it: a client that sees the warning
+        // finds it in the journal.
         published.warning.update { warning in
             if low, warning?.code != .lowDiskSpace {
                 let minimum = configuration.storage.minimumFree.bytes(ofTotal: space.totalBytes)
+                logger.warning("free space is low", metadata: ["recordings.directory": "\(configuration.recordingsDirectory)",
+                                                               "storage.free": "\(space.freeBytes)", "storage.warning": "\(level)"])
                 warning = RecorderWarning(
                     code: .lowDiskSpace,
                     message: "only \(SpaceAmount.describe(bytes: space.freeBytes)) free on the filesystem of "
                         + "\(configuration.recordingsDirectory) (warning below \(SpaceAmount.describe(bytes: level))"
                         + (minimum > 0 ? "; recording stops at \(SpaceAmount.describe(bytes: minimum)))" : ")"),
                     since: Date())
-                change = true
             } else if !low, warning?.code == .lowDiskSpace {
+                logger.notice("free space is back above the warning level", metadata: [
+                    "recordings.directory": "\(configuration.recordingsDirectory)", "storage.free": "\(space.freeBytes)"])
                 warning = nil
-                change = false
             }
-        }
-        switch change {
-        case true?:
-            logger.warning("free space is low", metadata: ["recordings.directory": "\(configuration.recordingsDirectory)",
-                                                           "storage.free": "\(space.freeBytes)", "storage.warning": "\(level)"])
-        case false?:
-            logger.notice("free space is back above the warning level", metadata: [
-                "recordings.directory": "\(configuration.recordingsDirectory)", "storage.free": "\(space.freeBytes)"])
-        case nil: break
         }
     }
 }
