@@ -16,7 +16,7 @@ Every --sample-seconds (15) it writes one JSON line to OUT/samples.jsonl with:
 so that a thread's appearance can be matched to what the daemon did then, and the file-backed
 growth split into recd's own code and the libraries'.
 
-usage: soak_subscribers.py BINDIR --minutes 25 --out DIR [--clock WORD] [--listen] [--taps] [--loss-minutes N] [--maps-every N]
+usage: soak_subscribers.py BINDIR --minutes 25 --out DIR [--subscribers N] [--segment-seconds S] [--clock WORD] [--listen] [--taps] [--loss-minutes N] [--maps-every N]
        soak_subscribers.py --report DIR     (summary and, with Debian's matplotlib (/usr/bin/python3),
                                              DIR/subscribers.png; DIR/samples.jsonl may be gzipped)
 
@@ -142,7 +142,8 @@ def run(args):
     meta = {"bindir": bindir, "recdVersion": os.popen(f"{bindir}/recd --version").read().strip(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "minutes": args.minutes,
             "sampleSeconds": args.sample_seconds, "listen": args.listen, "taps": args.taps,
-            "lossMinutes": args.loss_minutes, "clock": args.clock, "mapsEvery": args.maps_every, "config": config, "loadavgAtStart": os.getloadavg(),
+            "lossMinutes": args.loss_minutes, "clock": args.clock, "subscribers": args.subscribers,
+            "segmentSeconds": args.segment_seconds, "mapsEvery": args.maps_every, "config": config, "loadavgAtStart": os.getloadavg(),
             "cores": os.cpu_count()}
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -184,19 +185,20 @@ def run(args):
         control = daemon.client(timeout=120)
         take("idle")  # before any other client
         ctx = multiprocessing.get_context("fork")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=subscribers_worker,
-                           args=(daemon.socket, 20, ["state", "currentTime", "levels", "recording"], 0.05, child),
-                           daemon=True)
-        proc.start()
-        workers.append(("subscribers", proc, parent))
+        if args.subscribers:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=subscribers_worker,
+                               args=(daemon.socket, args.subscribers, ["state", "currentTime", "levels", "recording"], 0.05, child),
+                               daemon=True)
+            proc.start()
+            workers.append(("subscribers", proc, parent))
         if args.taps:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=tap_worker, args=(daemon.socket, TAP_FORMATS, child), daemon=True)
             proc.start()
             workers.append(("taps", proc, parent))
         control.call("start", {"name": "subscribers", "format": "flac", "sampleRate": RATE, "channels": 2,
-                               "segmentLength": SEGMENT_SECONDS})
+                               "segmentLength": args.segment_seconds})
         events.append({"t": round(time.monotonic() - t0, 1), "event": "recording started"})
         end = t0 + args.minutes * 60
         next_sample = time.monotonic()
@@ -371,7 +373,14 @@ def plot(out, rows, warmup_minutes):
         if e.get("event") == "device lost":
             for axis in (top, middle, bottom):
                 axis.axvline(e["t"] / 60, color="red", linewidth=0.6, linestyle=":")
-    top.set_title("recd, 20 subscribers at 20 Hz + FLAC in 30 s segments (red: device lost)")
+    try:
+        with open(os.path.join(out, "run.json")) as f:
+            meta = json.load(f)
+    except OSError:
+        meta = {}
+    subscribers, seconds = meta.get("subscribers", 20), meta.get("segmentSeconds", 30)
+    top.set_title(f"recd, {subscribers} subscribers at 20 Hz + FLAC in {seconds:g} s segments, "
+                  f"clock {meta.get('clock', 'kernel')} (red: device lost)", fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "subscribers.png"), dpi=72)
     plt.close(fig)
@@ -389,6 +398,9 @@ def main():
     parser.add_argument("--loss-minutes", type=float, default=0)
     parser.add_argument("--maps-every", type=int, default=1,
                         help="read smaps and smaps_rollup every N samples (0: only the first and last)")
+    parser.add_argument("--subscribers", type=int, default=20, help="clients subscribed at 20 Hz (0: none)")
+    parser.add_argument("--segment-seconds", type=float, default=SEGMENT_SECONDS,
+                        help="segment length: 1 puts 30 hours of 30 s segment rollovers into one hour")
     parser.add_argument("--clock", choices=["synchronized", "unsynchronized", "kernel"], default="synchronized",
                         help="what the kernel tells recd of the system clock (see above)")
     parser.add_argument("--report", metavar="DIR")

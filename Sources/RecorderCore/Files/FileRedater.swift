@@ -35,7 +35,9 @@ final class FileRedater: Sendable {
     /// `pendingLimit` (an offline station's clock may never be synchronized; past the limit
     /// the oldest stay marked, and the log says so once).
     private let pending = NIOLockedValueBox<(files: [Pending], dropped: Int)>(([], 0))
-    /// About 1.7 MiB at most: 41 hours of 30 s segments, 83 days of hourly files.
+    /// Each costs about 0.8 KiB of resident memory (measured with `bench/soak_subscribers.py
+    /// --clock unsynchronized --segment-seconds 1`, BENCHMARKS.md), so about 4 MiB at most:
+    /// 41 hours of 30 s segments, 83 days of hourly files.
     static let pendingLimit = 5000
     /// Re-dating rewrites and renames files: off the clock's and the control queue.
     private let queue = DispatchQueue(label: "recd.redate")
