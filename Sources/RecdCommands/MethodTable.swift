@@ -317,10 +317,13 @@ public enum MethodTable {
     public static func status(of recorder: Recorder) -> StatusResult {
         let configuration = recorder.configuration
         let state = recorder.state.value
+        let recording = recorder.recording.value
+        // The figures after the recording: the segment after a gap is published once the gap
+        // is counted, so a status that names that segment counts its gap too.
         let figures = recorder.currentFigures()
         return StatusResult(
             state: state, currentTime: figures.time, error: recorder.error.value,
-            levels: recorder.currentLevels(), recording: recorder.recording.value,
+            levels: recorder.currentLevels(), recording: recording,
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
             statistics: figures.statistics, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,

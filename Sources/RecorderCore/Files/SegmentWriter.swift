@@ -272,11 +272,10 @@ final class SegmentWriter: @unchecked Sendable {
             let gap = Gap(start: gapStart, end: start, position: framesWritten.load(ordering: .relaxed),
                           error: lost.error(device: deviceName, rate: configuration.sampleRate))
             do throws(RecorderError) {
-                _ = try rotate(at: start, reason: .gap, closedAt: gapStart, gap: gap)
+                _ = try rotate(at: start, reason: .gap, closedAt: gapStart, gap: (gap, lost.frames))
             } catch {
                 return .failed(error)
             }
-            gapFound(gap, lost.frames)
             segmentStarted()
         }
         if firstRead {
@@ -460,7 +459,10 @@ final class SegmentWriter: @unchecked Sendable {
 
     /// Closes the current segment at the last frame written and opens the next, which starts
     /// at `time`. The old file is finalized and announced on the sync queue, off this thread.
-    private func rotate(at time: Date, reason: SegmentEnd, closedAt: Date? = nil, gap: Gap? = nil) throws(RecorderError) -> Segment {
+    /// After a gap, the gap is counted before the next segment can be seen: whoever sees the
+    /// segment that follows a gap (status, the finalizer's update) sees the gap too.
+    private func rotate(at time: Date, reason: SegmentEnd, closedAt: Date? = nil,
+                        gap lost: (gap: Gap, frames: Int64)? = nil) throws(RecorderError) -> Segment {
         refiningFirstCut = false
         let next = try files.create(index: segment.index + 1, startedAt: time,
                                     namedAt: clock.nameTime(forStart: time, follows: reason == .length))
@@ -470,11 +472,12 @@ final class SegmentWriter: @unchecked Sendable {
         file = next.0
         segment = next.1
         segment.unsynchronizedStart = mark
-        segment.gapBefore = gap
+        segment.gapBefore = lost?.gap
         segmentTarget = clock.frames(startingAt: time, follows: reason == .length)
         segmentStartXruns = xruns.load(ordering: .relaxed)
         segmentStartLost = framesLost.load(ordering: .relaxed)
         segmentFramesWritten.store(0, ordering: .releasing)
+        if let lost { gapFound(lost.gap, lost.frames) }
         currentSegment.withLock { $0 = segment }
         let continued = gate?.continued(closed, next: segment, writer: self)
         finalizeInBackground(old, closed) { finished in continued?(finished) }
