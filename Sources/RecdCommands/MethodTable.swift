@@ -21,7 +21,8 @@ public protocol TapHost: Sendable {
 
 /// The daemon's metrics in Prometheus's text format (RecdMetrics), for `metrics`.
 public protocol MetricsSource: Sendable {
-    /// `statuses`: each source's, in the station's order.
+    /// `statuses`: each source's, in the station's order. Every value published before they
+    /// were taken is counted (it may wait for that: a blocking call).
     func exposition(statuses: [StatusResult]) -> String
 }
 
@@ -151,7 +152,7 @@ public enum MethodTable {
                 return status(of: station.sources[context.sourceIndex], in: station)
             }, encoded: { context, results in results.encode(status: status(of: context.recorder)) })
         case .metrics:
-            .inline { context, _ throws(RPCError) in
+            .blocking { context, _ throws(RPCError) in
                 guard let metrics = context.metrics else { throw .methodNotFound("metrics") }
                 return MetricsResult(text: metrics.exposition(statuses: context.station.sources.map { status(of: $0.recorder) }))
             }
@@ -318,8 +319,10 @@ public enum MethodTable {
         let configuration = recorder.configuration
         let state = recorder.state.value
         let recording = recorder.recording.value
-        // The figures after the recording: the segment after a gap is published once the gap
-        // is counted, so a status that names that segment counts its gap too.
+        let lastSegment = recorder.closedSegment.value
+        // The figures after what they count: a segment after a gap is published once the gap
+        // is counted, and a closed segment once it is counted, so a status that names either
+        // counts it too.
         let figures = recorder.currentFigures()
         return StatusResult(
             state: state, currentTime: figures.time, error: recorder.error.value,
@@ -327,7 +330,7 @@ public enum MethodTable {
             device: state.isActive ? (state.recording?.device ?? configuration.device) : configuration.device,
             statistics: figures.statistics, settings: configuration.defaultSettings,
             recordingsDirectory: configuration.recordingsDirectory, warning: recorder.warning.value,
-            lastSegment: recorder.closedSegment.value, storage: recorder.storage.value,
+            lastSegment: lastSegment, storage: recorder.storage.value,
             listening: recorder.currentListeningStatus(), taps: Optional(recorder.currentTaps()).flatMap { $0.isEmpty ? nil : $0 },
             trigger: recorder.currentTriggerStatus(), schedule: recorder.currentScheduleStatus(),
             writeBuffer: recorder.currentWriteBuffer(), clock: recorder.currentClockStatus())

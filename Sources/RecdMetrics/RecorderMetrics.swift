@@ -71,8 +71,11 @@ public final class RecorderMetrics: MetricsSource, Sendable {
     /// Waits until every value observed so far is counted (for tests and a final scrape).
     public func drain() { queue.sync {} }
 
-    /// `statuses`: each source's status, in the station's order.
+    /// `statuses`: each source's status, in the station's order. The counters first take in
+    /// every value published before the statuses were taken: a scrape that shows a recording
+    /// finished counts its file.
     public func exposition(statuses: [StatusResult]) -> String {
+        drain()
         let first = statuses[0]
         if let clock = first.clock {
             SourceMetrics.count(steps: clock.steps, counted: clockSteps, counter: clockStepsCounter)

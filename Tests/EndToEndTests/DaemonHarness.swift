@@ -225,9 +225,14 @@ final class NotifyListener {
 
     /// Waits for a message containing `text`; messages after it stay for the next call.
     func waitFor(_ text: String, timeout: Double = 15) -> String? {
+        waitFor(timeout: timeout) { $0.contains(text) }
+    }
+
+    /// Waits for a message that `matches`; messages after it stay for the next call.
+    func waitFor(timeout: Double = 15, where matches: (String) -> Bool) -> String? {
         let deadline = Date().addingTimeInterval(timeout)
         while true {
-            if let index = backlog.firstIndex(where: { $0.contains(text) }) {
+            if let index = backlog.firstIndex(where: matches) {
                 let message = backlog[index]
                 backlog.removeFirst(index + 1)
                 return message

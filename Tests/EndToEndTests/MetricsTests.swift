@@ -51,7 +51,9 @@ struct MetricsTests {
         // Two 1 s recordings: two files, 2 s recorded, the state and the last file's end.
         for index in 1...2 {
             let _: Recording = try daemon.connect().call(.start, StartParams(name: "m\(index)", duration: 1))
-            _ = try #require(daemon.waitForStatus { $0.state.name == .finished && $0.recording?.name == "m\(index)" })
+            // The directory is counted by the storage guard's scan, after `finished`.
+            _ = try #require(daemon.waitForStatus { $0.state.name == .finished && $0.recording?.name == "m\(index)"
+                                                    && $0.storage?.recordingsCount == index })
         }
         let after = try metrics(daemon)
         values = Self.samples(after)

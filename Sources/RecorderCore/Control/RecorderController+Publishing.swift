@@ -191,12 +191,13 @@ extension RecorderController {
             let since = Date().addingTimeInterval(-silentFor)
             let message = String(printf: "the input has been digital silence (every sample zero) for %.0f s: "
                                  + "muted, disconnected, or the wrong device?", silentFor)
-            published.warning.send(RecorderWarning(code: .digitalSilence, message: message, since: since))
+            // Logged first: whoever sees the warning finds it in the journal.
             logger.warning("input is digital silence", metadata: ["device.name": "\(session.deviceName)",
                                                                    "silence.seconds": "\(Int(silentFor))"])
+            published.warning.send(RecorderWarning(code: .digitalSilence, message: message, since: since))
         } else if silentFor < limit, current?.code == .digitalSilence {
-            published.clearSilenceWarning()
             logger.notice("input signal is back", metadata: ["device.name": "\(session.deviceName)"])
+            published.clearSilenceWarning()
         }
     }
 }

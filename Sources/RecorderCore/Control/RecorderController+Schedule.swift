@@ -61,14 +61,16 @@ extension RecorderController {
         var status = plan.schedule.status(at: now, zone: .system)
         let held = status.active ? heldForClock(plan) : nil
         status.heldForClock = held
+        // Logged before the status shows it: whoever sees the window held finds why in the journal.
+        if let held, !scheduling.withLock({ $0.heldLogged }) {
+            scheduling.withLock { $0.heldLogged = true }
+            logger.notice("recording window held until the system clock is synchronized",
+                          metadata: ["schedule.wait_for_clock": "\(String(printf: "%.0f", held))"])
+        }
         scheduling.withLock { $0.status = status }
         let ours = scheduling.withLock { $0.recordingId }
-        if let held {
-            if !scheduling.withLock({ $0.heldLogged }) {
-                scheduling.withLock { $0.heldLogged = true }
-                logger.notice("recording window held until the system clock is synchronized",
-                              metadata: ["schedule.wait_for_clock": "\(String(printf: "%.0f", held))"])
-            }
+        if held != nil {
+            // Held: nothing starts before the clock is synchronized or the wait is over.
         } else if status.active {
             if !state.isActive {
                 do throws(RecorderError) {
