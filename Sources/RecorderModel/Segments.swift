@@ -58,14 +58,15 @@ public struct SegmentSettings: Sendable, Equatable, Codable {
     }
 }
 
-/// A stretch of wall-clock time in which nothing was captured because the device was gone.
+/// A stretch of wall-clock time in which nothing was recorded: the device was gone, or audio
+/// was lost (the device overran, or the disk fell behind by more than the write buffer).
 public struct Gap: Sendable, Equatable, Codable {
     /// When capture stopped.
     public var start: Date
     /// When capture continued: the next segment's first frame (at first, until that arrives,
     /// when the device opened again); nil while the device is still away.
     public var end: Date?
-    /// Where in the session it falls: the number of frames (file rate) captured before it.
+    /// Where in the recording it falls: the frames (file rate) recorded before it.
     public var position: Int64
     /// Why capture stopped.
     public var error: RecorderError

@@ -189,9 +189,10 @@ extension RecorderController {
                 guard let self else { return }
                 control.async {
                     guard let session = self.state.session else { return }
+                    // A gap ends when audio flows again: the first frame's time, known now.
                     if let gap = session.writer.currentSegment.withLock({ $0.gapBefore }) {
                         self.ledger.withLock { ledger in
-                            if let last = ledger.gaps.indices.last, ledger.gaps[last].start == gap.start { ledger.gaps[last] = gap }
+                            if let last = ledger.gaps.indices.last, ledger.gaps[last].start == gap.start { ledger.gaps[last].end = gap.end }
                         }
                     }
                     self.updateCurrentSegment(of: session)
@@ -204,7 +205,7 @@ extension RecorderController {
             spaceGuard: storageGuard.makeSpaceGuard(plan.configuration, settings: plan.settings, fileRate: files.sampleRate,
                                        fileChannels: files.channels),
             sixteenBitFile: plan.settings.effectiveBitDepth == 16,
-            gapFound: { [weak self] gap, frames in self?.gapFound(gap, frames: frames) })
+            gapFound: { [weak self] gap, frames in self?.gapFound(gap, frames: frames) ?? gap })
         return RecordingConsumer(
             engine: engine, writer: disk, writeBuffer: plan.configuration.writeBuffer,
             preRollRoom: plan.trigger == nil && state.listenPlan != nil ? Swift.max(plan.preRoll ?? 0, state.listenPlan?.preRoll ?? 0) : 0)
@@ -222,15 +223,17 @@ extension RecorderController {
 
     /// The worker found audio lost between two chunks (the device overran, or the disk fell
     /// behind by more than the write buffer): the file before it is closed and the next has
-    /// begun. Logged with its length and counted in the statistics' gaps (status, MQTT's problem).
-    func gapFound(_ gap: Gap, frames: Int64) {
+    /// begun. Logged with its length and counted in the statistics' gaps (status, MQTT's problem);
+    /// returns it as counted (its position in the whole recording).
+    func gapFound(_ gap: Gap, frames: Int64) -> Gap {
         logger.warning("audio lost: the recording goes on in a new file", metadata: [
             "lost.seconds": "\(String(printf: "%.3f", gap.duration))", "lost.frames": "\(frames)",
             "gap.start": "\(gap.start)", "error.message": "\(gap.error.message)"])
-        ledger.withLock { ledger in
+        return ledger.withLock { ledger in
             var gap = gap
             gap.position += ledger.frames
             ledger.gaps.append(gap)
+            return gap
         }
     }
 

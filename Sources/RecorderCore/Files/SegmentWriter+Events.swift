@@ -112,7 +112,7 @@ extension SegmentWriter {
                 }
             }
             gate.trigger.reset()
-            gapFound(Gap(start: Date(timeIntervalSince1970: stoppedAt), end: Date(timeIntervalSince1970: resumedAt),
+            _ = gapFound(Gap(start: Date(timeIntervalSince1970: stoppedAt), end: Date(timeIntervalSince1970: resumedAt),
                          position: framesWritten.load(ordering: .relaxed), error: lost.error(device: deviceName, rate: Int(rate))),
                      lost.frames)
         }

@@ -102,7 +102,7 @@ final class SegmentWriter: @unchecked Sendable {
     /// gap (the write buffer was full, the device overran).
     private var expectedPosition: Int64?
     /// Gaps in this session, as each was found (worker); the recorder logs and publishes them.
-    let gapFound: @Sendable (Gap, _ frames: Int64) -> Void
+    let gapFound: @Sendable (Gap, _ frames: Int64) -> Gap
     /// `resume()` asked for the next chunk's time to be taken afresh.
     let resumed = Atomic<Bool>(false)
 
@@ -135,7 +135,7 @@ final class SegmentWriter: @unchecked Sendable {
          fileRate: Int, fileChannels: Int, converterQuality: RecordingQuality,
          frameLimit: Int64?, metering: Bool, syncInterval: Double, spaceGuard: SpaceGuard? = nil,
          sixteenBitFile: Bool = false,
-         gapFound: @escaping @Sendable (Gap, Int64) -> Void = { _, _ in }) throws(RecorderError) {
+         gapFound: @escaping @Sendable (Gap, Int64) -> Gap = { gap, _ in gap }) throws(RecorderError) {
         self.configuration = configuration
         self.deviceName = deviceName
         self.file = file
@@ -472,12 +472,11 @@ final class SegmentWriter: @unchecked Sendable {
         file = next.0
         segment = next.1
         segment.unsynchronizedStart = mark
-        segment.gapBefore = lost?.gap
+        segment.gapBefore = lost.map { gapFound($0.gap, $0.frames) }
         segmentTarget = clock.frames(startingAt: time, follows: reason == .length)
         segmentStartXruns = xruns.load(ordering: .relaxed)
         segmentStartLost = framesLost.load(ordering: .relaxed)
         segmentFramesWritten.store(0, ordering: .releasing)
-        if let lost { gapFound(lost.gap, lost.frames) }
         currentSegment.withLock { $0 = segment }
         let continued = gate?.continued(closed, next: segment, writer: self)
         finalizeInBackground(old, closed) { finished in continued?(finished) }
