@@ -281,3 +281,18 @@ def record(recd, params, timeout=None):
 def save(path, data):
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
+
+
+def clock_environment(word, work):
+    """The environment that makes recd's reads of the kernel's clock state answer `word`
+    (synchronized, unsynchronized; kernel: this machine's own answer), through
+    Tests/reference/clock_discipline.c as an LD_PRELOAD of adjtimex, compiled into `work`."""
+    if word == "kernel":
+        return {}
+    library = os.path.join(work, "clock_discipline.so")
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Tests", "reference", "clock_discipline.c")
+    subprocess.run(["cc", "-O2", "-Wall", "-shared", "-fPIC", "-o", library, source, "-ldl"], check=True)
+    with open(os.path.join(work, "clock-discipline"), "w") as f:
+        f.write(word + "\n")
+    preload = " ".join(p for p in [os.environ.get("LD_PRELOAD"), library] if p)
+    return {"LD_PRELOAD": preload, "RECD_TEST_CLOCK_DISCIPLINE": os.path.join(work, "clock-discipline")}

@@ -37,6 +37,10 @@ recording cycles all shortened by it): 10 puts a month of a status bar's and Hom
 coming and going into a few hours. SOAK_CHURN_KEEP (300), --churn-keep: the churn load keeps
 its newest N recordings and deletes older ones through recd, as retention or an uploader keeps
 a station's directory bounded (0 keeps all: then every lookup by name grows with the files).
+SOAK_CLOCK (synchronized), --clock: what the kernel tells the daemons of the system clock
+(synchronized: a station once NTP has spoken; unsynchronized: an offline station without a
+real-time clock, whose closed files recd keeps in memory, 0.8 KiB each, until it can re-date them;
+kernel: this machine's own answer, often unsynchronized in a container).
 SIGINT or SIGTERM ends the run early; the files are still checked and the report written.
 """
 
@@ -60,7 +64,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lib import Recd, RecdClient  # noqa: E402
+from lib import Recd, RecdClient, clock_environment  # noqa: E402
 
 RATE = 48000
 SEGMENT_SECONDS = 30
@@ -885,6 +889,9 @@ def main():
     parser.add_argument("--rest-minutes", type=float, default=float(os.environ.get("SOAK_REST_MINUTES", 5)),
                         help="every N minutes the churn load rests (0: never): its clients leave, its recording "
                              "cycle ends, and the daemon's memory at rest is sampled (what it kept)")
+    parser.add_argument("--clock", choices=["synchronized", "unsynchronized", "kernel"],
+                        default=os.environ.get("SOAK_CLOCK", "synchronized"),
+                        help="what the kernel tells recd of the system clock (see above)")
     parser.add_argument("--report", metavar="DIR", help="only write DIR's summary and plot again")
     parser.add_argument("--markdown", metavar="DIR", help="print DIR's figures as a Markdown table (BENCHMARKS.md)")
     parser.add_argument("--compare", nargs=3, metavar=("BEFORE", "AFTER", "PNG"),
@@ -930,7 +937,7 @@ def main():
                                           text=True).stdout.strip(),
             "bindir": bindir, "workdir": work, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "minutes": args.minutes, "churnRate": args.churn_rate, "churnKeep": args.churn_keep, "warmupMinutes": args.warmup, "sampleSeconds": args.sample_seconds,
-            "lossEveryMinutes": args.loss_minutes, "lossSeconds": args.loss_seconds,
+            "lossEveryMinutes": args.loss_minutes, "lossSeconds": args.loss_seconds, "clock": args.clock,
             "cores": os.cpu_count(), "mallocEnv": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}
     with open(os.path.join(out, "run.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -948,6 +955,7 @@ def main():
     wrapper = args.wrapper.split() if args.wrapper else []
     servers = {load: PulseServer(work, load) for load in loads}
     alsa_conf = os.path.join(work, "alsa.conf")
+    clock_env = clock_environment(args.clock, work)
     with open(alsa_conf, "w") as f:
         for load, server in servers.items():
             f.write(f'pcm.soak_{load} {{ type pulse  server "unix:{server.socket}"  device "{server.sink}.monitor" }}\n')
@@ -960,7 +968,7 @@ def main():
             server.start()
         for load in loads:
             env = dict(os.environ, ALSA_CONFIG_PATH=f"/usr/share/alsa/alsa.conf:{alsa_conf}",
-                       PULSE_SERVER=f"unix:{servers[load].socket}")
+                       PULSE_SERVER=f"unix:{servers[load].socket}", **clock_env)
             daemons[load] = Recd(bindir, work, f"soak_{load}", CONFIG[load], env, name=f"recd-{load}",
                                  wrapper=wrapper).__enter__()
             pids[load] = recd_pid(daemons[load].pid)

@@ -48,7 +48,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lib import Recd  # noqa: E402
+from lib import Recd, clock_environment  # noqa: E402
 from soak import PulseServer, subscribers_worker, tap_worker, TAP_FORMATS, RATE, SEGMENT_SECONDS  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -116,19 +116,6 @@ def detailed_sample(pid, binary, maps=True):
                 mappings[current] += int(parts[1])
     out["mappings"] = {k: v for k, v in sorted(mappings.items()) if v}
     return out
-
-
-def clock_environment(word, work):
-    """The environment that makes recd's reads of the kernel's clock state answer `word`."""
-    if word == "kernel":
-        return {}
-    library = os.path.join(work, "clock_discipline.so")
-    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Tests", "reference", "clock_discipline.c")
-    subprocess.run(["cc", "-O2", "-Wall", "-shared", "-fPIC", "-o", library, source, "-ldl"], check=True)
-    with open(os.path.join(work, "clock-discipline"), "w") as f:
-        f.write(word + "\n")
-    preload = " ".join(p for p in [os.environ.get("LD_PRELOAD"), library] if p)
-    return {"LD_PRELOAD": preload, "RECD_TEST_CLOCK_DISCIPLINE": os.path.join(work, "clock-discipline")}
 
 
 def run(args):
