@@ -189,9 +189,9 @@ final class LiveStream: @unchecked Sendable {
             return reader
         }
         guard let reader else { return }
+        logger.info("tap closed: nobody plays")
         // recd ends the tap when the connection's writing side closes; the thread's read then ends.
         reader.connection.shutdownWriting()
-        logger.info("tap closed: nobody plays")
     }
 
     /// The tap thread: every chunk cut into packets (or encoded, once for every client), handed

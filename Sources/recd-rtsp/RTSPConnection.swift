@@ -262,10 +262,11 @@ final class RTSPConnection: ChannelInboundHandler, @unchecked Sendable {
                 switch result {
                 case .success(let (_, client, timestamp)):
                     playPending = false
+                    // Logged before the answer: a client that plays finds it in the journal.
+                    service.logger.info("playing", metadata: ["session": "\(sessionID)", "peer": "\(connection.remoteAddress?.description ?? "?")"])
                     let track = uri.hasSuffix("/") ? uri + "trackID=0" : uri + "/trackID=0"
                     respond(200, [("Range", "npt=now-"), ("RTP-Info", "url=\(track);seq=\(client.sequence);rtptime=\(timestamp)")])
                     client.play(from: timestamp)
-                    service.logger.info("playing", metadata: ["session": "\(sessionID)", "peer": "\(connection.remoteAddress?.description ?? "?")"])
                 case .failure(let error):
                     playPending = false
                     guard connection.isActive else { return }

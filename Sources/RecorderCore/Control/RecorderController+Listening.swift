@@ -221,8 +221,9 @@ extension RecorderController {
     /// Opens the device and starts an engine on it (the device itself starts with its first consumer).
     /// While listening, listening's meter and ring are attached to it at once: whoever opens
     /// the device (listening, a recording, an attempt after a loss) opens it for both.
-    func openEngine(_ configuration: RecorderConfiguration,
-                    _ settings: RecordingSettings) throws(ALSAError) -> CaptureEngine {
+    /// `opened` runs once the device is open, before listening (published) attaches to it.
+    func openEngine(_ configuration: RecorderConfiguration, _ settings: RecordingSettings,
+                    opened: (CaptureEngine) -> Void = { _ in }) throws(ALSAError) -> CaptureEngine {
         let (pcm, pcmConfiguration) = try Self.openDevice(configuration, settings)
         state.openedDevices.insert(configuration.device)
         let engine = CaptureEngine(pcm: pcm, configuration: pcmConfiguration)
@@ -233,6 +234,7 @@ extension RecorderController {
         }
         self.state.engine = engine
         activeEngine.withLock { $0 = engine }
+        opened(engine)
         if state.listenPlan != nil {
             attachListening(to: engine)
             attachTaps(to: engine)
@@ -286,8 +288,10 @@ extension RecorderController {
             return
         }
         do throws(ALSAError) {
-            let engine = try openEngine(listenPlan.configuration, listenPlan.configuration.defaultSettings)
-            logger.notice("capture device is back; listening again", metadata: ["device.name": "\(engine.pcm.name)"])
+            // Logged before listening is published again: whoever sees it back finds it in the journal.
+            _ = try openEngine(listenPlan.configuration, listenPlan.configuration.defaultSettings) { engine in
+                logger.notice("capture device is back; listening again", metadata: ["device.name": "\(engine.pcm.name)"])
+            }
         } catch {
             guard mayComeBack(error) else {
                 logger.error("capture device cannot be opened; listening ends", metadata: ["error.message": "\(error)"])
