@@ -79,10 +79,18 @@ def main():
             fail(f"the sources' meters are drawn at {bars} % for tones at -12 dBFS (the scale is -60…0 dBFS)")
         wait_for(driver, "document.getElementById('stream-url').textContent.endsWith(':8554/east')", 10, "east's RTSP URL")
 
-        # Record on the shown source (east): east records, west goes on listening.
+        # Record on the shown source (east): east records, west goes on listening, and neither
+        # button moves or changes its size (a button under the finger must stay there).
+        boxes = "return Array.from(document.querySelectorAll('#sources button')).map(b => { const r = b.getBoundingClientRect(); return [r.x, r.y, r.width, r.height] })"
+        before = run_script(driver, boxes)
         click(driver, "#controls button[data-method=start]:not([data-params])")
-        wait_for(driver, "recdPage.state && recdPage.state.name === 'recording' && recdPage.sourceViews.east.state === 'recording'", 10,
+        wait_for(driver, "recdPage.state && recdPage.state.name === 'recording' && recdPage.sourceViews.east.state === 'recording'"
+                         " && document.querySelector('#sources button[data-source=east] .state').textContent === 'recording'", 10,
                  "east recording after Record")
+        after = run_script(driver, boxes)
+        RESULT["sourceButtons"] = [before, after]
+        if any(abs(a - b) > 0.5 for box_before, box_after in zip(before, after) for a, b in zip(box_before, box_after)):
+            fail(f"the source buttons moved when east's state changed: {before} -> {after}")
         time.sleep(0.3)
         if run_script(driver, "return recdPage.sourceViews.west.state") != "listening":
             fail("Record on east changed west's state")
