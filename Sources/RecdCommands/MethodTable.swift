@@ -262,6 +262,7 @@ public enum MethodTable {
                     try refuseIfBeingRecorded(params.name, active: active)
                     let entry = try find(params.name, in: library)
                     try recorderCall { () throws(RecorderError) in try library.delete(entry) }
+                    context.recorder.recordingFileMoved(from: entry.path, to: nil)
                     context.recorder.requestRetentionPass()
                     return DeleteResult(deleted: entry.file)
                 }
@@ -279,7 +280,9 @@ public enum MethodTable {
                         throw rpcError(RecorderError(.invalidSettings,
                             "'\(newName + suffix)' is the name of the recording in progress; choose another name"))
                     }
-                    return file(try recorderCall { () throws(RecorderError) in try library.rename(entry, to: newName) })
+                    let renamed = try recorderCall { () throws(RecorderError) in try library.rename(entry, to: newName) }
+                    context.recorder.recordingFileMoved(from: entry.path, to: renamed.path)
+                    return file(renamed)
                 }
             }
         case .devicesList:

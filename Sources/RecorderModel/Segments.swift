@@ -161,7 +161,8 @@ public struct UnsynchronizedStart: Sendable, Equatable, Codable {
     /// CLOCK_BOOTTIME of the first frame, seconds: the wall clock's start less its offset from
     /// the boot clock at the time.
     public var bootTime: Double
-    /// The file name's template and whether it is in local time (`SegmentSettings`).
+    /// The file name's template and whether it is in local time (`SegmentSettings`); empty
+    /// once the file was renamed through recd (its name then stays when it is re-dated).
     public var template: String
     public var localTime: Bool
     /// The boot `bootTime` counts from (nil: not known; only the run of recd that recorded the

@@ -473,6 +473,73 @@ struct ClockTests {
         #expect(second.terminate() == 0)
     }
 
+    /// Files waiting for the clock that recd renames or deletes meanwhile: one renamed through
+    /// recctl is re-dated under the name it was given; one deleted through recctl and one
+    /// retention deleted wait no more (also after a restart: the log on disk says the same);
+    /// one someone else deleted is a notice when the clock comes, not an error.
+    @Test(.enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer))
+    func filesRenamedOrDeletedWhileTheyWaitForTheClock() throws {
+        let server = try PulseServer()
+        let recordings = work.file("station")
+        let config = "[recording]\nformat = \"flac\"\n"
+        let first = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: config, device: TestDevices.paced(server),
+                               recordings: recordings)
+        let client = try first.connect()
+        let _: Recording = try client.call(.start, StartParams(name: "run", segmentLength: 2))
+        _ = try #require(first.waitForStatus { $0.statistics.segmentsClosed >= 4 }, "\(first.log)")
+        let _: Recording = try client.call(.stop)
+        _ = try #require(first.waitForStatus { $0.state.name == .finished })
+        let made: RecordingsListResult = try client.call(.recordingsList)
+        let files = made.recordings.sorted { ($0.startedAt ?? .distantPast) < ($1.startedAt ?? .distantPast) }
+        #expect(files.count >= 5 && files.allSatisfy { $0.startClock == .unsynchronized }, "\(files.map(\.file))")
+        #expect(try clock(first).filesToRedate == files.count)
+
+        // The newest renamed, the second deleted, through recctl.
+        let renamed = try #require(files.last)
+        let moved = try run(Binaries.recctl, ["--socket", first.socket, "mv", renamed.file, "owl-at-dawn"], timeout: 30)
+        #expect(moved.status == 0, "\(moved.stderr)")
+        let removed = try run(Binaries.recctl, ["--socket", first.socket, "rm", files[1].file], timeout: 30)
+        #expect(removed.status == 0, "\(removed.stderr)")
+        #expect(try clock(first).filesToRedate == files.count - 1)
+        // Retention: room for all but the oldest.
+        let kept = files.dropFirst(2).map(\.size).reduce(0, +)
+        try (config + "[retention]\nmax_total_size = \(kept)\ngrace = 0\n").write(toFile: first.configPath, atomically: true, encoding: .utf8)
+        first.process.signal(SIGHUP)
+        #expect(waitUntil(timeout: 30) { !FileManager.default.fileExists(atPath: files[0].path) }, "\(first.log.suffix(3000))")
+        #expect(waitUntil(timeout: 10) { (try? clock(first).filesToRedate) == files.count - 2 },
+                "\(String(describing: try? clock(first).filesToRedate)) waiting")
+        #expect(first.terminate() == 0)
+
+        // recd again in the same boot: the same files wait, the renamed one under its new name.
+        let second = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: config, device: TestDevices.paced(server),
+                                recordings: recordings)
+        #expect(waitUntil(timeout: 30) { (try? clock(second).filesToRedate) == files.count - 2 },
+                "\(String(describing: try? clock(second).filesToRedate)) waiting\n\(second.log)")
+        // One more goes behind recd's back (an uploader that moves files away).
+        let goneBehind = files[2]
+        #expect(unlink(goneBehind.path) == 0)
+        try setFakeOffset("+0")
+        try setDiscipline("synchronized")
+        _ = try clock(second)
+        #expect(waitUntil(timeout: 30) { (try? clock(second).filesToRedate) == 0 }, "\(second.log)")
+        let after: RecordingsListResult = try second.connect().call(.recordingsList)
+        let owl = try #require(after.recordings.first { $0.file.hasSuffix("/owl-at-dawn.flac") || $0.file == "owl-at-dawn.flac" },
+                               "\(after.recordings.map(\.file))")
+        #expect(owl.startClock == .redated)
+        let truth = try #require(renamed.startedAt).addingTimeInterval(259_200)
+        #expect(abs(try #require(owl.startedAt).timeIntervalSince(truth)) < 0.010, "\(String(describing: owl.startedAt)) for \(truth)")
+        #expect(try Self.dateAndComment(owl.path).comment.contains("; re-dated at clock sync; "))
+        let rest = files.dropFirst(3).dropLast()
+        #expect(after.recordings.filter { $0.startClock == .redated }.count == rest.count + 1,
+                "\(after.recordings.map { "\($0.file) \(String(describing: $0.startClock))" })")
+        #expect(after.recordings.count == rest.count + 1)
+        #expect(waitUntil(timeout: 10) { !logLines(second, "file gone before the clock was synchronized").isEmpty }, "\(second.log)")
+        #expect(logLines(second, "file gone before the clock was synchronized").count == 1
+                && logLines(second, "file gone before the clock was synchronized")[0].contains(goneBehind.file), "\(second.log)")
+        #expect(logLines(first, "file could not be re-dated").isEmpty && logLines(second, "file could not be re-dated").isEmpty, "\(second.log)")
+        #expect(second.terminate() == 0)
+    }
+
     /// A sound-activated station three days behind: an event's file is marked, and re-dated
     /// (start, name) once the clock steps and is synchronized; the event after is not marked.
     @Test(.enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer))

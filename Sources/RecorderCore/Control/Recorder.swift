@@ -300,6 +300,12 @@ public final class Recorder: Sendable {
         try controller.withRecordingsDirectory(body)
     }
 
+    /// recd renamed one of its recordings or deleted it (`recordings.rename`, `.delete`; nil):
+    /// a file waiting for the clock to be re-dated follows it, or waits no more. Any thread.
+    public func recordingFileMoved(from path: String, to newPath: String?) {
+        controller.redater.fileMoved(from: path, to: newPath)
+    }
+
     // MARK: The system clock
 
     /// The system clock now: its synchronization read afresh, with the kernel's error figures

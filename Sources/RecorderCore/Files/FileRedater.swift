@@ -44,7 +44,7 @@ final class FileRedater: Sendable {
     /// Follows the clock's publications (never blocks), beside `queue`, which may be waiting
     /// out a settling or rewriting files.
     private let clockQueue = DispatchQueue(label: "recd.redate.clock", target: .global())
-    private let token = NIOLockedValueBox<ObservationToken?>(nil)
+    private let tokens = NIOLockedValueBox<[ObservationToken]>([])
     /// The clock counts as settled this long after it became synchronized or last stepped: a
     /// time service that declared synchronization just before its step must not have files
     /// re-dated by the clock it was about to correct.
@@ -63,7 +63,12 @@ final class FileRedater: Sendable {
         let observation = published.clock.subscribe(on: clockQueue, delivery: .every, sendingCurrent: false) { [weak self] clock in
             self?.clockChanged(clock)
         }
-        token.withLock { $0 = observation }
+        // A file retention deleted waits no more.
+        let deletions = published.retentionDeletion.subscribe(on: clockQueue, delivery: .every, sendingCurrent: false) {
+            [weak self] deletion in
+            if let deletion { self?.fileMoved(from: deletion.path, to: nil) }
+        }
+        tokens.withLock { $0 = [observation, deletions] }
     }
 
     /// A closed segment about to be announced: re-dated now if it began unsynchronized and the
@@ -98,6 +103,24 @@ final class FileRedater: Sendable {
 
     /// Files waiting for the clock (status).
     var pendingCount: Int { pending.withLock { $0.files.count } }
+
+    /// recd renamed a file (`recordings.rename`) or deleted it (`recordings.delete`, retention).
+    /// A file waiting for the clock follows its new name, which it keeps when it is re-dated
+    /// (a name a person gave it, not the template's), or waits no more. Any thread.
+    func fileMoved(from path: String, to newPath: String?) {
+        pending.withLock { pending in
+            guard let directory = pending.files.first(where: { $0.segment.path == path })?.directory else { return }
+            pending.files = pending.files.compactMap { file in
+                guard file.segment.path == path else { return file }
+                guard let newPath else { return nil }
+                var moved = file
+                moved.segment.path = newPath
+                moved.segment.unsynchronizedStart?.template = ""
+                return moved
+            }
+            Self.rewriteWaitingLog(directory: directory, pending.files.filter { $0.directory == directory }.map(\.segment))
+        }
+    }
 
     /// Synchronized, and neither that nor a step happened in the last `settleSeconds`.
     private var isSettled: Bool {
@@ -141,19 +164,25 @@ final class FileRedater: Sendable {
 
     private func redatePending() {
         let files = pending.withLock { pending -> [Pending] in
-            let files = pending.files
-            pending = ([], 0)
-            return files
+            pending.dropped = 0
+            return pending.files
         }
         for file in files {
-            guard let redated = redate(file.segment, directory: file.directory) else { continue }
+            let redated = redate(file.segment, directory: file.directory)
+            // Waiting until done (`filesToRedate` counts it until then), or not to be done (a
+            // file that cannot be re-dated keeps its mark for good).
+            pending.withLock { pending in
+                if let index = pending.files.firstIndex(where: { $0.segment.path == file.segment.path }) { pending.files.remove(at: index) }
+            }
+            guard let redated else { continue }
             if redated.segment.index > 1 || redated.segment.endReason != .end {
                 RecordingLibrary(directory: file.directory).log(redated.segment)
             }
             published.redatedFile.send(redated)
         }
-        // Done, or not to be done (a file that cannot be re-dated keeps its mark for good).
-        for directory in Set(files.map(\.directory)) { Self.rewriteWaitingLog(directory: directory, []) }
+        for directory in Set(files.map(\.directory)) {
+            Self.rewriteWaitingLog(directory: directory, pending.withLock { $0.files.filter { $0.directory == directory }.map(\.segment) })
+        }
     }
 
     // MARK: The files waiting, on disk
@@ -226,6 +255,12 @@ final class FileRedater: Sendable {
     /// start. Nil (logged) when the file cannot be re-dated: it keeps its mark.
     private func redate(_ segment: Segment, directory: String) -> RedatedFile? {
         guard let mark = segment.unsynchronizedStart else { return nil }
+        // Moved away or deleted by someone else (an uploader, a person): nothing to correct.
+        guard access(segment.path, F_OK) == 0 else {
+            logger.notice("file gone before the clock was synchronized; nothing to re-date",
+                          metadata: ["segment.path": "\(segment.path)", "recording.id": "\(segment.recordingId)"])
+            return nil
+        }
         let offset = Double(recd_wall_clock_offset()) / 1e9
         let start = Date(timeIntervalSince1970: mark.bootTime + offset)
         let stamped = FileOrigin(startedAt: segment.startedAt, recordingName: segment.name, recordingId: segment.recordingId,
