@@ -248,6 +248,13 @@ final class NotifyListener {
     }
 }
 
+/// A `[capture]` table whose write buffer holds a whole unpaced test input (up to 30 s): the
+/// file device (`TestDevices.file`) hands its input over at once, faster than any sound card,
+/// and a writer thread that a loaded machine holds back for longer than the default 10 s of
+/// audio would make that a gap, which is not what such a test is about (WriteBufferTests test
+/// gaps on devices paced like sound cards).
+let unpacedInputInTheWriteBuffer = "[capture]\nwrite_buffer = \"30 s\"\n"
+
 /// `[[source]]` tables naming each device (ALSA name) by its source's name, in order: a station
 /// of several sources (issue 53). Text after them is the last source's (`[source.recording]`).
 func sourceTables(_ devices: KeyValuePairs<String, String>) -> String {

@@ -134,7 +134,8 @@ struct SystemdTests {
         defer { _ = try? run("/bin/umount", ["-l", mountPoint.path]) }
         let input = writeCounterInput(inputs, seconds: 12)
         // The space guard off: this is ENOSPC itself (StorageTests has the guard).
-        let daemon = try Daemon(device: TestDevices.file(input.path), config: "[storage]\nminimum_free = 0\nwarning_free = 0\n",
+        let daemon = try Daemon(device: TestDevices.file(input.path),
+                                config: "[storage]\nminimum_free = 0\nwarning_free = 0\n" + unpacedInputInTheWriteBuffer,
                                 recordings: mountPoint.file("recordings"))
         let client = try daemon.connect()
         let _: Recording = try client.call(.start, StartParams(name: "full", format: .wav, sampleRate: 48000, channels: 2, duration: 10))
