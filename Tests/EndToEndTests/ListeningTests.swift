@@ -522,7 +522,7 @@ struct ListeningTests {
         let reply = try #require(watcher.first("\(prefix)/reply", after: again) { $0.json?["id"] as? String == "l1" })
         #expect(reply.json?["ok"] as? Bool == true, "\(reply.payload)")
         #expect(daemon.waitForStatus { $0.listening?.preRollCapacity == 2 } != nil)
-        let discovery = watcher.messages.first { $0.topic.hasPrefix("homeassistant/") && $0.payload.contains("_listening") }
+        let discovery = watcher.first { $0.topic.hasPrefix("homeassistant/") && $0.payload.contains("_listening") }
         #expect(discovery != nil, "a Home Assistant entity for listening")
     }
 }
