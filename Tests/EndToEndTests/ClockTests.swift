@@ -421,18 +421,29 @@ struct ClockTests {
     /// recd started again in the same boot before the clock is synchronized (a crash, an
     /// upgrade): the files the first run closed wait in the recordings' log and the second run
     /// re-dates them; an entry of another boot (its boot clock means nothing now) stays marked.
+    static let flac = "[recording]\nformat = \"flac\"\n"
+
+    /// recd on `server`'s paced device with its clock 3 days behind and not synchronized
+    /// records `name` in 2 s FLAC segments until `closed` have closed, and stops: the daemon
+    /// and the list of its files.
+    func recordOnAClockBehind(_ server: PulseServer, into recordings: String, name: String, closed: Int) throws
+        -> (Daemon, RecordingsListResult) {
+        let recd = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: Self.flac, device: TestDevices.paced(server),
+                              recordings: recordings)
+        let client = try recd.connect()
+        let _: Recording = try client.call(.start, StartParams(name: name, segmentLength: 2))
+        _ = try #require(recd.waitForStatus { $0.statistics.segmentsClosed >= closed }, "\(recd.log)")
+        let _: Recording = try client.call(.stop)
+        _ = try #require(recd.waitForStatus { $0.state.name == .finished })
+        return (recd, try client.call(.recordingsList))
+    }
+
     @Test(.enabled(if: !Binaries.threadSanitized, ClockTests.noLibfaketimeUnderThreadSanitizer))
     func filesAnEarlierRunOfThisBootClosedAreRedatedByTheNext() throws {
         let server = try PulseServer()
         let recordings = work.file("station")
-        let config = "[recording]\nformat = \"flac\"\n"
-        let first = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: config, device: TestDevices.paced(server),
-                               recordings: recordings)
-        let client = try first.connect()
-        let _: Recording = try client.call(.start, StartParams(name: "run1", segmentLength: 2))
-        _ = try #require(first.waitForStatus { $0.statistics.segmentsClosed >= 2 }, "\(first.log)")
-        let _: Recording = try client.call(.stop)
-        let made: RecordingsListResult = try client.call(.recordingsList)
+        let config = Self.flac
+        let (first, made) = try recordOnAClockBehind(server, into: recordings, name: "run1", closed: 2)
         #expect(made.recordings.count >= 3 && made.recordings.allSatisfy { $0.startClock == .unsynchronized },
                 "\(made.recordings.map { "\($0.file) \(String(describing: $0.startClock))" })")
         #expect(first.terminate() == 0)
@@ -481,15 +492,8 @@ struct ClockTests {
     func filesRenamedOrDeletedWhileTheyWaitForTheClock() throws {
         let server = try PulseServer()
         let recordings = work.file("station")
-        let config = "[recording]\nformat = \"flac\"\n"
-        let first = try daemon(discipline: "unsynchronized", fakeOffset: "-3d", config: config, device: TestDevices.paced(server),
-                               recordings: recordings)
-        let client = try first.connect()
-        let _: Recording = try client.call(.start, StartParams(name: "run", segmentLength: 2))
-        _ = try #require(first.waitForStatus { $0.statistics.segmentsClosed >= 4 }, "\(first.log)")
-        let _: Recording = try client.call(.stop)
-        _ = try #require(first.waitForStatus { $0.state.name == .finished })
-        let made: RecordingsListResult = try client.call(.recordingsList)
+        let config = Self.flac
+        let (first, made) = try recordOnAClockBehind(server, into: recordings, name: "run", closed: 4)
         let files = made.recordings.sorted { ($0.startedAt ?? .distantPast) < ($1.startedAt ?? .distantPast) }
         #expect(files.count >= 5 && files.allSatisfy { $0.startClock == .unsynchronized }, "\(files.map(\.file))")
         #expect(try clock(first).filesToRedate == files.count)
