@@ -101,7 +101,8 @@ final class SegmentWriter: @unchecked Sendable {
     /// The engine position the next chunk should have (worker): a chunk further on follows a
     /// gap (the write buffer was full, the device overran).
     private var expectedPosition: Int64?
-    /// Gaps in this session, as each was found (worker); the recorder logs and publishes them.
+    /// Gaps in this session, as each was found (worker); the recorder logs and counts each, and
+    /// gives it back as counted (its position in the whole recording), which the next segment carries.
     let gapFound: @Sendable (Gap, _ frames: Int64) -> Gap
     /// `resume()` asked for the next chunk's time to be taken afresh.
     let resumed = Atomic<Bool>(false)
