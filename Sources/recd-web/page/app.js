@@ -764,7 +764,7 @@ function drawDay(day, files) {
 
 // The recordings of the day, newest first: each with its time, length, peak and format, its
 // picture (recd-web's, loaded as it scrolls into view), a player and the downloads. Items
-// already listed stay as they are: a refresh must not stop a player that plays.
+// already listed stay as they are, where they are: a refresh must not stop a player that plays.
 function drawList(files) {
   const list = $('recordings');
   const listed = new Map(Array.from(list.children).map((item) => [item.dataset.file, item]));
@@ -824,7 +824,10 @@ function drawList(files) {
     showPeak(item, file.file);
     return item;
   });
-  list.replaceChildren(...items);
+  // Only what is out of place moves: replaceChildren would take every kept item out of the
+  // page and put it back, and a player taken out while it loads may stop.
+  items.forEach((item, index) => { if (list.children[index] !== item) list.insertBefore(item, list.children[index] || null); });
+  while (list.children.length > items.length) list.lastElementChild.remove();
 }
 
 // Pictures (recd-web's PNG of a recording, with its rulers; doc/web.md): fetched once each,
