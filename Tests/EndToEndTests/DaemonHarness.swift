@@ -111,6 +111,17 @@ final class Daemon {
     }
 }
 
+/// recctl against `daemon`'s socket, as a script runs it (no terminal: no colour).
+@discardableResult
+func recctl(_ daemon: Daemon, _ arguments: String..., environment: [String: String] = [:]) throws -> CommandResult {
+    try run(Binaries.recctl, arguments, environment: environment.merging(["RECD_SOCKET": daemon.socket]) { $1 }, timeout: 30)
+}
+
+/// The recordings as `recctl ls --json` lists them, in its order.
+func listed(_ daemon: Daemon) throws -> [RecordingFile] {
+    try WireCoding.decoder().decode(RecordingsListResult.self, from: Data(try recctl(daemon, "ls", "--json").stdout.utf8)).recordings
+}
+
 /// Runs `arguments` on a pseudo-terminal (script(1)), as someone at a terminal would.
 func onTerminal(_ arguments: [String], environment: [String: String] = [:]) throws -> BackgroundCommand {
     let command = arguments.map { "'" + $0.replacingOccurrences(of: "'", with: #"'\''"#) + "'" }.joined(separator: " ")

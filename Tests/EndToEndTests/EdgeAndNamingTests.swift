@@ -13,10 +13,6 @@ import Testing
 struct EdgeAndNamingTests {
     let inputs = TemporaryDirectory()
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket], timeout: 30)
-    }
-
     func counterInput(seconds: Int) -> String {
         let path = inputs.file("counter.raw")
         Signal.write(Signal.counter16(frames: 48000 * seconds, channels: 2), to: path)

@@ -13,10 +13,6 @@ import Testing
 struct FirstHourTests {
     let inputs = TemporaryDirectory()
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30)
-    }
-
     /// An empty configuration file (recd's default one may exist on this machine).
     func emptyConfig() throws -> String {
         let path = inputs.file("empty.toml")

@@ -14,10 +14,6 @@ import Testing
 struct ListeningTests {
     let inputs = TemporaryDirectory()
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30)
-    }
-
     /// A daemon listening on the paced file device with `preRoll` seconds, once it holds them all.
     func listeningDaemon(_ input: String, server: PulseServer, preRoll: Double, config: String = "") throws -> (Daemon, RecdConnection) {
         let daemon = try Daemon(device: TestDevices.pacedFile(input, server: server),

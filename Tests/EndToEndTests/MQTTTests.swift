@@ -113,8 +113,11 @@ struct MQTTTests {
         }
         let recordingSwitch = watcher.first("homeassistant/switch/\(Self.objectID)/recording/config")?.json
         #expect(recordingSwitch?["cmd_t"] as? String == "\(Self.prefix)/command/switch")
-        #expect(watcher.messages.first { $0.topic.hasPrefix("homeassistant/device/") } == nil)
         #expect(daemon.terminate() == 0)
+        // Nothing was announced the other way: the offline of a clean exit is the daemon's last
+        // message, so every message it sent before it has reached the watcher by then.
+        #expect(watcher.first("\(Self.prefix)/availability", where: { $0.payload == "offline" }) != nil)
+        #expect(watcher.messages.first { $0.topic.hasPrefix("homeassistant/device/") } == nil)
     }
 
     @Test func stateAndElapsedFollowAPacedRecordingStartedAndStoppedOverMQTT() throws {

@@ -527,9 +527,6 @@ struct RecctlTests {
     // MARK: Helpers
 
     /// Runs recctl against `daemon`, finding the socket through RECD_SOCKET as a user would.
-    func recctl(_ daemon: Daemon, _ arguments: String..., environment: [String: String] = [:]) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: environment.merging(["RECD_SOCKET": daemon.socket]) { $1 }, timeout: 30)
-    }
 
     /// Runs `arguments` on a pseudo-terminal (util-linux `script`), so that recctl sees a terminal.
     func waitForState(_ daemon: Daemon, _ name: RecorderState.Name, timeout: Double = 20) throws -> StatusResult {

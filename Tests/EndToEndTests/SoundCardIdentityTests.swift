@@ -16,10 +16,6 @@ struct SoundCardIdentityTests {
     static let left = SoundCardFixture.USBDevice(devpath: "1.2")
     static let right = SoundCardFixture.USBDevice(devpath: "1.3")
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30)
-    }
-
     /// Power at `frequency` relative to the signal's (Goertzel over the first channel).
     static func share(of frequency: Double, in samples: [Int16], channels: Int, rate: Double = 48000) -> Double {
         let mono = stride(from: 0, to: samples.count, by: channels).map { Double(samples[$0]) }

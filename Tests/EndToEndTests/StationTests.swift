@@ -11,14 +11,6 @@ import Testing
 struct StationTests {
     let inputs = TemporaryDirectory()
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket], timeout: 30)
-    }
-
-    func listed(_ daemon: Daemon) throws -> [RecordingFile] {
-        try WireCoding.decoder().decode(RecordingsListResult.self, from: Data(try recctl(daemon, "ls", "--json").stdout.utf8)).recordings
-    }
-
     /// An autostart with a fixed name and no segments records again after every restart, under
     /// the next free numbered name, instead of sitting idle because the name is taken.
     @Test func autostartWithAFixedNameRecordsAgainAfterARestart() throws {

@@ -20,10 +20,6 @@ struct StatusBarTests {
         return try Daemon(device: TestDevices.pacedFile(input, server: server))
     }
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, ["--socket", daemon.socket] + arguments, timeout: 30)
-    }
-
     func elapsed(_ daemon: Daemon) -> Double {
         ((try? daemon.connect().call(.status, as: StatusResult.self))?.currentTime) ?? 0
     }

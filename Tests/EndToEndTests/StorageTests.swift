@@ -49,10 +49,6 @@ final class SmallFilesystem {
 struct StorageTests {
     let inputs = TemporaryDirectory()
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket, "NO_COLOR": "1"], timeout: 30)
-    }
-
     func touch(_ path: String, hoursAgo: Double) throws {
         let result = try run("/usr/bin/touch", ["-h", "-d", "@\(Int(Date().timeIntervalSince1970 - hoursAgo * 3600))", path])
         try #require(result.status == 0, "touch: \(result.stderr)")

@@ -13,20 +13,12 @@ import Testing
 struct UnattendedTests {
     let inputs = TemporaryDirectory()
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket], timeout: 30)
-    }
-
     func status(_ daemon: Daemon) throws -> StatusResult {
         try WireCoding.decoder().decode(StatusResult.self, from: Data(try recctl(daemon, "status", "--json").stdout.utf8))
     }
 
     func waitForStatus(_ daemon: Daemon, timeout: Double = 20, _ condition: (StatusResult) -> Bool) -> StatusResult? {
         daemon.waitForStatus(timeout: timeout, condition)
-    }
-
-    func listed(_ daemon: Daemon) throws -> [RecordingFile] {
-        try WireCoding.decoder().decode(RecordingsListResult.self, from: Data(try recctl(daemon, "ls", "--json").stdout.utf8)).recordings
     }
 
     @Test func segmentsByLengthAreListedAsOneSessionAndConcatenateToTheInput() throws {

@@ -17,15 +17,6 @@ struct WriteBufferTests {
     static let config = "[recording]\nformat = \"wav\"\nsample_rate = 48000\nchannels = 2\n"
     static let rate = 48000.0
 
-    func recctl(_ daemon: Daemon, _ arguments: String...) throws -> CommandResult {
-        try run(Binaries.recctl, arguments, environment: ["RECD_SOCKET": daemon.socket], timeout: 30)
-    }
-
-    func listed(_ daemon: Daemon) throws -> [RecordingFile] {
-        try WireCoding.decoder().decode(RecordingsListResult.self, from: Data(try recctl(daemon, "ls", "--json").stdout.utf8))
-            .recordings.sorted { $0.path < $1.path }
-    }
-
     /// Delays the `when`th call of `syscall` by the thread named `thread` by `seconds`.
     func stall(_ daemon: Daemon, thread: String, syscall: String, seconds: Double, when: Int) throws -> BackgroundCommand {
         let task = try #require(StationTests.thread(named: thread, of: daemon.process.pid), "no thread \(thread)")
@@ -69,7 +60,7 @@ struct WriteBufferTests {
     }
 
     func twoFiles(_ daemon: Daemon, named name: String) throws -> AroundAGap? {
-        let files = try listed(daemon)
+        let files = try listed(daemon).sorted { $0.path < $1.path }
         #expect(files.map(\.file) == ["\(name)-2.wav", "\(name).wav"])
         guard files.count == 2 else { return nil }
         let numbers = try frames(of: [files[1], files[0]])
@@ -115,7 +106,7 @@ struct WriteBufferTests {
         let status = try #require(daemon.waitForStatus { $0.state.name == .finished })
         #expect(status.statistics.xruns == 0 && status.statistics.framesLost == 0 && status.statistics.gaps.isEmpty,
                 "\(status.statistics)")
-        let files = try listed(daemon)
+        let files = try listed(daemon).sorted { $0.path < $1.path }
         #expect(files.map(\.file) == ["stall.wav"])
         _ = try frames(of: files)
         #expect(!daemon.log.contains("audio lost"), "\(daemon.log.suffix(2000))")
