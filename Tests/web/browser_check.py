@@ -494,12 +494,40 @@ def main():
         player = f"document.querySelector('#recordings li[data-file={json.dumps(file)}] audio')"
 
         # Its player plays, and what the browser decodes is the file's audio.
-        played, _ = wait_for(driver, """(() => { const a = """ + player + """;
-                                 if (a && a.paused) { a.muted = true; a.play(); } return a && a.currentTime > 0.3 && a.currentTime; })()""",
-                             20, "the event's player playing",
-                             explain=f"""(() => {{ const a = {player}; return a && {{ error: a.error && [a.error.code, a.error.message],
-                                 networkState: a.networkState, readyState: a.readyState, paused: a.paused, currentTime: a.currentTime,
-                                 duration: a.duration, src: a.src }}; }})()""")
+        # WebKitGTK 2.50's GStreamer player can stay paused for buffering for good: the whole
+        # file downloaded (its source at EOS, buffering at 100 %), the pipeline's state change
+        # still pending when the last buffering message came (GST_DEBUG=webkitmediaplayer:5
+        # shows "Pausing stream for buffering", then "paused for buffering" every 0.35 s); the
+        # element plays (not paused) at readyState HAVE_CURRENT_DATA, networkState LOADING,
+        # currentTime still. Seen once in some 40 runs on a loaded machine (WebKit's bugs 245739
+        # and 300041 are of the same kind). As a listener would, this check then loads the
+        # player again and plays, once, and says so (playerNudged): a file whose bytes did not
+        # come would stay still after that too, and fail.
+        explain = f"""(() => {{ const a = {player}; return a && {{ error: a.error && [a.error.code, a.error.message],
+            networkState: a.networkState, readyState: a.readyState, paused: a.paused, currentTime: a.currentTime,
+            duration: a.duration, src: a.src }}; }})()"""
+        start = still_since = time.monotonic()
+        last_time, nudged = None, None
+        while True:
+            state = run_script(driver, """return (() => { const a = """ + player + """;
+                if (a && a.paused) { a.muted = true; a.play(); } return a && [a.currentTime, a.readyState, a.paused]; })()""",
+                               "the event's player")
+            now = time.monotonic()
+            if state and state[0] > 0.3:
+                played = state[0]
+                break
+            if not state or state[0] != last_time or state[2]:
+                last_time, still_since = state and state[0], now
+            elif arguments.browser == "webkit" and nudged is None and state[1] < 3 and now - still_since > 5:
+                nudged = run_script(driver, f"return (() => {{ const a = {player}; const was = {explain}; a.load(); a.play(); return was; }})()",
+                                    "loading the player again")
+                still_since = now
+            if now - start > (30 if nudged else 20):
+                fail(f"the event's player playing: not within {round(now - start)} s ({explain} is {run_script(driver, 'return ' + explain)!r}"
+                     + (f"; loaded again at {nudged!r}" if nudged else "") + ")")
+            time.sleep(0.05)
+        if nudged:
+            RESULT["playerNudged"] = nudged
         RESULT["playerTime"] = played
         decoded = run_script(driver, """
             const url = """ + player + """.src;
