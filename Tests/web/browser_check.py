@@ -499,8 +499,8 @@ def main():
         # still pending when the last buffering message came (GST_DEBUG=webkitmediaplayer:5
         # shows "Pausing stream for buffering", then "paused for buffering" every 0.35 s); the
         # element plays (not paused) at readyState HAVE_CURRENT_DATA, networkState LOADING,
-        # currentTime still. Seen once in some 40 runs on a loaded machine (WebKit's bugs 245739
-        # and 300041 are of the same kind). As a listener would, this check then loads the
+        # currentTime still. Seen once in about 150 runs, on a loaded machine (WebKit's bugs
+        # 245739 and 300041 are of the same kind). As a listener would, this check then loads the
         # player again and plays, once, and says so (playerNudged): a file whose bytes did not
         # come would stay still after that too, and fail.
         explain = f"""(() => {{ const a = {player}; return a && {{ error: a.error && [a.error.code, a.error.message],
